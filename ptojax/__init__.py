@@ -1,0 +1,11 @@
+"""ptojax: an executable, batched, bit-exact model of the PTO tile ISA's CUBE slice."""
+
+from . import tables
+from .state import MachineConfig, PRESETS, State, preset, read_gpr, read_memory, reset, write_gpr, write_memory
+from .tileview import TileView, read_tile
+from .result import RunResult
+from . import layouts
+
+__all__ = ["MachineConfig", "PRESETS", "State", "preset", "reset", "write_memory", "read_memory",
+           "write_gpr", "read_gpr", "read_tile", "TileView", "RunResult", "layouts", "tables"]
+__version__ = "0.1.0"

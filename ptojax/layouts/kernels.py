@@ -1,0 +1,238 @@
+"""Batched, jit-compiled ND <-> CUBE conversion kernels.
+
+The CELL mapping of the static bound is a pure reshape/transpose (what XLA
+does at memory speed); per-tile valid shapes enter only through masks and,
+for CUBE_N8 whose cell order depends on the per-tile K_repeat, through one
+gather of whole 128-byte cells. No per-element index gather.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import tables
+from .._x64 import x64
+from .geometry import CELL_SHAPES, cube_dtype
+
+_UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+def _ceil_div(a, b):
+    return (a + b - 1) // b
+
+
+def storage_words(layout: str, dt, rows: int, cols: int) -> int:
+    """Payload Words of the storage region for a valid-shape bound (rows, cols)."""
+    lay = tables.cube_layout(layout)
+    cr, cc = CELL_SHAPES[(lay, cube_dtype(dt).cube_class)]
+    if lay == "CUBE_N8":
+        return _ceil_div(rows, cr) * cr * _ceil_div(cols, 8) * 8
+    return cr * _ceil_div(cols, cc) * cc
+
+
+# ----------------------------------------------------------------- kernels
+
+
+def _m_coords(ncell, cr, cc, swap):
+    """Logical (row, col) of every slot of a [ncell, cr, cc] CUBE_M payload."""
+    cell, r, p = np.meshgrid(np.arange(ncell), np.arange(cr), np.arange(cc), indexing="ij")
+    j = p ^ (12 * (((p >> 2) ^ (p >> 3)) & 1)) if swap else p
+    return r, cell * cc + j
+
+
+def _swap_b4(t):
+    """Exchange inner column groups 4..7 and 8..11 (CUBE_M16 b4); an involution."""
+    lead = t.shape[:-1]
+    return t.reshape(*lead, 2, 2, 4).swapaxes(-3, -2).reshape(*lead, 16)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "layout", "cr", "cc", "swap", "pad", "pad_defined", "with_defined", "compact"))
+def _nd_to_cube(x, vr, vc, *, layout, cr, cc, swap, pad, pad_defined, with_defined, compact):
+    B, R, C = x.shape
+    padw = jnp.asarray(pad, dtype=x.dtype)
+    zero = jnp.zeros((), x.dtype)
+    vr = vr.reshape(B, 1, 1, 1)
+    vc = vc.reshape(B, 1, 1, 1)
+    if layout == "CUBE_N8":
+        kr, nr = _ceil_div(R, cr), _ceil_div(C, 8)
+        xp = jnp.pad(x, ((0, 0), (0, kr * cr - R), (0, nr * 8 - C)))
+        f = xp.reshape(B, kr, cr, nr, 8).transpose(0, 3, 1, 4, 2)   # [B, n, k, c8, r]
+        n, k, c8, r = np.meshgrid(np.arange(nr), np.arange(kr), np.arange(8),
+                                  np.arange(cr), indexing="ij")
+        rows, cols = k * cr + r, n * 8 + c8
+        k_rep, n_rep = (vr + cr - 1) // cr, (vc + 7) // 8
+        inside = (k < k_rep.reshape(B, 1, 1, 1, 1)) & (n < n_rep.reshape(B, 1, 1, 1, 1))
+        valid = (rows < vr.reshape(B, 1, 1, 1, 1)) & (cols < vc.reshape(B, 1, 1, 1, 1))
+        words = jnp.where(valid, f, jnp.where(inside, padw, zero)).reshape(B, nr * kr, 8 * cr)
+        dfn = (valid | (inside & pad_defined)).reshape(B, nr * kr, 8 * cr) if with_defined else None
+        if compact:
+            # Cell (n, k) of the bound lands at n*K_repeat + k of the tile; slots
+            # past the tile's cell count take an outside (all-zero) bound cell.
+            j = jnp.arange(nr * kr)[None, :]
+            kk = k_rep.reshape(B, 1)
+            src = (j // kk) * kr + j % kk
+            src = jnp.where(j < kk * n_rep.reshape(B, 1), src, nr * kr - 1)[:, :, None]
+            words = jnp.take_along_axis(words, src, axis=1)
+            if with_defined:
+                dfn = jnp.take_along_axis(dfn, src, axis=1)
+    else:
+        ncell = _ceil_div(C, cc)
+        xp = jnp.pad(x, ((0, 0), (0, cr - R), (0, ncell * cc - C)))
+        t = xp.reshape(B, cr, ncell, cc).transpose(0, 2, 1, 3)          # [B, cell, r, c]
+        if swap:
+            t = _swap_b4(t)
+        rows, cols = _m_coords(ncell, cr, cc, swap)
+        inside = cols < ((vc + cc - 1) // cc) * cc
+        valid = (rows < vr) & (cols < vc)
+        words = jnp.where(valid, t, jnp.where(inside, padw, zero))
+        dfn = (valid | (inside & pad_defined)) if with_defined else None
+    words = words.reshape(B, -1)
+    return (words, dfn.reshape(B, -1)) if with_defined else words
+
+
+@functools.partial(jax.jit, static_argnames=("layout", "cr", "cc", "swap", "R", "C", "compact"))
+def _cube_to_nd(words, vr, vc, *, layout, cr, cc, swap, R, C, compact):
+    B = words.shape[0]
+    vr = vr.reshape(B, 1, 1)
+    vc = vc.reshape(B, 1, 1)
+    if layout == "CUBE_N8":
+        kr, nr = _ceil_div(R, cr), _ceil_div(C, 8)
+        cells = words[:, : nr * kr * 8 * cr].reshape(B, nr * kr, 8 * cr)
+        if compact:
+            i = jnp.arange(nr * kr)[None, :]
+            k_rep = ((vr + cr - 1) // cr).reshape(B, 1)
+            n, k = i // kr, i % kr
+            dst = jnp.where(k < k_rep, n * k_rep + k, 0)[:, :, None]
+            cells = jnp.take_along_axis(cells, dst, axis=1)
+        x = cells.reshape(B, nr, kr, 8, cr).transpose(0, 2, 4, 1, 3).reshape(B, kr * cr, nr * 8)
+    else:
+        ncell = _ceil_div(C, cc)
+        t = words[:, : ncell * cr * cc].reshape(B, ncell, cr, cc)
+        if swap:
+            t = _swap_b4(t)
+        x = t.transpose(0, 2, 1, 3).reshape(B, cr, ncell * cc)
+    x = x[:, :R, :C]
+    rows = np.arange(R)[None, :, None]
+    cols = np.arange(C)[None, None, :]
+    return jnp.where((rows < vr) & (cols < vc), x, jnp.zeros((), x.dtype))
+
+
+# ----------------------------------------------------------------- public API
+
+
+def _as_words(x, what):
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        x = np.asarray(x)
+    if np.dtype(x.dtype).type not in _UNSIGNED:
+        raise TypeError(
+            f"{what} must hold raw element words as an unsigned integer array "
+            f"(uint8/16/32/64), got dtype {x.dtype}")
+    return x
+
+
+def _valid_dims(v, bound, batch, name):
+    """Per-tile valid extents as an int32 [batch] array; checked when concrete."""
+    if v is None:
+        v = bound
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if not 1 <= v <= bound:
+            raise ValueError(f"{name}={v} must be in 1..{bound} (the static bound of the input)")
+        return jnp.full((batch,), int(v), jnp.int32), int(v)
+    if isinstance(v, jax.core.Tracer):
+        return jnp.broadcast_to(jnp.asarray(v, jnp.int32), (batch,)), None
+    arr = np.asarray(v)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an int or an integer array, got dtype {arr.dtype}")
+    arr = np.broadcast_to(arr, (batch,)) if arr.ndim == 0 else arr
+    if arr.shape != (batch,):
+        raise ValueError(f"{name} must be an int or shape ({batch},), got shape {arr.shape}")
+    if arr.size and (arr.min() < 1 or arr.max() > bound):
+        raise ValueError(f"{name} must lie in 1..{bound} (the static bound), got {arr.min()}..{arr.max()}")
+    return jnp.asarray(arr, jnp.int32), (int(arr[0]) if arr.size and (arr == arr[0]).all() else None)
+
+
+def _pad_in(container_bits: int, dt, pad) -> int:
+    return tables.pad_word(dt, pad) & ((1 << container_bits) - 1)
+
+
+@x64
+def nd_to_cube(x, layout, dtype, valid_rows=None, valid_cols=None, *, pad="Null",
+               defined: bool = True):
+    """Convert row-major matrices to CUBE payloads (ADR 0069 CELL order).
+
+    x: [B, R, C] (or one [R, C]) unsigned array of raw element words; 4-bit
+    dtypes hold one nibble per value. (R, C) is the static bound; valid_rows and
+    valid_cols (int or [B] array, default the bound) give each tile's valid
+    region. Returns (words, defined) with words [B, W] in payload slot order
+    (W = storage Words of the bound, `storage_words`): valid elements, the
+    PadValue's word in every other position of the tile's storage region
+    (Null: 0 and undefined), and 0/undefined past that region. With
+    defined=False only the words are returned.
+    """
+    lay = tables.cube_layout(layout)
+    d = cube_dtype(dtype)
+    x = _as_words(x, "x")
+    single = x.ndim == 2
+    if x.ndim not in (2, 3):
+        raise ValueError(f"x must be [rows, cols] or [batch, rows, cols], got shape {x.shape}")
+    xb = x[None] if single else x
+    B, R, C = xb.shape
+    if R < 1 or C < 1:
+        raise ValueError(f"x must have at least one row and column, got shape {x.shape}")
+    cr, cc = CELL_SHAPES[(lay, d.cube_class)]
+    if lay != "CUBE_N8" and R > cr:
+        raise ValueError(f"{lay} holds at most {cr} valid rows; the input bound has {R} rows")
+    vr, vr_static = _valid_dims(valid_rows, R, B, "valid_rows")
+    vc, _ = _valid_dims(valid_cols, C, B, "valid_cols")
+    p = tables.padvalue(pad)
+    compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
+    out = _nd_to_cube(jnp.asarray(xb), vr, vc, layout=lay, cr=cr, cc=cc,
+                      swap=(lay == "CUBE_M16" and d.bits == 4),
+                      pad=_pad_in(np.dtype(xb.dtype).itemsize * 8, d, p),
+                      pad_defined=p != tables.PAD_NULL, with_defined=defined,
+                      compact=compact)
+    if single:
+        return tuple(o[0] for o in out) if defined else out[0]
+    return out
+
+
+@x64
+def cube_to_nd(words, layout, dtype, valid_rows, valid_cols, *, shape=None):
+    """Read the valid region of CUBE payloads back into row-major matrices.
+
+    words: [B, W] (or one [W]) payload slots in CUBE order, W at least the
+    storage Words of `shape`; valid_rows/valid_cols: int or [B] array.
+    shape: the (R, C) static bound of the result; default the largest valid
+    extents. Positions outside each tile's valid region read as 0.
+    """
+    lay = tables.cube_layout(layout)
+    d = cube_dtype(dtype)
+    words = _as_words(words, "words")
+    single = words.ndim == 1
+    if words.ndim not in (1, 2):
+        raise ValueError(f"words must be [W] or [batch, W], got shape {words.shape}")
+    wb = words[None] if single else words
+    B = wb.shape[0]
+    if shape is None:
+        shape = (int(np.max(valid_rows)), int(np.max(valid_cols)))
+    R, C = (int(s) for s in shape)
+    cr, cc = CELL_SHAPES[(lay, d.cube_class)]
+    if R < 1 or C < 1:
+        raise ValueError(f"shape must be positive, got {shape}")
+    if lay != "CUBE_N8" and R > cr:
+        raise ValueError(f"{lay} holds at most {cr} valid rows; shape has {R} rows")
+    need = storage_words(lay, d, R, C)
+    if wb.shape[1] < need:
+        raise ValueError(f"words has {wb.shape[1]} slots per tile; a {R}x{C} {lay} "
+                         f"{d.name} bound needs {need}")
+    vr, vr_static = _valid_dims(valid_rows, R, B, "valid_rows")
+    vc, _ = _valid_dims(valid_cols, C, B, "valid_cols")
+    compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
+    out = _cube_to_nd(jnp.asarray(wb), vr, vc, layout=lay, cr=cr, cc=cc,
+                      swap=(lay == "CUBE_M16" and d.bits == 4), R=R, C=C, compact=compact)
+    return out[0] if single else out

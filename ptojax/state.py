@@ -1,0 +1,292 @@
+"""MachineConfig (static sizes) and State (the pytree of one machine).
+
+A State is arrays only: global memory, per-PE GPRs, the Local tile register
+file (descriptors, 64-bit payload Words, per-slot definedness), the fault
+register, the PC and the open block's header state. Everything a bundle can
+change lives here, so `jax.vmap` over a State is a batch of machines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import tables
+from ._x64 import x64
+from .layouts.geometry import MODEL_TILE_ELEMENTS
+
+MAX_IOT = 16   # B.IOT binding slots of the model's block state
+MAX_IOS = 4    # B.IOS binding slots
+
+CAS_LANE_ORDERS = ("row-major", "reverse", "permuted")
+SEMANTICS = ("adr0100", "0.58.3")
+PROFILES = ("portable", "ieee")
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    """Static sizes and implementation-defined choices; hashable, a jit static arg.
+
+    Defaults mirror the ASL model (4096 bytes of GM, 64 Local tiles of up to
+    32768 payload Words, TILE_CAPACITY 256 KiB). `tile_words` and `hand_slots`
+    are model bounds like the model's own PTO_MODEL_TILE_ELEMENTS: a tile whose
+    storage needs more Words, or a hand with no materialized slot left, is
+    rejected with Fault_TileAllocation exactly as the model rejects past its
+    bound. Small presets keep thousands of States in memory.
+    """
+    gm_bytes: int = 4096
+    tile_words: int = MODEL_TILE_ELEMENTS
+    hand_slots: int = tables.HAND_SLOTS
+    tile_capacity: int = tables.TILE_CAPACITY_RESET
+    profile: str = "portable"
+    cas_lane_order: str = "row-major"
+    cas_seed: int = 0
+    semantics: str = "adr0100"
+
+    def __post_init__(self):
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(f"MachineConfig: {msg}")
+        for f in ("gm_bytes", "tile_words", "hand_slots", "tile_capacity", "cas_seed"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"MachineConfig.{f} must be an int, got {type(v).__name__}")
+        need(1 <= self.gm_bytes <= 1 << 30, f"gm_bytes={self.gm_bytes} must be in 1..2^30")
+        need(1 <= self.tile_words <= MODEL_TILE_ELEMENTS,
+             f"tile_words={self.tile_words} must be in 1..{MODEL_TILE_ELEMENTS}")
+        need(1 <= self.hand_slots <= tables.HAND_SLOTS,
+             f"hand_slots={self.hand_slots} must be in 1..{tables.HAND_SLOTS}")
+        need(0 <= self.tile_capacity < 1 << 31, "tile_capacity must be in 0..2^31-1")
+        need(self.profile in PROFILES, f"profile {self.profile!r} not in {PROFILES}")
+        need(self.cas_lane_order in CAS_LANE_ORDERS,
+             f"cas_lane_order {self.cas_lane_order!r} not in {CAS_LANE_ORDERS}")
+        need(self.semantics in SEMANTICS, f"semantics {self.semantics!r} not in {SEMANTICS}")
+
+    @property
+    def local_slots(self) -> int:
+        """Materialized Local tile slots (hand_slots of each of the 4 hands)."""
+        return 4 * self.hand_slots
+
+    def slot_of(self, index: int) -> Optional[int]:
+        """Materialized slot of a TileIndex 0..63, None past hand_slots."""
+        hand, k = divmod(index, tables.HAND_SLOTS)
+        return hand * self.hand_slots + k if k < self.hand_slots else None
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes one State occupies (all leaves), for sizing batches."""
+        return sum(int(np.prod(l.shape)) * np.dtype(l.dtype).itemsize
+                   for l in jax.tree_util.tree_leaves(_state_shapes(self)))
+
+    def replace(self, **kw) -> "MachineConfig":
+        return dataclasses.replace(self, **kw)
+
+
+PRESETS: dict[str, MachineConfig] = {
+    # the ASL model's sizes
+    "asl": MachineConfig(),
+    # thousands of States: 4 KiB GM, 4 slots per hand of 1024 Words (8 KiB tiles)
+    "small": MachineConfig(tile_words=1024, hand_slots=4),
+    # hundreds of thousands: 2 slots per hand of 256 Words (a 16x16 b16 CUBE tile)
+    "tiny": MachineConfig(tile_words=256, hand_slots=2),
+}
+
+
+def preset(name: str) -> MachineConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown config preset {name!r}; expected one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+# ----------------------------------------------------------------- pytree
+
+
+@chex.dataclass
+class Tiles:
+    """Local tile register file, one entry per materialized slot (TileInfo)."""
+    allocated: jax.Array        # bool[S]
+    dtype: jax.Array            # int32[S] DataType code
+    layout: jax.Array           # int32[S] tables.TILE_LAYOUTS index
+    location: jax.Array         # int32[S] tables.TILE_LOCATIONS index
+    capacity: jax.Array         # int32[S] per-PE capacity bytes (TSize)
+    rows: jax.Array             # int32[S] physical rows
+    cols: jax.Array             # int32[S] physical columns
+    valid_rows: jax.Array       # int32[S]
+    valid_cols: jax.Array       # int32[S]
+    k_repeat: jax.Array         # int32[S] CUBE derived fields, 0 for non-CUBE
+    n_repeat: jax.Array
+    cell_count: jax.Array
+    storage_bytes: jax.Array
+    mask: jax.Array             # int32[S] 4-bit allocation PE mask, 0 when free
+    words: jax.Array            # uint64[S, W] payload carriers
+    defined: jax.Array          # bool[S, W] per-slot definedness
+    defined_valid: jax.Array    # int32[S] defined elements inside the valid region
+
+
+@chex.dataclass
+class Block:
+    """Header state of the open block (encoding.md section 3)."""
+    active: jax.Array           # bool
+    pc: jax.Array               # uint64 BPC of the BSTART
+    op: jax.Array               # int32 operation id (isa.OPS), -1 none
+    dtype: jax.Array            # int32 BSTART DataType
+    datr_present: jax.Array     # bool
+    datr: jax.Array             # int32[7] raw Layout, DataType, Pad, CMode, RMode, Sat, Canon
+    lb: jax.Array               # int32[3] LB0..LB2 values
+    lb_present: jax.Array       # bool[3]
+    ior_present: jax.Array      # bool
+    ior: jax.Array              # int32[4] RegDst, RegSrc0, RegSrc1, RegSrc2
+    iot_count: jax.Array        # int32 recorded (participating) B.IOTs
+    iot_closed: jax.Array       # bool: an L=1 binding was recorded
+    iot: jax.Array              # int32[MAX_IOT, 8] dst_valid, dst_hand, size_code, mask,
+    #                                               src0_valid, src1_valid, src0, src1
+    ios_count: jax.Array        # int32
+    ios: jax.Array              # int32[MAX_IOS, 3] sid, size_code, mask
+    zero_seen: jax.Array        # bool: a PEMode-000 binding was seen in this header
+    fpatr_present: jax.Array    # bool
+    fpatr: jax.Array            # uint32 raw B.FPATR word
+    catr_present: jax.Array     # bool
+    catr: jax.Array             # uint32 raw B.CATR word
+
+
+@chex.dataclass
+class State:
+    """One machine: a pytree of arrays only (vmap it for a batch)."""
+    gm: jax.Array               # uint8[gm_bytes]
+    gpr: jax.Array              # uint64[4, 24] per-PE GPR files (x0 reads 0)
+    pc: jax.Array               # uint64 TPC: address of the next word
+    fault: jax.Array            # int32 tables.FAULTS index of _LastFault
+    fault_address: jax.Array    # uint64 _FaultAddress
+    tile_capacity: jax.Array    # uint64 system register TILE_CAPACITY (Core budget)
+    tiles: Tiles
+    block: Block
+
+
+def _i32(shape=()):
+    return jnp.zeros(shape, jnp.int32)
+
+
+def _empty_block() -> Block:
+    return Block(active=jnp.zeros((), bool), pc=jnp.zeros((), jnp.uint64),
+                 op=jnp.full((), -1, jnp.int32), dtype=_i32(),
+                 datr_present=jnp.zeros((), bool),
+                 datr=jnp.array([0, tables.DTYPE_NONE, tables.PAD_NULL, 0, 0, 0, 0], jnp.int32),
+                 lb=_i32(3), lb_present=jnp.zeros(3, bool),
+                 ior_present=jnp.zeros((), bool), ior=_i32(4),
+                 iot_count=_i32(), iot_closed=jnp.zeros((), bool), iot=_i32((MAX_IOT, 8)),
+                 ios_count=_i32(), ios=_i32((MAX_IOS, 3)), zero_seen=jnp.zeros((), bool),
+                 fpatr_present=jnp.zeros((), bool), fpatr=jnp.zeros((), jnp.uint32),
+                 catr_present=jnp.zeros((), bool), catr=jnp.zeros((), jnp.uint32))
+
+
+def _reset(cfg: MachineConfig) -> State:
+    S, W = cfg.local_slots, cfg.tile_words
+    tiles = Tiles(
+        allocated=jnp.zeros(S, bool),
+        dtype=jnp.full(S, tables.DTYPE_BY_NAME["U64"].code, jnp.int32),
+        layout=jnp.full(S, tables.TILE_LAYOUT_CODE["RowMajor"], jnp.int32),
+        location=jnp.full(S, tables.TILE_LOCATION_CODE["Any"], jnp.int32),
+        capacity=_i32(S), rows=_i32(S), cols=_i32(S), valid_rows=_i32(S), valid_cols=_i32(S),
+        k_repeat=_i32(S), n_repeat=_i32(S), cell_count=_i32(S), storage_bytes=_i32(S),
+        mask=_i32(S), words=jnp.zeros((S, W), jnp.uint64), defined=jnp.zeros((S, W), bool),
+        defined_valid=_i32(S))
+    return State(gm=jnp.zeros(cfg.gm_bytes, jnp.uint8),
+                 gpr=jnp.zeros((tables.NUM_PES, tables.NUM_GPRS), jnp.uint64),
+                 pc=jnp.zeros((), jnp.uint64), fault=_i32(),
+                 fault_address=jnp.zeros((), jnp.uint64),
+                 tile_capacity=jnp.asarray(cfg.tile_capacity, jnp.uint64),
+                 tiles=tiles, block=_empty_block())
+
+
+def _state_shapes(cfg: MachineConfig):
+    with jax.enable_x64(True):
+        return jax.eval_shape(lambda: _reset(cfg))
+
+
+@x64
+def reset(cfg: MachineConfig = None) -> State:
+    """Profile reset: GM, GPRs and payload Words zero, every tile free, no fault."""
+    cfg = MachineConfig() if cfg is None else cfg
+    if not isinstance(cfg, MachineConfig):
+        raise TypeError(f"reset expects a MachineConfig, got {type(cfg).__name__}")
+    return _reset(cfg)
+
+
+def config_of(s: State) -> MachineConfig:
+    """Recover the sizes a State was built with (GM bytes, slots, Words)."""
+    S, W = s.tiles.words.shape[-2:]
+    return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4)
+
+
+# ----------------------------------------------------------------- host helpers
+
+
+def _check_state(s):
+    if not isinstance(s, State):
+        raise TypeError(f"expected a ptojax State, got {type(s).__name__}")
+    if s.gm.ndim != 1:
+        raise ValueError("this helper takes one State, not a batch; index the batch first "
+                         "(jax.tree_util.tree_map(lambda a: a[i], states))")
+
+
+def _check_int(name, v, lo, hi):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name}={v} out of range; expected {lo}..{hi}")
+    return int(v)
+
+
+@x64
+def write_memory(s: State, addr: int, data) -> State:
+    """Write bytes (bytes, bytearray, or a uint8 array) into GM at `addr`."""
+    _check_state(s)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        buf = np.frombuffer(bytes(data), np.uint8)
+    else:
+        buf = np.asarray(data)
+        if buf.dtype != np.uint8:
+            raise TypeError(f"data must be bytes or a uint8 array, got dtype {buf.dtype}")
+        buf = buf.reshape(-1)
+    n = s.gm.shape[0]
+    addr = _check_int("addr", addr, 0, n)
+    if addr + buf.size > n:
+        raise ValueError(f"write of {buf.size} bytes at {addr:#x} runs past GM end {n:#x}")
+    return s.replace(gm=s.gm.at[addr:addr + buf.size].set(jnp.asarray(buf)))
+
+
+def read_memory(s: State, addr: int, n: int) -> bytes:
+    """Read `n` bytes of GM starting at `addr`."""
+    _check_state(s)
+    size = s.gm.shape[0]
+    addr = _check_int("addr", addr, 0, size)
+    n = _check_int("n", n, 0, size - addr)
+    return np.asarray(s.gm[addr:addr + n]).tobytes()
+
+
+@x64
+def write_gpr(s: State, reg, value: int, pe: int = 0) -> State:
+    """Set GPR `reg` (index or name) of PE `pe` to a 64-bit value; x0 stays 0."""
+    _check_state(s)
+    r = tables.gpr_index(reg)
+    pe = _check_int("pe", pe, 0, tables.NUM_PES - 1)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"value must be an int, got {type(value).__name__}")
+    value = int(value)
+    if not -(1 << 63) <= value < (1 << 64):
+        raise ValueError(f"value {value} does not fit a 64-bit GPR")
+    if r == 0:
+        return s   # the zero register ignores writes
+    return s.replace(gpr=s.gpr.at[pe, r].set(jnp.uint64(value & ((1 << 64) - 1))))
+
+
+def read_gpr(s: State, reg, pe: int = 0) -> int:
+    _check_state(s)
+    pe = _check_int("pe", pe, 0, tables.NUM_PES - 1)
+    return int(np.asarray(s.gpr)[pe, tables.gpr_index(reg)])

@@ -1,0 +1,142 @@
+"""Host-side views of tiles (`pj.read_tile`) that print and draw themselves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import tables
+from .state import State, _check_int, _check_state
+
+
+@dataclass(frozen=True)
+class TileView:
+    """One Local tile as numpy data (DESIGN.md section 7).
+
+    words/defined hold one 64-bit Word per element slot of the storage region
+    (rows x columns slots) in the model's slot order: CUBE payload order for
+    CUBE layouts, r*columns + c for ordinary row-major tiles.
+    """
+    index: int
+    allocated: bool
+    layout: str
+    dtype: str
+    rows: int
+    columns: int
+    valid_rows: int
+    valid_columns: int
+    capacity_bytes: int
+    location: str
+    pe_mask: int
+    k_repeat: int
+    n_repeat: int
+    cell_count: int
+    storage_bytes: int
+    defined_valid_elements: int
+    words: np.ndarray
+    defined: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return tables.tile_name(self.index)
+
+    @property
+    def contents_defined(self) -> bool:
+        return self.allocated and self.defined_valid_elements == self.valid_rows * self.valid_columns
+
+    @property
+    def element_bits(self) -> int:
+        return tables.dtype(self.dtype).bits
+
+    def slot(self, row: int, col: int) -> int:
+        """Payload slot of logical (row, col) of this tile."""
+        if self.layout in tables.CUBE_LAYOUTS:
+            from .layouts.geometry import payload_index_of, CELL_SHAPES
+            cr, cc = CELL_SHAPES[(self.layout, tables.dtype(self.dtype).cube_class)]
+            return int(payload_index_of(self.layout, cr, cc, self.element_bits == 4,
+                                        self.k_repeat, row, col))
+        if self.layout == "ColumnMajor":
+            return col * self.rows + row
+        return row * self.columns + col
+
+    def element(self, row: int, col: int) -> int:
+        """Raw low element bits at logical (row, col)."""
+        return int(self.words[self.slot(row, col)]) & ((1 << self.element_bits) - 1)
+
+    def to_nd(self) -> np.ndarray:
+        """The valid region as a [valid_rows, valid_columns] uint64 matrix of raw element bits."""
+        out = np.zeros((self.valid_rows, self.valid_columns), np.uint64)
+        for r in range(self.valid_rows):
+            for c in range(self.valid_columns):
+                out[r, c] = self.element(r, c)
+        return out
+
+    def summary(self) -> str:
+        if not self.allocated:
+            return f"{self.name} (tile {self.index}): free"
+        s = (f"{self.name} (tile {self.index}): {self.layout} {self.dtype} "
+             f"{self.rows}x{self.columns}, valid {self.valid_rows}x{self.valid_columns}, "
+             f"{self.capacity_bytes} B, {self.location}, mask {tables.mask_str(self.pe_mask)}")
+        if self.layout in tables.CUBE_LAYOUTS:
+            s += (f", K_repeat {self.k_repeat} N_repeat {self.n_repeat}, "
+                  f"{self.cell_count} cells ({self.storage_bytes} B)")
+        s += f", defined {self.defined_valid_elements}/{self.valid_rows * self.valid_columns}"
+        return s
+
+    def render(self, max_rows: int = 16, max_cols: int = 16) -> str:
+        """Text picture of the storage region: valid values, '·' pad, '?' undefined."""
+        lines = [self.summary()]
+        if not self.allocated:
+            return "\n".join(lines)
+        hexw = max(1, self.element_bits // 4)
+        for r in range(min(self.rows, max_rows)):
+            cells = []
+            for c in range(min(self.columns, max_cols)):
+                i = self.slot(r, c)
+                if i >= len(self.words) or not self.defined[i]:
+                    cells.append("?" * hexw)
+                elif r < self.valid_rows and c < self.valid_columns:
+                    cells.append(format(self.element(r, c), f"0{hexw}x"))
+                else:
+                    cells.append("·" * hexw)
+            lines.append(" ".join(cells) + (" …" if self.columns > max_cols else ""))
+        if self.rows > max_rows:
+            lines.append("…")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def read_tile(s: State, index: int, pe: int = 0) -> TileView:
+    """The Local tile at TileIndex `index` (0..63) as a TileView.
+
+    `pe` names the viewing PE; Local tiles are one register file in the model
+    (spec-notes: multi-PE Local tiles), so every PE sees the same descriptor.
+    """
+    _check_state(s)
+    index = _check_int("index", index, 0, tables.LOCAL_TILES - 1)
+    _check_int("pe", pe, 0, tables.NUM_PES - 1)
+    hand_slots = s.tiles.allocated.shape[0] // 4
+    hand, k = divmod(index, tables.HAND_SLOTS)
+    t = s.tiles
+    if k >= hand_slots:   # past the configured bound: never allocated
+        return TileView(index, False, "RowMajor", "U64", 0, 0, 0, 0, 0, "Any", 0, 0, 0, 0, 0, 0,
+                        np.zeros(0, np.uint64), np.zeros(0, bool))
+    i = hand * hand_slots + k
+    g = {f: int(np.asarray(getattr(t, f)[i])) for f in (
+        "dtype", "layout", "location", "capacity", "rows", "cols", "valid_rows", "valid_cols",
+        "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask", "defined_valid")}
+    alloc = bool(np.asarray(t.allocated[i]))
+    n = min(g["rows"] * g["cols"], t.words.shape[1]) if alloc else 0
+    return TileView(
+        index=index, allocated=alloc, layout=tables.TILE_LAYOUTS[g["layout"]],
+        dtype=tables.DTYPE_BY_CODE[g["dtype"]].name, rows=g["rows"], columns=g["cols"],
+        valid_rows=g["valid_rows"], valid_columns=g["valid_cols"],
+        capacity_bytes=g["capacity"], location=tables.TILE_LOCATIONS[g["location"]],
+        pe_mask=g["mask"], k_repeat=g["k_repeat"], n_repeat=g["n_repeat"],
+        cell_count=g["cell_count"], storage_bytes=g["storage_bytes"],
+        defined_valid_elements=g["defined_valid"],
+        words=np.asarray(t.words[i, :n]).astype(np.uint64),
+        defined=np.asarray(t.defined[i, :n]).astype(bool))
