@@ -288,3 +288,19 @@ def tile_name(index: int) -> str:
 # Matrix/CMode/RMode names used by the assembler (encoding.md 4.3, 5.5).
 CMODES = ("EQ", "NE", "LT", "GT", "LE", "GE")
 RMODES = ("Default", "RNE", "RTZ", "RTM", "RTP", "RNA", "RTO", "RHB")
+
+
+# ---------------------------------------------------------------- operations
+
+# Block operations started by the in-slice BSTART forms: (name, engine, Function).
+# The index in this tuple is the operation id kept in State.block.op.
+OPS: tuple[tuple[str, str, int], ...] = (
+    ("TLOAD", "TLSU", 0), ("TSTORE", "TLSU", 1), ("TSTORE.SPART", "TLSU", 14),
+    ("MGATHER.CAS", "TLSU", 8),
+    ("TMATMUL", "CUBE", 0), ("TMATMUL.BIAS", "CUBE", 1), ("TMATMUL.ACC", "CUBE", 2),
+    ("TMATMULMX", "CUBE", 4), ("TMATMULMX.BIAS", "CUBE", 5), ("TMATMULMX.ACC", "CUBE", 6),
+    ("TGEMV", "CUBE", 16), ("TGEMV.BIAS", "CUBE", 17), ("TGEMV.ACC", "CUBE", 18),
+    ("TGEMVMX", "CUBE", 20), ("TGEMVMX.BIAS", "CUBE", 21), ("TGEMVMX.ACC", "CUBE", 22),
+)
+OP_ID = {name: i for i, (name, _, _) in enumerate(OPS)}
+ENGINE_CODE = {"TLSU": 0b00010, "CUBE": 0b00110}
