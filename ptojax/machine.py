@@ -1,0 +1,214 @@
+"""Word-stream execution: decode, header commands, completion (`pj.run`).
+
+One step executes one word on one State; `lax.scan` runs a stream; the batch
+path is this same function under `jax.vmap` (ptojax.batch). Every check is a
+boolean and every effect a masked write, so a stream never raises: a fault is
+data in `state.fault` / `state.fault_address` (docs/execution-model.md).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import tables
+from ._x64 import x64
+from .isa.decode_array import K, decode
+from .ops import transport
+from .ops.common import F, U64, gpr_value, take
+from .result import RunResult
+from .state import MAX_IOS, MAX_IOT, MachineConfig, State, _empty_block, config_of
+
+ON_FAULT = ("abandon", "hold")
+_PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
+_MATRIX_FIRST = tables.OP_ID["TMATMUL"]
+
+
+def _first(*checks):
+    code = jnp.int32(0)
+    for cond, name in reversed(checks):
+        code = jnp.where(cond, F[name], code)
+    return code
+
+
+def _sel(cond, new, old):
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(cond, a, b), new, old)
+
+
+def step(st: State, word, go, pe: int, cfg: MachineConfig, hold: bool):
+    """Execute one word when `go`; returns (state, faulted)."""
+    d = decode(word)
+    blk = st.block
+    active = blk.active
+    kind = d["kind"]
+    is_ = lambda name: kind == K[name]
+    illegal = is_("NONE") | d["illegal"]
+
+    # ---- header commands (encoding.md 4.x): their own faults
+    f_datr = jnp.where(~active | blk.datr_present, F["Fault_BundleControl"], 0)
+    t = jnp.clip(d["dim_target"], 0, 2)
+    f_dim = jnp.where(~active | blk.lb_present[t], F["Fault_BundleControl"], 0)
+    f_ior = jnp.where(~active | blk.ior_present, F["Fault_BundleControl"], 0)
+    f_catr = jnp.where(~active | blk.catr_present, F["Fault_BundleControl"], 0)
+    fp = d["fp"]
+    fp_combo_bad = ((fp["RowMaxInit"] == 1) & (fp["RowMaxEn"] == 0)) \
+        | ((fp["GroupMaxEn"] == 1) != (fp["GroupNCode"] != 0)) \
+        | ((fp["MaxAbsEn"] == 1) & (fp["RowMaxEn"] == 0) & (fp["GroupMaxEn"] == 0))
+    f_fpatr = _first(
+        (~active | blk.fpatr_present | (blk.op < _MATRIX_FIRST) | blk.ior_present
+         | (blk.iot_count > 0) | (blk.ios_count > 0), "Fault_BundleControl"),
+        (fp_combo_bad, "Fault_TileLegality"))
+    iot_mask = take(_PEMODE_MASK, d["pemode"])
+    ios_mask = take(_PEMODE_MASK, d["ios_pemode"])
+
+    def mismatch(m):
+        return ((blk.iot_count > 0) & (m != blk.iot[0, 3])) | ((blk.ios_count > 0) & (m != blk.ios[0, 2]))
+
+    f_iot = jnp.where(d["pemode"] == 0, 0, _first(
+        (~active | blk.iot_closed, "Fault_BundleControl"),
+        (mismatch(iot_mask), "Fault_TileLegality"),
+        (blk.iot_count >= MAX_IOT, "Fault_TileLegality")))
+    ios_used = jnp.arange(MAX_IOS) < blk.ios_count
+    dup_sid = jnp.any(ios_used & (blk.ios[:, 0] == d["ios_sid"]))
+    f_ios = jnp.where(d["ios_pemode"] == 0, 0, _first(
+        (~active, "Fault_BundleControl"),
+        (mismatch(ios_mask), "Fault_TileLegality"),
+        (dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))
+
+    # ---- completion: BSTOP, or BSTART with a block open
+    completes = (is_("BSTOP") | is_("BSTART")) & active & ~illegal
+    engine_cube = blk.op >= _MATRIX_FIRST
+    dr_bad = blk.catr_present & (((blk.catr >> 26) & 1) == 1) & engine_cube
+    f_c, addr_c, st_c = transport.complete(st, pe, cfg, go & completes & ~dr_bad)
+    f_c = jnp.where(dr_bad, F["Fault_BundleControl"], f_c)
+    trap = blk.catr_present & (((blk.catr >> 19) & 1) == 1)
+    f_c = jnp.where((f_c == 0) & trap, F["Fault_BundlePostCommit"], f_c)
+
+    fault = jnp.select(
+        [illegal, is_("B.DATR"), is_("B.DIM"), is_("B.IOR"), is_("B.CATR"), is_("B.FPATR"),
+         is_("B.IOT"), is_("B.IOS"), is_("BSTOP") & ~active, completes],
+        [F["Fault_IllegalInstruction"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
+         f_iot, f_ios, F["Fault_BundleControl"], f_c], 0).astype(jnp.int32)
+    ok = go & (fault == 0)
+
+    # ---- header latching
+    word32 = jnp.asarray(word, jnp.uint32)
+    nb = blk
+    nb = _sel(is_("B.DATR"), nb.replace(datr_present=jnp.bool_(True), datr=d["datr"]), nb)
+    dim_val = ((gpr_value(st.gpr[pe], d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
+    nb = _sel(is_("B.DIM"), nb.replace(lb=nb.lb.at[t].set(dim_val),
+                                       lb_present=nb.lb_present.at[t].set(True)), nb)
+    nb = _sel(is_("B.IOR"), nb.replace(ior_present=jnp.bool_(True), ior=d["ior"]), nb)
+    nb = _sel(is_("B.CATR"), nb.replace(catr_present=jnp.bool_(True), catr=word32), nb)
+    nb = _sel(is_("B.FPATR"), nb.replace(fpatr_present=jnp.bool_(True), fpatr=word32), nb)
+    iot_row = jnp.stack([d["iot_dst"].astype(jnp.int32), jnp.where(d["iot_dst"], d["dst_hand"], 0),
+                         jnp.where(d["iot_dst"], d["size_code"], 0), iot_mask,
+                         d["iot_src0"].astype(jnp.int32), d["iot_src1"].astype(jnp.int32),
+                         jnp.where(d["iot_src0"], d["src0"], 0), jnp.where(d["iot_src1"], d["src1"], 0)])
+    rec_iot = is_("B.IOT") & (d["pemode"] != 0)
+    nb = _sel(rec_iot, nb.replace(
+        iot=nb.iot.at[jnp.clip(nb.iot_count, 0, MAX_IOT - 1)].set(iot_row),
+        iot_count=nb.iot_count + 1, iot_closed=nb.iot_closed | (d["last"] == 1)), nb)
+    rec_ios = is_("B.IOS") & (d["ios_pemode"] != 0)
+    nb = _sel(rec_ios, nb.replace(
+        ios=nb.ios.at[jnp.clip(nb.ios_count, 0, MAX_IOS - 1)].set(
+            jnp.stack([d["ios_sid"], d["ios_size"], ios_mask])),
+        ios_count=nb.ios_count + 1), nb)
+    zero_bind = (is_("B.IOT") & (d["pemode"] == 0)) | (is_("B.IOS") & (d["ios_pemode"] == 0))
+    nb = nb.replace(zero_seen=nb.zero_seen | (zero_bind & active))
+    empty = _empty_block()
+    opened = empty.replace(active=jnp.bool_(True), pc=st.pc, op=d["op"], dtype=d["dtype"])
+    nb = _sel(is_("BSTOP"), empty, nb)
+    nb = _sel(is_("BSTART"), opened, nb)
+    nb = _sel(illegal, blk, nb)
+
+    # ---- commit the word
+    faulted = go & (fault != 0)
+    kept_block = blk if hold else empty
+    new_block = _sel(ok, nb, _sel(faulted, kept_block, blk))
+    base = _sel(ok | (faulted & (fault == F["Fault_BundlePostCommit"])), st_c, st)
+    memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
+    out = base.replace(
+        block=new_block,
+        pc=jnp.where(ok, st.pc + U64(4), st.pc),
+        fault=jnp.where(faulted, fault, st.fault),
+        fault_address=jnp.where(faulted, jnp.where(memory_fault, addr_c, st.pc), st.fault_address))
+    return out, faulted
+
+
+@functools.partial(jax.jit, static_argnames=("pe", "cfg", "hold"))
+def run_stream(st: State, words, length, pe: int, cfg: MachineConfig, hold: bool):
+    """Run words[:length] on one State (jit; vmap it for a batch).
+
+    Returns (state, executed).
+    """
+    st = st.replace(fault=jnp.int32(0), fault_address=U64(0))
+
+    def body(carry, xs):
+        s, stopped, executed = carry
+        i, w = xs
+        go = ~stopped & (i < length)
+        s, faulted = step(s, w, go, pe, cfg, hold)
+        return (s, stopped | faulted, executed + (go & ~faulted).astype(jnp.int32)), None
+
+    idx = jnp.arange(words.shape[0], dtype=jnp.int32)
+    (st, _, executed), _ = jax.lax.scan(body, (st, jnp.bool_(False), jnp.int32(0)), (idx, words))
+    return st, executed
+
+
+def _bucket(n: int) -> int:
+    """Stream lengths are padded to a power of two (>= 8) to bound recompiles."""
+    b = 8
+    while b < n:
+        b *= 2
+    return b
+
+
+def as_words(words) -> np.ndarray:
+    """Validate instruction words -> uint32 array (TypeError/ValueError otherwise)."""
+    if isinstance(words, (str, bytes)):
+        raise TypeError("words must be a sequence of 32-bit ints (use pj.asm.assemble for text)")
+    arr = np.asarray(list(words) if not isinstance(words, np.ndarray) else words, dtype=object)
+    if arr.ndim != 1:
+        raise ValueError(f"words must be a flat sequence, got shape {arr.shape}")
+    out = np.zeros(arr.shape, np.uint32)
+    for i, w in enumerate(arr):
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
+            raise TypeError(f"word {i} is {type(w).__name__}; expected an int")
+        if not 0 <= int(w) < 1 << 32:
+            raise ValueError(f"word {i} = {int(w)} is not a 32-bit value (0..0xffffffff)")
+        out[i] = int(w)
+    return out
+
+
+def check_on_fault(on_fault: str) -> bool:
+    if on_fault not in ON_FAULT:
+        raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
+    return on_fault == "hold"
+
+
+def _check_pe(pe):
+    if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
+        raise ValueError(f"pe must be an int in 0..{tables.NUM_PES - 1}, got {pe!r}")
+    return int(pe)
+
+
+@x64
+def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
+        cfg: MachineConfig | None = None) -> RunResult:
+    """Execute a stream of instruction words on one State (DESIGN.md section 7)."""
+    if not isinstance(state, State):
+        raise TypeError(f"run expects a ptojax State, got {type(state).__name__}")
+    if state.gm.ndim != 1:
+        raise ValueError("pj.run takes one State; use pj.batch.run for a batch")
+    pe = _check_pe(pe)
+    hold = check_on_fault(on_fault)
+    w = as_words(words)
+    cfg = config_of(state) if cfg is None else cfg
+    padded = np.zeros(_bucket(len(w)), np.uint32)
+    padded[: len(w)] = w
+    st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), pe, cfg, hold)
+    return RunResult.from_state(st, int(executed))

@@ -1,0 +1,94 @@
+"""Lookup tables as arrays and the Local-tile helpers every operation shares."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .. import tables
+from ..layouts.geometry import CELL_SHAPES
+
+F = tables.FAULT_CODE
+U64 = jnp.uint64
+
+# DataType code (0..31) -> properties; unassigned codes have bits 0.
+DT_BITS = np.zeros(32, np.int32)
+DT_SIGNED = np.zeros(32, bool)
+DT_INT = np.zeros(32, bool)
+DT_CLASS = np.full(32, -1, np.int32)          # 0 b32, 1 b16, 2 b8, 3 b4, -1 none
+_CLASSES = ("b32", "b16", "b8", "b4")
+PAD_WORDS = np.zeros((32, 4), np.uint64)       # [dtype, PadValue] carrier words
+for _d in tables.DATATYPES:
+    DT_BITS[_d.code] = _d.bits
+    DT_SIGNED[_d.code] = _d.signed
+    DT_INT[_d.code] = _d.is_integer
+    DT_CLASS[_d.code] = _CLASSES.index(_d.cube_class) if _d.cube_class else -1
+    for _p in range(4):
+        PAD_WORDS[_d.code, _p] = tables.pad_word(_d, _p)
+
+# CUBE layouts in ptojax's array order and their descriptor layout codes.
+CUBE_ORDER = ("CUBE_M16", "CUBE_M32", "CUBE_N8")
+CUBE_TILE_LAYOUT = np.array([tables.TILE_LAYOUT_CODE[n] for n in CUBE_ORDER], np.int32)
+CELL_R = np.array([[CELL_SHAPES[(l, c)][0] for c in _CLASSES] for l in CUBE_ORDER], np.int32)
+CELL_C = np.array([[CELL_SHAPES[(l, c)][1] for c in _CLASSES] for l in CUBE_ORDER], np.int32)
+# B.DATR CUBE conversion code (21..26) -> index into CUBE_ORDER
+CODE_TO_CUBE = np.zeros(32, np.int32)
+for _code, _name in {**tables.CUBE_LOAD_CODES, **tables.CUBE_STORE_CODES}.items():
+    CODE_TO_CUBE[_code] = CUBE_ORDER.index(_name)
+
+PE_POPCOUNT = np.array([bin(m).count("1") for m in range(16)], np.int32)
+
+
+def take(table, i):
+    """table[i] for a static numpy table and a traced index, clipped in range."""
+    return jnp.asarray(table)[jnp.clip(i, 0, len(table) - 1)]
+
+
+def elem_bytes(bits):
+    return jnp.maximum(bits // 8, 1)
+
+
+def slot_of(index, hand_slots: int):
+    """(materialized slot, exists) of a TileIndex 0..63."""
+    hand, k = index // tables.HAND_SLOTS, index % tables.HAND_SLOTS
+    return jnp.where(k < hand_slots, hand * hand_slots + k, 0), k < hand_slots
+
+
+def free_slot(tiles, hand, hand_slots: int):
+    """Lowest unallocated materialized slot of a hand: (slot, found)."""
+    idx = hand * hand_slots + jnp.arange(hand_slots)
+    free = ~tiles.allocated[idx]
+    k = jnp.argmax(free)
+    return idx[k], free[k]
+
+
+def core_charge(tiles):
+    """Sum of popcount(mask) * capacity over allocated Local tiles (A.5)."""
+    pc = take(PE_POPCOUNT, tiles.mask)
+    return jnp.sum(jnp.where(tiles.allocated, pc * tiles.capacity, 0).astype(jnp.int64))
+
+
+def gpr_value(gpr_row, reg):
+    """Value of GPR `reg` of one PE's file; x0 always reads 0."""
+    return jnp.where(reg == 0, U64(0), gpr_row[jnp.clip(reg, 0, gpr_row.shape[0] - 1)])
+
+
+def cube_coords(lay, cr, cc, b4, k_repeat, cell_count, W: int):
+    """Logical (row, col) of payload slots 0..W-1 of a CUBE tile, and `storage`.
+
+    lay indexes CUBE_ORDER; everything may be traced (inverse of B.3).
+    """
+    j = jnp.arange(W, dtype=jnp.int32)
+    cw = cr * cc
+    cell, inner = j // cw, j % cw
+    kr = jnp.maximum(k_repeat, 1)
+    # CUBE_N8: cell = n*K_repeat + k, column-major inside the cell
+    n8_r = (cell % kr) * cr + inner % cr
+    n8_c = (cell // kr) * 8 + inner // cr
+    # CUBE_M16/M32: cell along columns, row-major inside (M16 b4 swaps groups)
+    p = inner % cc
+    p = jnp.where(b4 & (lay == 0), p ^ (12 * (((p >> 2) ^ (p >> 3)) & 1)), p)
+    m_r = inner // cc
+    m_c = cell * cc + p
+    is_n8 = lay == 2
+    return (jnp.where(is_n8, n8_r, m_r), jnp.where(is_n8, n8_c, m_c), j < cell_count * cw)

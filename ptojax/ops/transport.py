@@ -1,0 +1,222 @@
+"""TLOAD / TSTORE completion: ordinary Local (C.7/C.8) and CUBE (C.5/C.6).
+
+`complete(state, pe, cfg, enable)` computes every check of the block in
+`state.block` as a boolean, picks the first failing one in the spec's order
+(a fault code, never an exception) and applies the effects only when
+`enable` holds and nothing failed. Writes touch one tile row or the GM bytes
+of the valid elements, so a batch step stays O(tile + GM), not O(state).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .. import tables
+from ..layouts.geometry import derived, shape_legal
+from . import memory
+from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS,
+                     DT_CLASS, DT_SIGNED, F, PAD_WORDS, PE_POPCOUNT, U64, core_charge,
+                     cube_coords, elem_bytes, free_slot, gpr_value, slot_of, take)
+
+OP = tables.OP_ID
+LAY = tables.TILE_LAYOUT_CODE
+LOC = tables.TILE_LOCATION_CODE
+
+
+def _first(*checks):
+    """Fault code of the first (condition, fault name) pair that holds, else 0."""
+    code = jnp.int32(0)
+    for cond, name in reversed(checks):
+        code = jnp.where(cond, F[name], code)
+    return code
+
+
+def _cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
+    """Derived geometry and B.6 shape legality for a traced CUBE layout index."""
+    cr, cc = take(CELL_R.reshape(-1), lay * 4 + cls), take(CELL_C.reshape(-1), lay * 4 + cls)
+    outs = []
+    for i, name in enumerate(CUBE_ORDER):
+        g = derived(name, cr, cc, vr, vc)
+        ok = shape_legal(name, cr, cc, vr, vc, capacity, tile_capacity, tile_words)
+        outs.append((g, ok))
+    pick = lambda k: jnp.select([lay == i for i in range(3)], [o[0][k] for o in outs])
+    g = {k: pick(k) for k in outs[0][0]}
+    ok = jnp.select([lay == i for i in range(3)], [o[1] for o in outs]) & (cls >= 0)
+    return cr, cc, g, ok
+
+
+def complete(state, pe: int, cfg, enable):
+    blk, tiles = state.block, state.tiles
+    W, HS = cfg.tile_words, cfg.hand_slots
+    op = blk.op
+    is_load, is_store = op == OP["TLOAD"], op == OP["TSTORE"]
+    code = blk.datr[0]
+    cube = blk.datr_present & (code >= 21) & (code <= 26)
+    rows = jnp.arange(blk.iot.shape[0]) < blk.iot_count
+    iot0 = blk.iot[0]
+    n_dst = jnp.sum(jnp.where(rows, blk.iot[:, 0], 0))
+    n_src = jnp.sum(jnp.where(rows, blk.iot[:, 4] + blk.iot[:, 5], 0))
+    bind_mask = iot0[3]
+    ior_extra = blk.ior_present & ((blk.ior[0] != 0) | (blk.ior[3] != 0))
+    lb, lbp = blk.lb, blk.lb_present
+    bdt = blk.dtype
+    gpr = state.gpr[pe]
+    base = jnp.where(blk.ior_present, gpr_value(gpr, blk.ior[1]), U64(0))
+    stride_reg = gpr_value(gpr, blk.ior[2])
+    datr_extra = (blk.datr[3] != 0) | (blk.datr[4] != 0) | (blk.datr[5] != 0) | (blk.datr[6] != 0)
+    zero_mask = blk.zero_seen & (blk.iot_count == 0) & (blk.ios_count == 0)
+
+    # ---------------- CUBE path (C.5 / C.6 step 3-4): Fault_TileLegality
+    cube_lay = take(CODE_TO_CUBE, code)
+    direction_ok = (is_load & (code <= 23)) | (is_store & (code >= 24))
+    cube_bind_ok = (blk.iot_count == 1) & blk.iot_closed & jnp.where(
+        is_load, (n_dst == 1) & (n_src == 0), (n_dst == 0) & (iot0[4] == 1) & (iot0[5] == 0))
+    cube_schema_bad = (~lbp[0] | ~lbp[1] | (lb[0] == 0) | (lb[1] == 0) | lbp[2]
+                       | (blk.datr[1] != tables.DTYPE_NONE) | datr_extra | ~direction_ok
+                       | (blk.ios_count > 0) | ~cube_bind_ok | ior_extra)
+    cls = take(DT_CLASS, bdt)
+    cube_dtype_bad = cls < 0
+
+    # ---------------- ordinary path (C.7 / C.8 steps 2-3)
+    ord_bind_ok = blk.iot_closed & jnp.where(is_load, (n_dst == 1) & (n_src == 0),
+                                             (n_dst == 0) & (n_src == 1))
+    ord_bc = blk.fpatr_present | ~ord_bind_ok | ior_extra
+    ord_tl = blk.datr_present & ((blk.datr[1] != 0) | (blk.datr[2] != 0) | datr_extra)
+    relayout = blk.datr_present & (code != 0)
+
+    # ---------------- TLOAD destination (both paths)
+    hand = iot0[1]
+    tsize = jnp.int32(128) << jnp.clip(iot0[2] - 1, 0, 11)
+    new_charge = take(PE_POPCOUNT, bind_mask) * tsize
+    budget_bad = core_charge(tiles) + new_charge > state.tile_capacity.astype(jnp.int64)
+    dslot, found = free_slot(tiles, hand, HS)
+
+    # CUBE destination geometry: VR = LB1, VC = LB0
+    vr_c, vc_c = lb[1], lb[0]
+    cr, cc, g, shape_ok = _cube_geometry(cube_lay, cls, vr_c, vc_c, tsize,
+                                         state.tile_capacity.astype(jnp.int64), W)
+
+    # ordinary destination: effective dtype (F.3), dims with defaults (C.2)
+    edt = jnp.where(blk.datr_present & (blk.datr[1] != tables.DTYPE_NONE), blk.datr[1], bdt)
+    ebits = take(DT_BITS, edt)
+    vc_o = jnp.where(lb[0] == 0, 1, lb[0])
+    vr_o = jnp.where(lb[1] == 0, 1, lb[1])
+    col_o = jnp.where(lb[2] == 0, vc_o, lb[2])
+    cap_bits = tsize * 8
+    unit = col_o * ebits
+    rows_o = cap_bits // jnp.maximum(unit, 1)
+    ord_shape_ok = ((col_o & (col_o - 1)) == 0) & (cap_bits % jnp.maximum(unit, 1) == 0) \
+        & (rows_o >= 1) & (rows_o <= 65535) & (rows_o >= vr_o) & (vc_o <= col_o) \
+        & (vr_o * vc_o <= cap_bits // jnp.maximum(ebits, 1)) & (vr_o * col_o <= W)
+
+    load_alloc_bad = ~found | budget_bad | ~jnp.where(cube, shape_ok, ord_shape_ok)
+
+    # ---------------- TSTORE source
+    sslot, sexists = slot_of(iot0[6], HS)
+    s_alloc = tiles.allocated[sslot] & sexists
+    s = {k: getattr(tiles, k)[sslot] for k in (
+        "dtype", "layout", "location", "capacity", "rows", "cols", "valid_rows", "valid_cols",
+        "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask", "defined_valid")}
+    s_defined = s["defined_valid"] == s["valid_rows"] * s["valid_cols"]
+    s_cls = take(DT_CLASS, s["dtype"])
+    s_lay = jnp.select([s["layout"] == CUBE_TILE_LAYOUT[i] for i in range(3)], [0, 1, 2], -1)
+    scr, scc, sg, s_shape_ok = _cube_geometry(jnp.maximum(s_lay, 0), s_cls, s["valid_rows"],
+                                              s["valid_cols"], s["capacity"],
+                                              state.tile_capacity.astype(jnp.int64), W)
+    s_cube_legal = (s_lay >= 0) & (s["location"] == LOC["Matrix"]) & s_shape_ok \
+        & (s["rows"] == sg["storage_rows"]) & (s["cols"] == sg["storage_cols"]) \
+        & (s["k_repeat"] == sg["k_repeat"]) & (s["n_repeat"] == sg["n_repeat"]) \
+        & (s["cell_count"] == sg["cell_count"]) & (s["storage_bytes"] == sg["required_bytes"])
+    cube_src_bad = ~(s_alloc & s_cube_legal & s_defined & (s["dtype"] == bdt)
+                     & (s_lay == cube_lay) & (s["valid_rows"] == lb[1])
+                     & (s["valid_cols"] == lb[0]) & ((s["mask"] & bind_mask) == bind_mask))
+    ord_src_bad = ~(s_alloc & (s["layout"] == LAY["RowMajor"]) & s_defined)
+
+    # ---------------- the ordered check list
+    tl_op = is_load | is_store
+    fault = _first(
+        (zero_mask, "Fault_None"),
+        # CUBE path: whatever the BSTART (C.5 "selection")
+        (cube & (~tl_op | cube_schema_bad | cube_dtype_bad), "Fault_TileLegality"),
+        (cube & is_load & load_alloc_bad, "Fault_TileAllocation"),
+        (cube & is_store & cube_src_bad, "Fault_TileLegality"),
+        # operations and forms not modelled yet
+        (~cube & (~tl_op | (blk.ios_count > 0)), "Fault_Unimplemented"),
+        (~cube & ord_bc, "Fault_BundleControl"),
+        (~cube & ord_tl, "Fault_TileLegality"),
+        (~cube & relayout, "Fault_Unimplemented"),
+        (~cube & is_load & load_alloc_bad, "Fault_TileAllocation"),
+        (~cube & is_store & ord_src_bad, "Fault_TileLegality"),
+    )
+    legal = (fault == 0) & ~zero_mask     # the zero-mask entry ends the list with no effect
+
+    # ---------------- element maps (valid region, row-major order)
+    # TLOAD element dtype / geometry
+    l_bits = jnp.where(cube, take(DT_BITS, bdt), ebits)
+    l_vr, l_vc = jnp.where(cube, vr_c, vr_o), jnp.where(cube, vc_c, vc_o)
+    c_r, c_c, c_storage = cube_coords(cube_lay, cr, cc, take(DT_BITS, bdt) == 4,
+                                      g["k_repeat"], g["cell_count"], W)
+    j = jnp.arange(W, dtype=jnp.int32)
+    o_r, o_c = j // jnp.maximum(col_o, 1), j % jnp.maximum(col_o, 1)
+    # TSTORE source geometry
+    s_bits = take(DT_BITS, s["dtype"])
+    sc_r, sc_c, _ = cube_coords(jnp.maximum(s_lay, 0), scr, scc, s_bits == 4,
+                                s["k_repeat"], s["cell_count"], W)
+    so_r, so_c = j // jnp.maximum(s["cols"], 1), j % jnp.maximum(s["cols"], 1)
+
+    r = jnp.where(is_load, jnp.where(cube, c_r, o_r), jnp.where(cube, sc_r, so_r))
+    c = jnp.where(is_load, jnp.where(cube, c_c, o_c), jnp.where(cube, sc_c, so_c))
+    bits = jnp.where(is_load, l_bits, s_bits)
+    vr = jnp.where(is_load, l_vr, s["valid_rows"])
+    vc = jnp.where(is_load, l_vc, s["valid_cols"])
+    storage_ok = jnp.where(cube & is_load, c_storage, True)
+    valid = (r < vr) & (c < vc) & storage_ok & (r >= 0) & (c >= 0)
+
+    # base and row stride (C.3): dense default from the BSTART dtype
+    bst_bits = take(DT_BITS, bdt)
+    dense_cols = jnp.where(cube, lb[0],
+                           jnp.where(is_load, col_o, jnp.where(lb[2] != 0, lb[2], s["cols"])))
+    dense = ((dense_cols.astype(jnp.int64) * bst_bits + 7) // 8).astype(U64)
+    stride = jnp.where(blk.ior_present, stride_reg, dense)
+    four = bits == 4
+    nbytes = elem_bytes(bits)
+    col_off = jnp.where(four, c // 2, c * nbytes).astype(U64)
+    addr = base + r.astype(U64) * stride + col_off
+    order = r * jnp.maximum(vc, 1) + c
+    probe = memory.probe(addr, nbytes, cfg.gm_bytes)
+    mfault, maddr = memory.first_fault(probe, addr, order, valid & legal)
+    fault = jnp.where(legal, mfault, fault)
+    fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
+    ok = enable & legal & (mfault == 0)
+
+    # ---------------- effects
+    loaded = memory.read_elements(state.gm, addr, nbytes, (c % 2) == 1, four,
+                                  take(DT_SIGNED, jnp.where(cube, bdt, edt)))
+    do_load = ok & is_load
+    pad = blk.datr[2]
+    padw = jnp.asarray(PAD_WORDS)[jnp.clip(bdt, 0, 31), jnp.clip(pad, 0, 3)]
+    old_words = tiles.words[dslot]
+    pad_area = cube & c_storage & ~valid
+    new_words = jnp.where(valid, loaded, jnp.where(pad_area, padw, old_words))
+    new_def = valid | (pad_area & (pad != tables.PAD_NULL))
+    vals = dict(
+        allocated=True, dtype=jnp.where(cube, bdt, edt),
+        layout=jnp.where(cube, take(CUBE_TILE_LAYOUT, cube_lay), LAY["RowMajor"]),
+        location=jnp.where(cube, LOC["Matrix"], LOC["Any"]), capacity=tsize,
+        rows=jnp.where(cube, g["storage_rows"], rows_o), cols=jnp.where(cube, g["storage_cols"], col_o),
+        valid_rows=l_vr, valid_cols=l_vc,
+        k_repeat=jnp.where(cube, g["k_repeat"], 0), n_repeat=jnp.where(cube, g["n_repeat"], 0),
+        cell_count=jnp.where(cube, g["cell_count"], 0),
+        storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=bind_mask,
+        defined_valid=l_vr * l_vc)
+    upd = {k: getattr(tiles, k).at[dslot].set(
+        jnp.where(do_load, jnp.asarray(v).astype(getattr(tiles, k).dtype), getattr(tiles, k)[dslot]))
+        for k, v in vals.items()}
+    upd["words"] = tiles.words.at[dslot].set(jnp.where(do_load, new_words, old_words))
+    upd["defined"] = tiles.defined.at[dslot].set(jnp.where(do_load, new_def, tiles.defined[dslot]))
+    tiles = tiles.replace(**upd)
+
+    src_words = tiles.words[sslot]
+    gm = memory.write_elements(state.gm, addr, src_words, nbytes, (c % 2) == 1, four, order,
+                               valid & ok & is_store)
+    return fault, fault_addr, state.replace(tiles=tiles, gm=gm)
