@@ -1,0 +1,16 @@
+"""Independent scalar reference model ("oracle") of ptojax.
+
+Plain Python (ints, lists, bytearray), written from the spec digests and
+docs/execution-model.md, independently of the JAX implementation:
+
+- `run(state, words, pe=0, *, on_fault="abandon", cfg=None) -> RunResult`
+- `layouts`: CUBE CELL geometry and ND <-> CUBE conversions (cell_shape,
+  geometry, legal, payload_index, nd_to_cube, cube_to_nd).
+"""
+
+from . import layouts
+from .layouts import cell_shape, cube_to_nd, geometry, legal, nd_to_cube, payload_index
+from .run import run
+
+__all__ = ["run", "layouts", "cell_shape", "geometry", "legal", "payload_index",
+           "nd_to_cube", "cube_to_nd"]

@@ -1,0 +1,294 @@
+"""Word-stream executor of the reference model (docs/execution-model.md).
+
+`run(state, words, pe=0, *, on_fault="abandon", cfg=None)` executes 32-bit
+command words one by one: decode (encoding.md 1), the header commands
+(encoding.md 3-4), block completion at BSTOP or at the next BSTART, and the
+TLOAD/TSTORE completions of transport.py. The first fault stops the stream at
+that word. Plain Python throughout; one function per spec rule.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .. import tables
+from ..result import RunResult
+from ..state import MAX_IOS, MAX_IOT, MachineConfig, State
+from . import transport
+from .decode import Decoded, decode
+from .machine import MASK64, Binding, Block, Machine
+from .transport import BUNDLE_CONTROL, ILLEGAL, TILE_LEGALITY, Fault
+
+UNIMPLEMENTED = Fault("Fault_Unimplemented")
+INSTRUCTION_PC = Fault("Fault_InstructionPC")
+POST_COMMIT = Fault("Fault_BundlePostCommit")
+ON_FAULT = ("abandon", "hold")
+
+
+def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
+        cfg: Optional[MachineConfig] = None) -> RunResult:
+    """Execute `words` from state.pc on PE `pe`; return the new State and the fault."""
+    if not isinstance(state, State):
+        raise TypeError(f"expected a ptojax State, got {type(state).__name__}")
+    if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
+        raise ValueError(f"pe must be 0..{tables.NUM_PES - 1}, got {pe!r}")
+    if on_fault not in ON_FAULT:
+        raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
+    stream = _word_list(words)
+    m = Machine(state, cfg)
+    # Each run clears the fault register (it resumes like a trap handler would).
+    m.fault, m.fault_address = 0, 0
+    start = m.pc
+    for i, word in enumerate(stream):
+        address = (start + 4 * i) & MASK64
+        before = m.block.copy()
+        f = execute(m, word, address, int(pe))
+        if f is not None:
+            raise_fault(m, f, address, before, on_fault)
+            return RunResult.from_state(m.to_state(), i)
+    m.pc = (start + 4 * len(stream)) & MASK64
+    return RunResult.from_state(m.to_state(), len(stream))
+
+
+def _word_list(words) -> list[int]:
+    if isinstance(words, (int, np.integer)):
+        words = [words]
+    elif hasattr(words, "shape"):
+        words = np.asarray(words).reshape(-1).tolist()
+    return [int(w) & 0xFFFFFFFF for w in words]
+
+
+def raise_fault(m: Machine, f: Fault, address: int, before: Block, on_fault: str) -> None:
+    """Stop at the faulting word: PC stays on it; fault_address = data address
+    of a memory fault, else the word's address. A post-commit trap keeps the
+    committed (cleared) block; otherwise "abandon" discards the open block and
+    "hold" keeps it as it was before the word."""
+    m.fault = tables.FAULT_CODE[f.name]
+    m.fault_address = (f.address if f.address is not None else address) & MASK64
+    m.pc = address
+    if f.name == POST_COMMIT.name:
+        m.block = Block()
+    elif on_fault == "abandon":
+        m.block = Block()
+    else:
+        m.block = before
+
+
+# ----------------------------------------------------------------- dispatch
+
+
+def execute(m: Machine, word: int, address: int, pe: int) -> Optional[Fault]:
+    """Decode one word (failure -> Fault_IllegalInstruction) and run its handler."""
+    cmd = decode(word)
+    if cmd is None:
+        return ILLEGAL
+    handler = HANDLERS[cmd.form.handler]
+    return handler(m, cmd, word, address, pe)
+
+
+# ----------------------------------------------------------------- lifecycle (encoding.md 3)
+
+
+def op_of(cmd: Decoded) -> int:
+    """Operation id of a BSTART form (the TSTORE.SPART variant has its own id)."""
+    name = cmd.variant or cmd.mnemonic[len("BSTART."):]
+    return tables.OP_ID[name]
+
+
+def bstart(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """BSTART.<op> DataType: complete an open block first (continuation = this
+    BSTART), then open a fresh header with BPC = this address."""
+    if (address + 4) & 1:                       # odd fall-through continuation
+        return INSTRUCTION_PC
+    if m.block.active:
+        f = complete(m, address, pe)
+        if f is not None:
+            return f
+    m.block = Block(active=True, pc=address, op=op_of(cmd), dtype=cmd["DataType"])
+    return None
+
+
+def bstop(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """BSTOP: complete the open block (none open -> Fault_BundleControl)."""
+    if not m.block.active:
+        return BUNDLE_CONTROL
+    return complete(m, (address + 4) & MASK64, pe)
+
+
+def complete(m: Machine, continuation: int, pe: int) -> Optional[Fault]:
+    """Bundle completion: continuation check, B.CATR DR check, the tile
+    operation (all preflight before effects), then clear the block; B.CATR
+    trap=1 raises Fault_BundlePostCommit after a successful commit."""
+    b = m.block
+    if continuation & 1:
+        return INSTRUCTION_PC
+    op = tables.OPS[b.op] if 0 <= b.op < len(tables.OPS) else None
+    if b.catr_present and (b.catr >> 26) & 1 and (op is None or op[1] != "TLSU"):
+        return BUNDLE_CONTROL                   # DR=1 only for TLSU (TEPL) blocks
+    if op is not None:
+        f = tile_operation(m, b, op, pe)
+        if f is not None:
+            return f
+    trap = b.catr_present and (b.catr >> 19) & 1
+    m.block = Block()
+    return POST_COMMIT if trap else None
+
+
+def zero_mask(b: Block) -> bool:
+    """Only zero-mask bindings were seen: the block is a strict no-op."""
+    return b.zero_seen and not b.iots and not b.ios
+
+
+def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
+    """Dispatch of the completed block (execution-model.md "Completion")."""
+    if zero_mask(b):
+        return None
+    if b.datr_present and b.datr[0] in transport.CUBE_LOAD_CODES.keys() | transport.CUBE_STORE_CODES.keys():
+        return transport.cube_transport(m, b, op, pe)
+    name = op[0]
+    if name not in ("TLOAD", "TSTORE"):
+        return UNIMPLEMENTED                    # matrix family, MGATHER.CAS, TSTORE.SPART
+    if b.ios:
+        return UNIMPLEMENTED                    # Shared-tile TLOAD/TSTORE
+    if b.datr_present and b.datr[0] != 0:
+        return UNIMPLEMENTED                    # ordinary relayout codes
+    if name == "TLOAD":
+        return transport.ordinary_tload(m, b, pe)
+    return transport.ordinary_tstore(m, b, pe)
+
+
+# ----------------------------------------------------------------- header commands (encoding.md 4)
+
+
+def in_header(m: Machine) -> bool:
+    return m.block.active
+
+
+def b_datr(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """B.DATR: once per header; latch the raw fields."""
+    b = m.block
+    if not in_header(m) or b.datr_present:
+        return BUNDLE_CONTROL
+    b.datr_present = True
+    b.datr = [cmd["Layout"], cmd["DataType"], cmd["PadValueOrByteId"], cmd["CMode"],
+              cmd["RMode"], cmd["Sat"], cmd["Canonicalize"]]
+    return None
+
+
+def b_dim(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """B.DIM: LBn = (GPR[RegSrc] + uimm17) mod 2^16, write-once per block."""
+    b = m.block
+    n = (word >> 12) & 7
+    if not in_header(m) or b.lb_present[n]:
+        return BUNDLE_CONTROL
+    b.lb[n] = (transport.gpr(m, pe, cmd["RegSrc"]) + cmd["uimm17"]) & 0xFFFF
+    b.lb_present[n] = True
+    return None
+
+
+def b_ior(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """B.IOR: once per header; latch RegDst, RegSrc0..2 (read at completion)."""
+    b = m.block
+    if not in_header(m) or b.ior_present:
+        return BUNDLE_CONTROL
+    b.ior_present = True
+    b.ior = [cmd["RegDst"], cmd["RegSrc0"], cmd["RegSrc1"], cmd["RegSrc2"]]
+    return None
+
+
+def b_iot(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """B.IOT: PEMode 000 is a strict no-op; else append one ordered binding.
+
+    The mask is compared with the earlier B.IOT bindings only (the model's
+    BundleTileMaskCanAppend); B.IOS masks are checked when a B.IOS is issued.
+    """
+    b = m.block
+    mask = tables.PEMODE_MASK[cmd["PEMode"]]
+    if mask == 0:
+        if in_header(m):
+            b.zero_seen = True
+        return None
+    if not in_header(m) or b.iot_closed:
+        return BUNDLE_CONTROL
+    if any(x.mask != mask for x in b.iots):
+        return TILE_LEGALITY
+    if len(b.iots) >= MAX_IOT:
+        return TILE_LEGALITY
+    dst = cmd.has("DstTile")
+    binding = Binding(dst_valid=dst, dst_hand=cmd["DstTile"] if dst else 0,
+                      size_code=cmd["SizeCode"] if dst else 0, mask=mask,
+                      src0_valid=cmd.has("SrcTile0"), src1_valid=cmd.has("SrcTile1"),
+                      src0=cmd.values.get("SrcTile0", 0), src1=cmd.values.get("SrcTile1", 0),
+                      last=bool(cmd["L"]))
+    b.iots.append(binding)
+    if binding.last:
+        b.iot_closed = True
+    return None
+
+
+def b_ios(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """B.IOS: PEMode 000 no-op; mask equal to every B.IOT/B.IOS; distinct SharedTID; at most 4."""
+    b = m.block
+    mask = tables.PEMODE_MASK[cmd["PEMode"]]
+    if mask == 0:
+        if in_header(m):
+            b.zero_seen = True
+        return None
+    if not in_header(m):
+        return BUNDLE_CONTROL
+    if any(x.mask != mask for x in b.iots) or any(r[2] != mask for r in b.ios):
+        return TILE_LEGALITY
+    if any(r[0] == cmd["SharedTID"] for r in b.ios) or len(b.ios) >= MAX_IOS:
+        return BUNDLE_CONTROL
+    b.ios.append([cmd["SharedTID"], cmd["SizeCode"], mask])
+    return None
+
+
+def fpatr_fields_legal(cmd: Decoded) -> bool:
+    """B.FPATR field combinations: RowMaxInit needs RowMaxEn; GroupMaxEn iff
+    GroupNCode != 0; MaxAbsEn needs RowMaxEn or GroupMaxEn."""
+    row_max, group_max = cmd["RowMaxEn"], cmd["GroupMaxEn"]
+    if cmd["RowMaxInit"] and not row_max:
+        return False
+    if bool(group_max) != (cmd["GroupNCode"] != 0):
+        return False
+    return not (cmd["MaxAbsEn"] and not row_max and not group_max)
+
+
+def b_fpatr(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """B.FPATR: once, only in a matrix header, before any B.IOR/B.IOT/B.IOS."""
+    b = m.block
+    op = tables.OPS[b.op] if 0 <= b.op < len(tables.OPS) else None
+    if (not in_header(m) or b.fpatr_present or (op is not None and op[1] != "CUBE")
+            or b.ior_present or b.iots or b.ios):
+        return BUNDLE_CONTROL
+    if not fpatr_fields_legal(cmd):
+        return TILE_LEGALITY
+    b.fpatr_present = True
+    b.fpatr = word
+    return None
+
+
+def b_catr(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optional[Fault]:
+    """B.CATR: once per header; latch the raw word (DR/trap act at completion)."""
+    b = m.block
+    if not in_header(m) or b.catr_present:
+        return BUNDLE_CONTROL
+    b.catr_present = True
+    b.catr = word
+    return None
+
+
+HANDLERS = {
+    "ExecuteBundleStart": bstart,
+    "ExecuteBundleStop": bstop,
+    "SetBundleDataAttributes": b_datr,
+    "SetBundleDimension": b_dim,
+    "BindBundleScalarIO": b_ior,
+    "BindBundleTileIO": b_iot,
+    "BindBundleSharedIO": b_ios,
+    "SetBundleFixedPointAttributes": b_fpatr,
+    "SetBundleControlAttributes": b_catr,
+}
