@@ -1,0 +1,41 @@
+"""Smoke test of benchmarks/layouts.py: --quick runs and reports every row."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "layouts.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("ptojax_bench_layouts", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_layouts_benchmark_quick(tmp_path):
+    bench = _load()
+    out = tmp_path / "layouts.json"
+    result = bench.main(["--quick", "--quiet", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data["meta"]["quick"] is True
+    methods = set(data["methods"])
+    assert {"jax_nd_to_cube", "jax_nd_to_cube_defined", "jax_cube_to_nd",
+            "np_nd_to_cube", "np_cube_to_nd", "np_copy"} <= methods
+    full = {(r["layout"], r["width"]) for r in data["rows"] if r["valid"] == "full"}
+    assert full == {(lay, w) for lay in ("CUBE_M16", "CUBE_M32", "CUBE_N8")
+                    for w in ("b32", "b16", "b8", "b4")}
+    assert {r["layout"] for r in data["rows"] if r["valid"] == "random"} == {
+        "CUBE_M16", "CUBE_M32", "CUBE_N8"}
+    for r in data["rows"]:
+        assert set(r["bytes_per_s"]) == methods
+        assert all(v > 0 for v in r["bytes_per_s"].values())
+        assert r["payload_bytes"] > 0 and r["batch"] >= 1
+    head = {(h["layout"], h["width"], h["valid"]) for h in data["headline"]}
+    assert len(head) == len(data["headline"]) == 15
+    for h in data["headline"]:
+        assert h["nd_to_cube_vs_copy"] > 0 and h["cube_to_nd_speedup_vs_numpy"] > 0
+    assert result["headline"] == data["headline"]
