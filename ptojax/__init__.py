@@ -4,8 +4,13 @@ from . import tables
 from .state import MachineConfig, PRESETS, State, preset, read_gpr, read_memory, reset, write_gpr, write_memory
 from .tileview import TileView, read_tile
 from .result import RunResult
+from .machine import run
 from . import layouts
+from .isa import asm
+from . import batch
+from . import reference
 
 __all__ = ["MachineConfig", "PRESETS", "State", "preset", "reset", "write_memory", "read_memory",
-           "write_gpr", "read_gpr", "read_tile", "TileView", "RunResult", "layouts", "tables"]
+           "write_gpr", "read_gpr", "read_tile", "TileView", "RunResult", "run", "layouts",
+           "asm", "batch", "reference", "tables"]
 __version__ = "0.1.0"

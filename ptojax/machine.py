@@ -38,10 +38,15 @@ def _sel(cond, new, old):
     return jax.tree_util.tree_map(lambda a, b: jnp.where(cond, a, b), new, old)
 
 
-def step(st: State, word, go, pe: int, cfg: MachineConfig, hold: bool):
-    """Execute one word when `go`; returns (state, faulted)."""
+def header_step(blk, word, gpr_row, pc):
+    """Decode one word and apply it to the block header.
+
+    Returns (block after the word, fault of the word, completes). A completing
+    word (BSTOP, or BSTART with a block open) is assumed to commit; phase 2
+    decides its real fault. GPRs are only read here (no op in the slice writes
+    them), so header processing never depends on a commit's effects.
+    """
     d = decode(word)
-    blk = st.block
     active = blk.active
     kind = d["kind"]
     is_ = lambda name: kind == K[name]
@@ -64,41 +69,35 @@ def step(st: State, word, go, pe: int, cfg: MachineConfig, hold: bool):
     iot_mask = take(_PEMODE_MASK, d["pemode"])
     ios_mask = take(_PEMODE_MASK, d["ios_pemode"])
 
-    def mismatch(m):
-        return ((blk.iot_count > 0) & (m != blk.iot[0, 3])) | ((blk.ios_count > 0) & (m != blk.ios[0, 2]))
-
+    iot_mismatch = (blk.iot_count > 0) & (iot_mask != blk.iot[0, 3])
+    ios_mismatch = ((blk.iot_count > 0) & (ios_mask != blk.iot[0, 3])) \
+        | ((blk.ios_count > 0) & (ios_mask != blk.ios[0, 2]))
+    # a B.IOT compares with earlier B.IOTs only (4.6); a B.IOS with both (4.7)
     f_iot = jnp.where(d["pemode"] == 0, 0, _first(
         (~active | blk.iot_closed, "Fault_BundleControl"),
-        (mismatch(iot_mask), "Fault_TileLegality"),
+        (iot_mismatch, "Fault_TileLegality"),
         (blk.iot_count >= MAX_IOT, "Fault_TileLegality")))
     ios_used = jnp.arange(MAX_IOS) < blk.ios_count
     dup_sid = jnp.any(ios_used & (blk.ios[:, 0] == d["ios_sid"]))
     f_ios = jnp.where(d["ios_pemode"] == 0, 0, _first(
         (~active, "Fault_BundleControl"),
-        (mismatch(ios_mask), "Fault_TileLegality"),
+        (ios_mismatch, "Fault_TileLegality"),
         (dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))
 
-    # ---- completion: BSTOP, or BSTART with a block open
     completes = (is_("BSTOP") | is_("BSTART")) & active & ~illegal
-    engine_cube = blk.op >= _MATRIX_FIRST
-    dr_bad = blk.catr_present & (((blk.catr >> 26) & 1) == 1) & engine_cube
-    f_c, addr_c, st_c = transport.complete(st, pe, cfg, go & completes & ~dr_bad)
-    f_c = jnp.where(dr_bad, F["Fault_BundleControl"], f_c)
-    trap = blk.catr_present & (((blk.catr >> 19) & 1) == 1)
-    f_c = jnp.where((f_c == 0) & trap, F["Fault_BundlePostCommit"], f_c)
-
+    # an odd continuation/fall-through PC (only reachable from a hand-made State)
+    odd_pc = (is_("BSTART") | (is_("BSTOP") & active)) & ((pc & U64(1)) == 1)
     fault = jnp.select(
-        [illegal, is_("B.DATR"), is_("B.DIM"), is_("B.IOR"), is_("B.CATR"), is_("B.FPATR"),
-         is_("B.IOT"), is_("B.IOS"), is_("BSTOP") & ~active, completes],
-        [F["Fault_IllegalInstruction"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
-         f_iot, f_ios, F["Fault_BundleControl"], f_c], 0).astype(jnp.int32)
-    ok = go & (fault == 0)
+        [illegal, odd_pc, is_("B.DATR"), is_("B.DIM"), is_("B.IOR"), is_("B.CATR"), is_("B.FPATR"),
+         is_("B.IOT"), is_("B.IOS"), is_("BSTOP") & ~active],
+        [F["Fault_IllegalInstruction"], F["Fault_InstructionPC"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
+         f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
 
     # ---- header latching
     word32 = jnp.asarray(word, jnp.uint32)
     nb = blk
     nb = _sel(is_("B.DATR"), nb.replace(datr_present=jnp.bool_(True), datr=d["datr"]), nb)
-    dim_val = ((gpr_value(st.gpr[pe], d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
+    dim_val = ((gpr_value(gpr_row, d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
     nb = _sel(is_("B.DIM"), nb.replace(lb=nb.lb.at[t].set(dim_val),
                                        lb_present=nb.lb_present.at[t].set(True)), nb)
     nb = _sel(is_("B.IOR"), nb.replace(ior_present=jnp.bool_(True), ior=d["ior"]), nb)
@@ -120,48 +119,88 @@ def step(st: State, word, go, pe: int, cfg: MachineConfig, hold: bool):
     zero_bind = (is_("B.IOT") & (d["pemode"] == 0)) | (is_("B.IOS") & (d["ios_pemode"] == 0))
     nb = nb.replace(zero_seen=nb.zero_seen | (zero_bind & active))
     empty = _empty_block()
-    opened = empty.replace(active=jnp.bool_(True), pc=st.pc, op=d["op"], dtype=d["dtype"])
     nb = _sel(is_("BSTOP"), empty, nb)
-    nb = _sel(is_("BSTART"), opened, nb)
-    nb = _sel(illegal, blk, nb)
-
-    # ---- commit the word
-    faulted = go & (fault != 0)
-    kept_block = blk if hold else empty
-    new_block = _sel(ok, nb, _sel(faulted, kept_block, blk))
-    base = _sel(ok | (faulted & (fault == F["Fault_BundlePostCommit"])), st_c, st)
-    memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
-    out = base.replace(
-        block=new_block,
-        pc=jnp.where(ok, st.pc + U64(4), st.pc),
-        fault=jnp.where(faulted, fault, st.fault),
-        fault_address=jnp.where(faulted, jnp.where(memory_fault, addr_c, st.pc), st.fault_address))
-    return out, faulted
+    nb = _sel(is_("BSTART"), empty.replace(active=jnp.bool_(True), pc=pc, op=d["op"],
+                                           dtype=d["dtype"]), nb)
+    return nb, fault, completes
 
 
-@functools.partial(jax.jit, static_argnames=("pe", "cfg", "hold"))
-def run_stream(st: State, words, length, pe: int, cfg: MachineConfig, hold: bool):
+@functools.partial(jax.jit, static_argnames=("pe", "cfg", "hold", "max_commits"))
+def run_stream(st: State, words, length, pe: int, cfg: MachineConfig, hold: bool,
+               max_commits: int):
     """Run words[:length] on one State (jit; vmap it for a batch).
 
-    Returns (state, executed).
+    Phase 1 scans the words through decode and the block header, stopping at
+    the first header fault and recording the block each completing word
+    commits (at most `max_commits`). Phase 2 commits those blocks in order and
+    stops at the first completion fault. Returns (state, executed).
     """
+    L = words.shape[0]
     st = st.replace(fault=jnp.int32(0), fault_address=U64(0))
+    gpr_row = st.gpr[pe]
+    empty = _empty_block()
+    slots = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (max_commits,) + a.shape), empty)
 
-    def body(carry, xs):
-        s, stopped, executed = carry
+    def phase1(carry, xs):
+        blk, stop_at, hfault, before, n, commits, pos = carry
         i, w = xs
-        go = ~stopped & (i < length)
-        s, faulted = step(s, w, go, pe, cfg, hold)
-        return (s, stopped | faulted, executed + (go & ~faulted).astype(jnp.int32)), None
+        go = (i < length) & (stop_at == L)
+        nb, fault, completes = header_step(blk, w, gpr_row, st.pc + U64(4) * i.astype(U64))
+        faulted = go & (fault != 0)
+        rec = go & ~faulted & completes & (n < max_commits)
+        commits = _sel(rec, jax.tree_util.tree_map(
+            lambda buf, b: buf.at[jnp.clip(n, 0, max_commits - 1)].set(b), commits, blk), commits)
+        pos = jnp.where(rec, pos.at[jnp.clip(n, 0, max_commits - 1)].set(i), pos)
+        return (_sel(go & ~faulted, nb, blk),
+                jnp.where(faulted, i, stop_at), jnp.where(faulted, fault, hfault),
+                _sel(faulted, blk, before), n + rec.astype(jnp.int32), commits, pos), None
 
-    idx = jnp.arange(words.shape[0], dtype=jnp.int32)
-    (st, _, executed), _ = jax.lax.scan(body, (st, jnp.bool_(False), jnp.int32(0)), (idx, words))
+    init = (st.block, jnp.int32(L), jnp.int32(0), st.block, jnp.int32(0), slots,
+            jnp.full((max_commits,), L, jnp.int32))
+    (blk, stop_at, hfault, before, n, commits, pos), _ = jax.lax.scan(
+        phase1, init, (jnp.arange(L, dtype=jnp.int32), words))
+
+    def phase2(carry, xs):
+        s, cstop, cfault, caddr, cblk = carry
+        b, p = xs
+        go = (p < L) & (cstop == L)
+        dr_bad = b.catr_present & (((b.catr >> 26) & 1) == 1) & (b.op >= _MATRIX_FIRST)
+        f, addr, s2 = transport.complete(s, b, pe, cfg, go & ~dr_bad)
+        f = jnp.where(dr_bad, F["Fault_BundleControl"], f)
+        trap = b.catr_present & (((b.catr >> 19) & 1) == 1)
+        f = jnp.where((f == 0) & trap, F["Fault_BundlePostCommit"], f)
+        faulted = go & (f != 0)
+        return (s2, jnp.where(faulted, p, cstop), jnp.where(faulted, f, cfault),
+                jnp.where(faulted, addr, caddr), _sel(faulted, b, cblk)), None
+
+    (st, cstop, cfault, caddr, cblk), _ = jax.lax.scan(
+        phase2, (st, jnp.int32(L), jnp.int32(0), U64(0), empty), (commits, pos))
+
+    # the first fault in word order stops the stream (commit faults precede
+    # the header fault: only commits before it were recorded)
+    commit_first = cstop < L
+    fault = jnp.where(commit_first, cfault, hfault)
+    at = jnp.where(commit_first, cstop, stop_at)
+    faulted = at < L
+    post_commit = fault == F["Fault_BundlePostCommit"]
+    kept = _sel(commit_first, cblk, before) if hold else empty
+    final_block = _sel(faulted & ~post_commit, kept, _sel(faulted, empty, blk))
+    memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
+    executed = jnp.where(faulted, at, length)
+    pc = st.pc + U64(4) * executed.astype(U64)
+    st = st.replace(block=final_block, pc=pc, fault=jnp.where(faulted, fault, 0),
+                    fault_address=jnp.where(faulted, jnp.where(memory_fault, caddr, pc), U64(0)))
     return st, executed
 
 
-def _bucket(n: int) -> int:
-    """Stream lengths are padded to a power of two (>= 8) to bound recompiles."""
-    b = 8
+def commit_capable(words: np.ndarray) -> np.ndarray:
+    """Per stream (last axis), how many words could complete a block (BSTOP/BSTART)."""
+    return np.sum((np.asarray(words) & 0x7F) == 0x01, axis=-1)
+
+
+def _bucket(n: int, low: int = 8) -> int:
+    """Sizes are padded to a power of two (>= low) to bound recompiles."""
+    b = low
     while b < n:
         b *= 2
     return b
@@ -210,5 +249,6 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     cfg = config_of(state) if cfg is None else cfg
     padded = np.zeros(_bucket(len(w)), np.uint32)
     padded[: len(w)] = w
-    st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), pe, cfg, hold)
+    st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), pe, cfg, hold,
+                              _bucket(int(commit_capable(w)), low=1))
     return RunResult.from_state(st, int(executed))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -73,22 +74,35 @@ def gpr_value(gpr_row, reg):
     return jnp.where(reg == 0, U64(0), gpr_row[jnp.clip(reg, 0, gpr_row.shape[0] - 1)])
 
 
-def cube_coords(lay, cr, cc, b4, k_repeat, cell_count, W: int):
-    """Logical (row, col) of payload slots 0..W-1 of a CUBE tile, and `storage`.
+def log2(x):
+    """log2 of a positive power-of-two int32 (traced)."""
+    return 31 - jax.lax.clz(jnp.maximum(x, 1).astype(jnp.int32))
 
-    lay indexes CUBE_ORDER; everything may be traced (inverse of B.3).
+
+def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
+    """Logical (row, col) of payload slots 0..W-1 of a tile (inverse of B.3).
+
+    CUBE tiles: lay indexes CUBE_ORDER, cr/cc the cell shape. Ordinary
+    RowMajor tiles: slot r*cols + c. Cell shapes and ordinary column counts
+    are powers of two, so the map is shifts and masks; only the N8 cell
+    number divides by K_repeat. Everything may be traced.
     """
     j = jnp.arange(W, dtype=jnp.int32)
-    cw = cr * cc
-    cell, inner = j // cw, j % cw
+    lcr, lcc = log2(cr), log2(cc)
+    cell, inner = j >> (lcr + lcc), j & (cr * cc - 1)
     kr = jnp.maximum(k_repeat, 1)
     # CUBE_N8: cell = n*K_repeat + k, column-major inside the cell
-    n8_r = (cell % kr) * cr + inner % cr
-    n8_c = (cell // kr) * 8 + inner // cr
-    # CUBE_M16/M32: cell along columns, row-major inside (M16 b4 swaps groups)
-    p = inner % cc
-    p = jnp.where(b4 & (lay == 0), p ^ (12 * (((p >> 2) ^ (p >> 3)) & 1)), p)
-    m_r = inner // cc
-    m_c = cell * cc + p
+    n = cell // kr
+    n8_r = ((cell - n * kr) << lcr) + (inner & (cr - 1))
+    n8_c = (n << 3) + (inner >> lcr)
+    # CUBE_M16/M32: cells along columns, row-major inside (M16 b4 swaps groups)
+    q = inner & (cc - 1)
+    q = jnp.where(b4 & (lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
+    m_r, m_c = inner >> lcc, (cell << lcc) + q
+    # ordinary row-major
+    lcol = log2(cols)
+    o_r, o_c = j >> lcol, j & (jnp.maximum(cols, 1) - 1)
     is_n8 = lay == 2
-    return (jnp.where(is_n8, n8_r, m_r), jnp.where(is_n8, n8_c, m_c), j < cell_count * cw)
+    r = jnp.where(is_cube, jnp.where(is_n8, n8_r, m_r), o_r)
+    c = jnp.where(is_cube, jnp.where(is_n8, n8_c, m_c), o_c)
+    return r, c

@@ -6,6 +6,7 @@ else Fault_DataPage when A + s > GM size (no wrap), else succeeds.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from .. import tables
@@ -16,7 +17,7 @@ F = tables.FAULT_CODE
 def probe(addr, size, gm_bytes: int):
     """Fault code of each access (addr uint64[...], size int[...])."""
     size64 = jnp.asarray(size).astype(jnp.uint64)
-    misaligned = (addr % size64) != 0
+    misaligned = (addr & (size64 - 1)) != 0   # sizes are powers of two
     limit = jnp.uint64(gm_bytes) - jnp.minimum(size64, jnp.uint64(gm_bytes))
     out_of_range = (addr > limit) | (size64 > jnp.uint64(gm_bytes))
     return jnp.where(misaligned, F["Fault_DataAlignment"],
@@ -33,52 +34,76 @@ def first_fault(codes, addr, order, active):
     return jnp.where(any_bad, codes[i], 0), jnp.where(any_bad, addr[i], jnp.uint64(0))
 
 
+def _byte_index(addr, n: int):
+    return jnp.minimum(addr, jnp.uint64(n)).astype(jnp.int32)
+
+
 def read_elements(gm, addr, nbytes, nibble_hi, four_bit, signed):
     """Little-endian element reads -> uint64 carriers (A.4 extension rules).
 
-    addr uint64[n] (already probed), nbytes int scalar, nibble_hi bool[n] for
-    4-bit elements (odd column), signed: sign-extend 8/16/32-bit values.
+    addr uint64[n] (probed in range where it matters), nbytes the element
+    bytes, nibble_hi bool[n] (odd column of a 4-bit row), signed: sign-extend
+    8/16/32-bit values into the 64-bit Word. One 8-byte window per element.
     """
     n = gm.shape[0]
-    a = jnp.minimum(addr, jnp.uint64(n - 1)).astype(jnp.int32)
-    word = jnp.zeros(addr.shape, jnp.uint64)
-    for k in range(8):
-        b = gm[jnp.minimum(a + k, n - 1)].astype(jnp.uint64)
-        word = word | jnp.where(k < nbytes, b << (8 * k), jnp.uint64(0))
-    nib = jnp.where(nibble_hi, word >> 4, word) & jnp.uint64(0xF)
-    word = jnp.where(four_bit, nib, word)
+    a = _byte_index(addr, n)
+    if n >= 8:
+        # 8-byte windows; near the end of GM the window starts earlier and the
+        # word is shifted back into place
+        start = jnp.minimum(a, n - 8)
+        win = jax.vmap(lambda i: jax.lax.dynamic_slice(gm, (i,), (8,)))(start)
+        word = jax.lax.bitcast_convert_type(win, jnp.uint64) >> (8 * (a - start)).astype(jnp.uint64)
+    else:
+        win = jnp.stack([gm[jnp.minimum(a + k, n - 1)] for k in range(8)], axis=-1)
+        word = jax.lax.bitcast_convert_type(win, jnp.uint64)
     bits = (jnp.asarray(nbytes) * 8).astype(jnp.uint64)
+    low = jnp.where(bits >= 64, ~jnp.uint64(0), (jnp.uint64(1) << jnp.minimum(bits, jnp.uint64(63))) - 1)
+    word = word & low
+    nib = jnp.where(nibble_hi, word >> 4, word) & jnp.uint64(0xF)
     sign = (word >> jnp.maximum(bits, jnp.uint64(1)) - jnp.uint64(1)) & jnp.uint64(1)
-    ext = (~jnp.uint64(0)) << jnp.minimum(bits, jnp.uint64(63))
-    extend = signed & ~four_bit & (nbytes < 8) & (sign == 1)
-    return jnp.where(extend, word | ext, word)
+    extend = signed & ~four_bit & (bits < 64) & (sign == 1)
+    word = jnp.where(extend, word | ~low, word)
+    return jnp.where(four_bit, nib, word)
 
 
-def write_elements(gm, addr, value, nbytes, nibble_hi, four_bit, order, active):
-    """Store elements in `order` (row-major) with last-writer-wins per byte/nibble.
+def overwritten_later(r, c, vr, vc, stride, nbytes, four_bit):
+    """True where a later element (row-major) of the same store hits the same location.
 
-    Aliased rows (e.g. stride 0) make several elements hit the same bytes; the
-    model stores sequentially, so the element latest in order wins. Writes are
-    done at nibble granularity so 4-bit stores keep their sibling nibble.
+    Rows are one pattern shifted by the stride, so element (r, c) is
+    overwritten iff r is not the last row and column c - q of the next row is
+    valid, with q the stride in element units (nibbles for 4-bit types). A
+    successful store of more than one row has an element-aligned stride, and
+    a stride is a signed 64-bit byte count.
+    """
+    s = jax.lax.bitcast_convert_type(stride, jnp.int64)
+    q = jnp.where(four_bit, s * 2, s // jnp.maximum(nbytes, 1).astype(jnp.int64))
+    c64 = c.astype(jnp.int64)
+    return (r < vr - 1) & (q <= c64) & (q > c64 - vc)
+
+
+def write_elements(gm, addr, value, nbytes, nibble_hi, four_bit, overwritten, active):
+    """Store elements; where rows alias only the element latest in order is written.
+
+    The model stores sequentially, so an element that a later one overwrites
+    (`overwritten_later`) is skipped: every remaining location has exactly one
+    writer. 4-bit stores replace one nibble of the containing byte; even and
+    odd columns never share a nibble, so they are written in two passes.
     """
     n = gm.shape[0]
-    nib = jnp.stack([gm & 0xF, gm >> 4], axis=-1).reshape(-1)        # [2n] nibbles
-    a = jnp.minimum(addr, jnp.uint64(n - 1)).astype(jnp.int32)
-    # nibble targets of each element: 16 candidates (8 bytes x 2 halves)
-    k = jnp.arange(16)
-    byte_k, half = k // 2, k % 2
-    tgt = 2 * (a[:, None] + byte_k[None, :]) + half[None, :]
-    use = jnp.where(four_bit,
-                    (byte_k[None, :] == 0) & (half[None, :] == nibble_hi[:, None].astype(jnp.int32)),
-                    byte_k[None, :] < nbytes)
-    use = use & active[:, None]
-    nibval = jnp.where(four_bit, value[:, None] & jnp.uint64(0xF),
-                       (value[:, None] >> (4 * k[None, :]).astype(jnp.uint64)) & jnp.uint64(0xF))
-    tgt = jnp.where(use, tgt, 2 * n)                                  # dropped
-    seq = jnp.broadcast_to(order[:, None], tgt.shape)
-    last = jnp.full((2 * n + 1,), -1, jnp.int32).at[tgt.reshape(-1)].max(seq.reshape(-1))
-    win = use & (last[tgt] == seq)
-    tgt = jnp.where(win, tgt, 2 * n)
-    nib = nib.at[tgt.reshape(-1)].set(nibval.reshape(-1).astype(jnp.uint8), mode="drop")
-    nib = nib.reshape(n, 2)
-    return (nib[:, 0] | (nib[:, 1] << 4)).astype(jnp.uint8)
+    a = _byte_index(addr, n)
+    half = nibble_hi.astype(jnp.int32)
+    win = active & ~overwritten
+    # bytes of whole elements
+    plain = win & ~four_bit
+    k = jnp.arange(8)
+    idx = jnp.where(plain[:, None] & (k[None, :] < nbytes), a[:, None] + k[None, :], n)
+    gm = gm.at[idx.reshape(-1)].set(
+        jax.lax.bitcast_convert_type(value, jnp.uint8).reshape(-1), mode="drop")
+    # nibbles: low halves, then high halves (read-modify-write of the byte)
+    nib = (value & jnp.uint64(0xF)).astype(jnp.uint8)
+    for h in (0, 1):
+        sel = win & four_bit & (half == h)
+        old = gm[jnp.minimum(a, n - 1)]
+        new = (old & jnp.uint8(0xF0 if h == 0 else 0x0F)) | (nib << (4 * h))
+        gm = gm.at[jnp.where(sel, a, n)].set(new, mode="drop")
+    return gm

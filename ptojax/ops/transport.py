@@ -1,7 +1,7 @@
 """TLOAD / TSTORE completion: ordinary Local (C.7/C.8) and CUBE (C.5/C.6).
 
-`complete(state, pe, cfg, enable)` computes every check of the block in
-`state.block` as a boolean, picks the first failing one in the spec's order
+`complete(state, blk, pe, cfg, enable)` computes every check of block `blk`
+as a boolean, picks the first failing one in the spec's order
 (a fault code, never an exception) and applies the effects only when
 `enable` holds and nothing failed. Writes touch one tile row or the GM bytes
 of the valid elements, so a batch step stays O(tile + GM), not O(state).
@@ -16,7 +16,7 @@ from ..layouts.geometry import derived, shape_legal
 from . import memory
 from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS,
                      DT_CLASS, DT_SIGNED, F, PAD_WORDS, PE_POPCOUNT, U64, core_charge,
-                     cube_coords, elem_bytes, free_slot, gpr_value, slot_of, take)
+                     tile_coords, elem_bytes, free_slot, gpr_value, slot_of, take)
 
 OP = tables.OP_ID
 LAY = tables.TILE_LAYOUT_CODE
@@ -45,8 +45,9 @@ def _cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
     return cr, cc, g, ok
 
 
-def complete(state, pe: int, cfg, enable):
-    blk, tiles = state.block, state.tiles
+def complete(state, blk, pe: int, cfg, enable):
+    """Complete block `blk` on `state`: (fault, fault address, new state)."""
+    tiles = state.tiles
     W, HS = cfg.tile_words, cfg.hand_slots
     op = blk.op
     is_load, is_store = op == OP["TLOAD"], op == OP["TSTORE"]
@@ -134,8 +135,12 @@ def complete(state, pe: int, cfg, enable):
 
     # ---------------- the ordered check list
     tl_op = is_load | is_store
+    # the CUBE path decodes the block's Function as a TLSU selector: TGEMV*
+    # Functions (16..22) have none (C.5 step 2)
+    no_tlsu_selector = op >= OP["TGEMV"]
     fault = _first(
         (zero_mask, "Fault_None"),
+        (cube & no_tlsu_selector, "Fault_IllegalInstruction"),
         # CUBE path: whatever the BSTART (C.5 "selection")
         (cube & (~tl_op | cube_schema_bad | cube_dtype_bad), "Fault_TileLegality"),
         (cube & is_load & load_alloc_bad, "Fault_TileAllocation"),
@@ -150,27 +155,19 @@ def complete(state, pe: int, cfg, enable):
     )
     legal = (fault == 0) & ~zero_mask     # the zero-mask entry ends the list with no effect
 
-    # ---------------- element maps (valid region, row-major order)
-    # TLOAD element dtype / geometry
-    l_bits = jnp.where(cube, take(DT_BITS, bdt), ebits)
+    # ---------------- element map of the tile filled (TLOAD) or read (TSTORE)
     l_vr, l_vc = jnp.where(cube, vr_c, vr_o), jnp.where(cube, vc_c, vc_o)
-    c_r, c_c, c_storage = cube_coords(cube_lay, cr, cc, take(DT_BITS, bdt) == 4,
-                                      g["k_repeat"], g["cell_count"], W)
-    j = jnp.arange(W, dtype=jnp.int32)
-    o_r, o_c = j // jnp.maximum(col_o, 1), j % jnp.maximum(col_o, 1)
-    # TSTORE source geometry
-    s_bits = take(DT_BITS, s["dtype"])
-    sc_r, sc_c, _ = cube_coords(jnp.maximum(s_lay, 0), scr, scc, s_bits == 4,
-                                s["k_repeat"], s["cell_count"], W)
-    so_r, so_c = j // jnp.maximum(s["cols"], 1), j % jnp.maximum(s["cols"], 1)
-
-    r = jnp.where(is_load, jnp.where(cube, c_r, o_r), jnp.where(cube, sc_r, so_r))
-    c = jnp.where(is_load, jnp.where(cube, c_c, o_c), jnp.where(cube, sc_c, so_c))
-    bits = jnp.where(is_load, l_bits, s_bits)
+    m_dtype = jnp.where(is_load, jnp.where(cube, bdt, edt), s["dtype"])
+    bits = take(DT_BITS, m_dtype)
+    r, c = tile_coords(cube, jnp.where(is_load, cube_lay, s_lay), jnp.where(is_load, cr, scr),
+                       jnp.where(is_load, cc, scc), bits == 4,
+                       jnp.where(is_load, g["k_repeat"], s["k_repeat"]),
+                       jnp.where(is_load, col_o, s["cols"]), W)
     vr = jnp.where(is_load, l_vr, s["valid_rows"])
     vc = jnp.where(is_load, l_vc, s["valid_cols"])
-    storage_ok = jnp.where(cube & is_load, c_storage, True)
-    valid = (r < vr) & (c < vc) & storage_ok & (r >= 0) & (c >= 0)
+    cells = jnp.where(is_load, g["cell_count"], s["cell_count"])
+    storage = jnp.where(cube, jnp.arange(W) < cells * cr * cc, True)
+    valid = (r < vr) & (c < vc) & storage
 
     # base and row stride (C.3): dense default from the BSTART dtype
     bst_bits = take(DT_BITS, bdt)
@@ -180,7 +177,7 @@ def complete(state, pe: int, cfg, enable):
     stride = jnp.where(blk.ior_present, stride_reg, dense)
     four = bits == 4
     nbytes = elem_bytes(bits)
-    col_off = jnp.where(four, c // 2, c * nbytes).astype(U64)
+    col_off = jnp.where(four, c >> 1, c * nbytes).astype(U64)
     addr = base + r.astype(U64) * stride + col_off
     order = r * jnp.maximum(vc, 1) + c
     probe = memory.probe(addr, nbytes, cfg.gm_bytes)
@@ -196,7 +193,7 @@ def complete(state, pe: int, cfg, enable):
     pad = blk.datr[2]
     padw = jnp.asarray(PAD_WORDS)[jnp.clip(bdt, 0, 31), jnp.clip(pad, 0, 3)]
     old_words = tiles.words[dslot]
-    pad_area = cube & c_storage & ~valid
+    pad_area = cube & storage & ~valid
     new_words = jnp.where(valid, loaded, jnp.where(pad_area, padw, old_words))
     new_def = valid | (pad_area & (pad != tables.PAD_NULL))
     vals = dict(
@@ -217,6 +214,7 @@ def complete(state, pe: int, cfg, enable):
     tiles = tiles.replace(**upd)
 
     src_words = tiles.words[sslot]
-    gm = memory.write_elements(state.gm, addr, src_words, nbytes, (c % 2) == 1, four, order,
+    gm = memory.write_elements(state.gm, addr, src_words, nbytes, (c % 2) == 1, four,
+                               memory.overwritten_later(r, c, vr, vc, stride, nbytes, four),
                                valid & ok & is_store)
     return fault, fault_addr, state.replace(tiles=tiles, gm=gm)
