@@ -428,6 +428,7 @@ def main(argv=None):
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "python": platform.python_version(), "numpy": np.__version__,
             "jax": jax.__version__, "backend": jax.default_backend(),
+            "glibc_hugepage_malloc": __import__("ptojax._hugepages", fromlist=["active"]).active(),
             "device": str(getattr(dev, "device_kind", dev)), "cpu_count": os.cpu_count(),
             "machine": platform.machine(), "max_bytes": max_bytes, "step": args.step,
             "repeats": repeats, "quick": args.quick, "tiles": TILES,
@@ -454,4 +455,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from ptojax._hugepages import reexec_with_hugepage_malloc
+    reexec_with_hugepage_malloc()
     main()

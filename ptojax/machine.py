@@ -125,15 +125,16 @@ def header_step(blk, word, gpr_row, pc):
     return nb, fault, completes
 
 
-@functools.partial(jax.jit, static_argnames=("pe", "cfg", "hold", "max_commits"))
-def run_stream(st: State, words, length, pe: int, cfg: MachineConfig, hold: bool,
-               max_commits: int):
+@functools.partial(jax.jit, static_argnames=("cfg", "max_commits"))
+def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int):
     """Run words[:length] on one State (jit; vmap it for a batch).
 
     Phase 1 scans the words through decode and the block header, stopping at
     the first header fault and recording the block each completing word
     commits (at most `max_commits`). Phase 2 commits those blocks in order and
-    stops at the first completion fault. Returns (state, executed).
+    stops at the first completion fault. `pe` (current PE) and `hold`
+    (on_fault="hold") are traced, so they never cause a recompile.
+    Returns (state, executed).
     """
     L = words.shape[0]
     st = st.replace(fault=jnp.int32(0), fault_address=U64(0))
@@ -183,7 +184,7 @@ def run_stream(st: State, words, length, pe: int, cfg: MachineConfig, hold: bool
     at = jnp.where(commit_first, cstop, stop_at)
     faulted = at < L
     post_commit = fault == F["Fault_BundlePostCommit"]
-    kept = _sel(commit_first, cblk, before) if hold else empty
+    kept = _sel(hold, _sel(commit_first, cblk, before), empty)
     final_block = _sel(faulted & ~post_commit, kept, _sel(faulted, empty, blk))
     memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
     executed = jnp.where(faulted, at, length)
@@ -229,6 +230,20 @@ def check_on_fault(on_fault: str) -> bool:
     return on_fault == "hold"
 
 
+def check_config(state: State, cfg: MachineConfig | None) -> MachineConfig:
+    """The config to run with: the State's own sizes unless one is given that matches."""
+    sizes = config_of(state)
+    if cfg is None:
+        return sizes
+    if not isinstance(cfg, MachineConfig):
+        raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
+    for f in ("gm_bytes", "tile_words", "hand_slots"):
+        if getattr(cfg, f) != getattr(sizes, f):
+            raise ValueError(f"cfg.{f}={getattr(cfg, f)} does not match the State "
+                             f"({getattr(sizes, f)}); build the State with pj.reset(cfg)")
+    return cfg
+
+
 def _check_pe(pe):
     if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
         raise ValueError(f"pe must be an int in 0..{tables.NUM_PES - 1}, got {pe!r}")
@@ -246,9 +261,9 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     pe = _check_pe(pe)
     hold = check_on_fault(on_fault)
     w = as_words(words)
-    cfg = config_of(state) if cfg is None else cfg
+    cfg = check_config(state, cfg)
     padded = np.zeros(_bucket(len(w)), np.uint32)
     padded[: len(w)] = w
-    st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), pe, cfg, hold,
-                              _bucket(int(commit_capable(w)), low=1))
+    st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe),
+                              jnp.bool_(hold), cfg, _bucket(int(commit_capable(w)), low=1))
     return RunResult.from_state(st, int(executed))

@@ -1121,8 +1121,12 @@ def test_arguments_and_words_forms():
     with pytest.raises(ValueError):
         run(s, [], on_fault="retry")
     a = run(s, np.array([bstart("TLOAD", "FP16")], np.uint32))
-    b = run(s, [bstart("TLOAD", "FP16") + (1 << 32)])
+    b = run(s, [bstart("TLOAD", "FP16")])
     assert a.ok and b.ok and same_except(a.state, b.state)
+    with pytest.raises(ValueError):          # not a 32-bit word: API misuse
+        run(s, [bstart("TLOAD", "FP16") + (1 << 32)])
+    with pytest.raises(TypeError):
+        run(s, ["BSTOP"])
 
 
 def test_any_word_gives_a_defined_result():

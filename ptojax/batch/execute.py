@@ -17,9 +17,9 @@ import numpy as np
 
 from .. import tables
 from .._x64 import x64
-from ..machine import _bucket, _check_pe, check_on_fault, commit_capable, run_stream
+from ..machine import _bucket, _check_pe, check_config, check_on_fault, commit_capable, run_stream
 from ..result import RunResult
-from ..state import MachineConfig, State, config_of
+from ..state import MachineConfig, State
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,12 @@ class BatchResult:
         return RunResult.from_state(unstack_state(self.state, i), int(self.executed[i]))
 
 
-def _batched(states, words, lengths, pe, cfg, hold, max_commits):
-    return jax.vmap(lambda s, w, n: run_stream(s, w, n, pe, cfg, hold, max_commits))(
+def _batched(states, words, lengths, pe, hold, cfg, max_commits):
+    return jax.vmap(lambda s, w, n: run_stream(s, w, n, pe, hold, cfg, max_commits))(
         states, words, lengths)
 
 
-_STATIC = ("pe", "cfg", "hold", "max_commits")
+_STATIC = ("cfg", "max_commits")
 _run_kept = jax.jit(_batched, static_argnames=_STATIC)
 _run_donated = jax.jit(_batched, static_argnames=_STATIC, donate_argnums=(0,))
 
@@ -117,7 +117,7 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
         states = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (B,) + a.shape), states)
     elif states.gm.shape[0] != B:
         raise ValueError(f"{states.gm.shape[0]} states but {B} word streams")
-    cfg = config_of(unstack_state(states, 0)) if cfg is None else cfg
+    cfg = check_config(unstack_state(states, 0), cfg)
     Lb = _bucket(w.shape[1])
     padded = np.zeros((B, Lb), np.uint32)
     padded[:, : w.shape[1]] = w
@@ -130,7 +130,7 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
         n = np.concatenate([n, np.zeros(pad_b, np.int32)])
     args = [_shard(x, n_dev) for x in (states, jnp.asarray(padded), jnp.asarray(n))]
     fn = _run_donated if donate else _run_kept
-    st, executed = fn(*args, pe=pe, cfg=cfg, hold=hold, max_commits=K)
+    st, executed = fn(*args, jnp.int32(pe), jnp.bool_(hold), cfg=cfg, max_commits=K)
     if pad_b:
         st = jax.tree_util.tree_map(lambda a: a[:B], st)
         executed = executed[:B]

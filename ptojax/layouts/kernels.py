@@ -142,7 +142,7 @@ def _valid_dims(v, bound, batch, name):
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         if not 1 <= v <= bound:
             raise ValueError(f"{name}={v} must be in 1..{bound} (the static bound of the input)")
-        return jnp.full((batch,), int(v), jnp.int32), int(v)
+        return np.full((batch,), int(v), np.int32), int(v)
     if isinstance(v, jax.core.Tracer):
         return jnp.broadcast_to(jnp.asarray(v, jnp.int32), (batch,)), None
     arr = np.asarray(v)
@@ -153,7 +153,7 @@ def _valid_dims(v, bound, batch, name):
         raise ValueError(f"{name} must be an int or shape ({batch},), got shape {arr.shape}")
     if arr.size and (arr.min() < 1 or arr.max() > bound):
         raise ValueError(f"{name} must lie in 1..{bound} (the static bound), got {arr.min()}..{arr.max()}")
-    return jnp.asarray(arr, jnp.int32), (int(arr[0]) if arr.size and (arr == arr[0]).all() else None)
+    return arr.astype(np.int32), (int(arr[0]) if arr.size and (arr == arr[0]).all() else None)
 
 
 def _pad_in(container_bits: int, dt, pad) -> int:
@@ -191,7 +191,7 @@ def nd_to_cube(x, layout, dtype, valid_rows=None, valid_cols=None, *, pad="Null"
     vc, _ = _valid_dims(valid_cols, C, B, "valid_cols")
     p = tables.padvalue(pad)
     compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
-    out = _nd_to_cube(jnp.asarray(xb), vr, vc, layout=lay, cr=cr, cc=cc,
+    out = _nd_to_cube(xb, vr, vc, layout=lay, cr=cr, cc=cc,
                       swap=(lay == "CUBE_M16" and d.bits == 4),
                       pad=_pad_in(np.dtype(xb.dtype).itemsize * 8, d, p),
                       pad_defined=p != tables.PAD_NULL, with_defined=defined,
@@ -233,6 +233,6 @@ def cube_to_nd(words, layout, dtype, valid_rows, valid_cols, *, shape=None):
     vr, vr_static = _valid_dims(valid_rows, R, B, "valid_rows")
     vc, _ = _valid_dims(valid_cols, C, B, "valid_cols")
     compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
-    out = _cube_to_nd(jnp.asarray(wb), vr, vc, layout=lay, cr=cr, cc=cc,
+    out = _cube_to_nd(wb, vr, vc, layout=lay, cr=cr, cc=cc,
                       swap=(lay == "CUBE_M16" and d.bits == 4), R=R, C=C, compact=compact)
     return out[0] if single else out

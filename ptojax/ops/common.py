@@ -79,13 +79,13 @@ def log2(x):
     return 31 - jax.lax.clz(jnp.maximum(x, 1).astype(jnp.int32))
 
 
-def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
+def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, rows, cols, column_major, W: int):
     """Logical (row, col) of payload slots 0..W-1 of a tile (inverse of B.3).
 
-    CUBE tiles: lay indexes CUBE_ORDER, cr/cc the cell shape. Ordinary
-    RowMajor tiles: slot r*cols + c. Cell shapes and ordinary column counts
-    are powers of two, so the map is shifts and masks; only the N8 cell
-    number divides by K_repeat. Everything may be traced.
+    CUBE tiles: lay indexes CUBE_ORDER, cr/cc the cell shape. Ordinary tiles:
+    slot r*cols + c (RowMajor) or c*rows + r (ColumnMajor). Cell shapes and
+    ordinary rows/columns are powers of two, so the map is shifts and masks;
+    only the N8 cell number divides by K_repeat. Everything may be traced.
     """
     j = jnp.arange(W, dtype=jnp.int32)
     lcr, lcc = log2(cr), log2(cc)
@@ -100,8 +100,9 @@ def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
     q = jnp.where(b4 & (lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
     m_r, m_c = inner >> lcc, (cell << lcc) + q
     # ordinary row-major
-    lcol = log2(cols)
-    o_r, o_c = j >> lcol, j & (jnp.maximum(cols, 1) - 1)
+    minor = jnp.maximum(jnp.where(column_major, rows, cols), 1)
+    major, rest = j >> log2(minor), j & (minor - 1)
+    o_r, o_c = jnp.where(column_major, rest, major), jnp.where(column_major, major, rest)
     is_n8 = lay == 2
     r = jnp.where(is_cube, jnp.where(is_n8, n8_r, m_r), o_r)
     c = jnp.where(is_cube, jnp.where(is_n8, n8_c, m_c), o_c)

@@ -131,7 +131,21 @@ def complete(state, blk, pe: int, cfg, enable):
     cube_src_bad = ~(s_alloc & s_cube_legal & s_defined & (s["dtype"] == bdt)
                      & (s_lay == cube_lay) & (s["valid_rows"] == lb[1])
                      & (s["valid_cols"] == lb[0]) & ((s["mask"] & bind_mask) == bind_mask))
-    ord_src_bad = ~(s_alloc & (s["layout"] == LAY["RowMajor"]) & s_defined)
+    # C.8 step 4: an allocated, configured, generically indexable, fully defined
+    # ordinary source (RowMajor/ColumnMajor; ptojax creates no ZN/NZ tiles)
+    s_bits = take(DT_BITS, s["dtype"])
+    s_unit = jnp.maximum(s["cols"] * s_bits, 1)
+    s_cap_ok = (s["capacity"] % 128 == 0) & (s["capacity"] >= 128) & (s["capacity"] <= 65536) \
+        & (s["capacity"].astype(jnp.int64) <= state.tile_capacity.astype(jnp.int64))
+    s_rows_ok = ((s["capacity"] * 8) % s_unit == 0) & (s["rows"] == (s["capacity"] * 8) // s_unit) \
+        & (s["rows"] > 0) & (s["valid_rows"] <= s["rows"]) & (s["valid_cols"] <= s["cols"]) \
+        & (s["valid_rows"] >= 0) & (s["valid_cols"] >= 0) & (s_bits > 0)
+    col_major = s["layout"] == LAY["ColumnMajor"]
+    far = jnp.where(col_major, (s["valid_cols"] - 1) * s["rows"] + s["valid_rows"] - 1,
+                    (s["valid_rows"] - 1) * s["cols"] + s["valid_cols"] - 1)
+    s_in_words = (s["valid_rows"] == 0) | (s["valid_cols"] == 0) | (far < W)
+    ord_src_bad = ~(s_alloc & ((s["layout"] == LAY["RowMajor"]) | col_major) & s_cap_ok
+                    & s_rows_ok & s_defined & s_in_words)
 
     # ---------------- the ordered check list
     tl_op = is_load | is_store
@@ -162,7 +176,8 @@ def complete(state, blk, pe: int, cfg, enable):
     r, c = tile_coords(cube, jnp.where(is_load, cube_lay, s_lay), jnp.where(is_load, cr, scr),
                        jnp.where(is_load, cc, scc), bits == 4,
                        jnp.where(is_load, g["k_repeat"], s["k_repeat"]),
-                       jnp.where(is_load, col_o, s["cols"]), W)
+                       jnp.where(is_load, rows_o, s["rows"]), jnp.where(is_load, col_o, s["cols"]),
+                       ~is_load & col_major, W)
     vr = jnp.where(is_load, l_vr, s["valid_rows"])
     vc = jnp.where(is_load, l_vc, s["valid_cols"])
     cells = jnp.where(is_load, g["cell_count"], s["cell_count"])

@@ -57,7 +57,14 @@ def _word_list(words) -> list[int]:
         words = [words]
     elif hasattr(words, "shape"):
         words = np.asarray(words).reshape(-1).tolist()
-    return [int(w) & 0xFFFFFFFF for w in words]
+    out = []
+    for i, w in enumerate(words):
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
+            raise TypeError(f"word {i} is {type(w).__name__}; expected an int")
+        if not 0 <= int(w) < 1 << 32:
+            raise ValueError(f"word {i} = {int(w)} is not a 32-bit value (0..0xffffffff)")
+        out.append(int(w))
+    return out
 
 
 def raise_fault(m: Machine, f: Fault, address: int, before: Block, on_fault: str) -> None:

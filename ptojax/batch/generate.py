@@ -1,0 +1,1400 @@
+"""Seeded random TLOAD/TSTORE programs and initial States (differential testing).
+
+`random_case(rng, cfg)` draws one `Case`: a word stream of at most
+`cfg.max_words` 32-bit words plus the initial GM bytes, GPR files, PC and
+TILE_CAPACITY it runs on. `build_state(case, cfg)` turns a Case into a
+`State`; `random_cases(seed, n, cfg)` draws n Cases from one seed.
+
+A Case starts from one of the program kinds (`PROGRAM_KINDS`): legal CUBE
+(B.DATR Layout 21..26) and ordinary TLOAD bundles over all 25 dtypes
+(weighted to the CUBE-legal ones), CUBE/ordinary TLOAD -> TSTORE round trips
+of the loaded tile, crossed stores, several bundles in one stream, hands and
+budgets filled up, zero-mask blocks, header commands outside a block, and
+random words. A Case may then carry mutations (`MUTATIONS`), each aimed at one
+check of the ordered lists of encoding.md 3-4 and state-and-transport.md
+C.5-C.8 (wrong direction, missing/zero/extra LB, B.DATR attributes, B.IOS
+with CUBE codes, mask mismatch, B.IOT after last, duplicates, B.IOR surplus
+fields, reserved fields, truncated streams, ...). `Case.kind` and
+`Case.mutations` label what was drawn, so tests can report coverage; the
+labels say what was aimed at, not what the run must give (an earlier check
+may fire first).
+
+Words are encoded here from the digests (encoding.md 4), independently of
+`ptojax.isa`; `Case.text()` disassembles them for reports.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .. import tables
+from ..state import MachineConfig, State
+
+MASK64 = (1 << 64) - 1
+
+# ----------------------------------------------------------------- encoders (encoding.md 4)
+
+BSTOP = 0x00000001
+START = {"TLOAD": 0x00011181, "TSTORE": 0x00111181, "TSTORE.SPART": 0x00E11181,
+         "MGATHER.CAS": 0x00811181, "TMATMUL": 0x00031181, "TMATMUL.BIAS": 0x00131181,
+         "TMATMUL.ACC": 0x00231181, "TMATMULMX": 0x00431181, "TGEMV": 0x01031181,
+         "TGEMVMX.ACC": 0x01631181}
+
+
+def bstart(op: str, dt: int) -> int:
+    return START[op] | (dt & 0x1F) << 27
+
+
+def datr(layout=0, dtype=31, pad=3, cmode=0, rmode=0, sat=0, canon=0) -> int:
+    return (0x1023 | (layout & 0x1F) << 7 | (rmode & 7) << 15 | (dtype & 0x1F) << 20
+            | (canon & 1) << 25 | (sat & 1) << 26 | (pad & 3) << 27 | (cmode & 7) << 29)
+
+
+def dim(n: int, imm: int, reg: int = 0) -> int:
+    return (0x43 | (imm & 0xFFF) << 20 | ((imm >> 12) & 0x1F) << 7 | (n & 7) << 12
+            | (reg & 0x1F) << 15)
+
+
+def ior(src0=0, src1=0, src2=0, dst=0) -> int:
+    return 0x13 | (dst & 0x1F) << 7 | (src0 & 0x1F) << 15 | (src1 & 0x1F) << 20 | (src2 & 0x1F) << 27
+
+
+def iot_dst(hand, size=1, pemode=1, last=1) -> int:
+    return 0x6013 | (pemode & 7) << 9 | (hand & 3) << 7 | (size & 0xF) << 15 | (last & 1) << 19
+
+
+def iot_src(src, pemode=1, last=1) -> int:
+    return 0x5013 | (src & 0x3F) << 20 | (pemode & 7) << 9 | (last & 1) << 19
+
+
+def iot_src_dst(src, hand, size=1, pemode=1, last=1) -> int:
+    return (0x5013 | (src & 0x3F) << 20 | (hand & 3) << 7 | (size & 0xF) << 15
+            | (pemode & 7) << 9 | (last & 1) << 19)
+
+
+def iot_src2(s0, s1, pemode=1, last=1) -> int:
+    return 0x4013 | (s0 & 0x3F) << 20 | (s1 & 0x3F) << 26 | (pemode & 7) << 9 | (last & 1) << 19
+
+
+def ios(sid, pemode=1, size=0) -> int:
+    return 0x1013 | (pemode & 7) << 9 | (size & 0xF) << 15 | (sid & 0xFF) << 20
+
+
+def catr(trap=0, dr=0, atom=0, aq=0, rl=0, far=0) -> int:
+    return 0x23 | rl << 15 | aq << 16 | atom << 17 | far << 18 | trap << 19 | dr << 26
+
+
+FPATR0 = 0x00002023
+
+# ----------------------------------------------------------------- value tables
+
+DTYPES = tuple(d.code for d in tables.DATATYPES)                      # the 25 assigned codes
+CUBE_DTYPES = tuple(d.code for d in tables.DATATYPES if d.cube_class)  # 20 with a CELL class
+BITS = {d.code: d.bits for d in tables.DATATYPES}
+RESERVED_START_DTYPES = (15, 21, 22, 23, 29, 30, 31)
+RESERVED_DATR_DTYPES = tables.RESERVED_DTYPE_CODES
+RESERVED_LAYOUTS = tables.RESERVED_LAYOUT_CODES
+RELAYOUT_CODES = (1, 3, 4, 6, 8, 9, 17, 18, 20, 27, 28, 30)
+LOAD_CODES = (21, 22, 23)                 # ND2M32, ND2M16, ND2N8
+STORE_CODES = (24, 25, 26)                # M322ND, M162ND, N82ND
+CODE_LAYOUT = {21: "M32", 22: "M16", 23: "N8", 24: "M32", 25: "M16", 26: "N8"}
+STORE_OF = {21: 24, 22: 25, 23: 26}
+PEMODE_MASK = tables.PEMODE_MASK
+# B.1: (layout, element bits) -> (cell rows, cell columns)
+CELL = {("N8", 32): (4, 8), ("N8", 16): (8, 8), ("N8", 8): (16, 8), ("N8", 4): (32, 8),
+        ("M32", 32): (32, 1), ("M32", 16): (32, 2), ("M32", 8): (32, 4), ("M32", 4): (32, 8),
+        ("M16", 32): (16, 2), ("M16", 16): (16, 4), ("M16", 8): (16, 8), ("M16", 4): (16, 16)}
+
+PROGRAM_KINDS = {
+    # kind: weight
+    "cube_load": 12,
+    "cube_roundtrip": 16,
+    "ord_load": 8,
+    "ord_roundtrip": 12,
+    "cross_store": 4,
+    "two_bundles": 6,
+    "hand_fill": 3,
+    "budget": 3,
+    "zero_mask": 5,
+    "outside_block": 4,
+    "random_words": 3,
+    "structured_random": 4,
+}
+
+# mutation label -> weight (the fault each aims at in the comment)
+MUTATIONS = {
+    "wrong_direction": 4,        # TileLegality (CUBE code of the other direction)
+    "lb_missing": 4,             # CUBE: TileLegality; ordinary: default 1
+    "lb_zero": 3,                # CUBE: TileLegality; ordinary: default 1
+    "lb_huge": 2,                # TileAllocation (shape vs TSize / model bound)
+    "lb2_extra": 3,              # CUBE: TileLegality; ordinary: physical Col
+    "lb_dup": 2,                 # BundleControl (LB write-once)
+    "datr_dtype": 3,             # CUBE: DataType != 31 -> TileLegality; ordinary: != 0
+    "datr_attr": 4,              # CMode/RMode/Sat/Canon set -> TileLegality
+    "datr_pad_ordinary": 2,      # ordinary PadValue != 0 -> TileLegality
+    "datr_dup": 2,               # BundleControl
+    "relayout": 2,               # ordinary relayout Layout -> Fault_Unimplemented
+    "ior_dup": 2,                # BundleControl
+    "ior_surplus": 3,            # RegDst/RegSrc2 != 0 -> CUBE TileLegality / ordinary BundleControl
+    "ios_add": 3,                # B.IOS: CUBE TileLegality, ordinary Unimplemented, mask checks
+    "zero_mask_block": 3,        # all B.IOT PEMode 000: no-op, even if otherwise illegal
+    "zero_mask_extra": 2,        # an extra PEMode-000 B.IOT: ignored
+    "mask_mismatch": 3,          # TileLegality at the second B.IOT
+    "iot_after_last": 3,         # BundleControl
+    "iot_not_last": 3,           # CUBE TileLegality / ordinary BundleControl
+    "iot_missing": 2,            # CUBE TileLegality / ordinary BundleControl
+    "iot_extra": 2,              # binding counts
+    "iot_wrong_form": 3,         # binding counts / forms
+    "iot_src_other": 2,          # TSTORE source: another (unallocated, unmaterialized) tile
+    "store_mask": 2,             # CUBE TSTORE mask outside the tile's mask -> TileLegality
+    "fpatr": 1,                  # BundleControl (non-matrix block)
+    "catr": 2,                   # trap -> BundlePostCommit, DR ok on TLSU, duplicate
+    "start_op": 3,               # matrix / MGATHER.CAS / SPART start: TileLegality, Illegal, Unimpl.
+    "start_dtype": 3,            # CUBE-illegal dtype -> TileLegality; reserved -> Illegal
+    "reserved_field": 5,         # decode faults (IllegalInstruction)
+    "header_outside": 3,         # BundleControl
+    "bstop_extra": 2,            # BundleControl
+    "drop_bstop": 3,             # next BSTART completes / stream ends mid-block
+    "truncate": 3,               # stream ends mid-block
+    "random_word": 3,            # anything
+    "shuffle": 3,                # header order (legal)
+    "odd_pc": 1,                 # Fault_InstructionPC
+    "pc_wrap": 1,                # PC near 2^64 (fault address = PC)
+}
+
+
+# ----------------------------------------------------------------- config and case
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    """Generation knobs; `machine` is the MachineConfig the States are built for."""
+    machine: MachineConfig = MachineConfig(tile_words=512, hand_slots=2)
+    max_words: int = 16
+    p_mutate: float = 0.5          # a program kind gets mutations with this probability
+    max_mutations: int = 3
+    pe: int = 0                    # the current PE of every case (static in pj.batch.run)
+
+
+def _gen_config(cfg) -> GenConfig:
+    if cfg is None:
+        return GenConfig()
+    if isinstance(cfg, GenConfig):
+        return cfg
+    if isinstance(cfg, MachineConfig):
+        return GenConfig(machine=cfg)
+    raise TypeError(f"expected a GenConfig or MachineConfig, got {type(cfg).__name__}")
+
+
+@dataclass
+class Case:
+    """One generated program and the initial State it runs on.
+
+    words: the stream (<= max_words 32-bit ints); gm: initial GM bytes
+    (gm_bytes long); gprs: {pe: {reg: value}} initial GPRs (unlisted = 0);
+    pc: initial PC; tile_capacity: TILE_CAPACITY register (None = config's);
+    pe: current PE; kind: the program kind; mutations: the mutation labels
+    applied in order; notes: free-form details (addressing modes, shapes).
+    """
+    words: list
+    gm: bytes
+    gprs: dict
+    kind: str
+    mutations: tuple = ()
+    pc: int = 0
+    tile_capacity: Optional[int] = None
+    pe: int = 0
+    notes: tuple = ()
+
+    @property
+    def labels(self) -> tuple:
+        return (self.kind,) + tuple(self.mutations)
+
+    def text(self) -> str:
+        """The stream in assembly (undecodable words as .word)."""
+        from ..isa.asm import disassemble
+        return disassemble(self.words)
+
+    def describe(self) -> str:
+        """A readable report: labels, initial PC/GPRs and the disassembly."""
+        regs = {pe: {tables.GPR_NAMES[r]: hex(v) for r, v in sorted(rs.items()) if v}
+                for pe, rs in sorted(self.gprs.items())}
+        lines = [f"kind={self.kind} mutations={list(self.mutations)} notes={list(self.notes)}",
+                 f"pc={self.pc:#x} pe={self.pe} tile_capacity={self.tile_capacity}",
+                 f"gprs={regs}"]
+        for i, (w, t) in enumerate(zip(self.words, self.text().splitlines())):
+            lines.append(f"  [{i:2d}] {w:08x}  {t}")
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- state building
+
+
+@functools.lru_cache(maxsize=8)
+def _reset_leaves(mcfg: MachineConfig):
+    from ..state import reset
+    return reset(mcfg)
+
+
+def _machine(cfg) -> MachineConfig:
+    if cfg is None:
+        return GenConfig().machine
+    if isinstance(cfg, MachineConfig):
+        return cfg
+    return _gen_config(cfg).machine
+
+
+def case_arrays(case: Case, cfg=None) -> dict:
+    """The leaves a Case sets (numpy): gm, gpr, pc, tile_capacity."""
+    mcfg = _machine(cfg)
+    gm = np.zeros(mcfg.gm_bytes, np.uint8)
+    raw = np.frombuffer(bytes(case.gm), np.uint8)[: mcfg.gm_bytes]
+    gm[: raw.size] = raw
+    gpr = np.zeros((tables.NUM_PES, tables.NUM_GPRS), np.uint64)
+    for pe, regs in case.gprs.items():
+        for r, v in regs.items():
+            if r != 0:
+                gpr[pe, r] = v & MASK64
+    cap = mcfg.tile_capacity if case.tile_capacity is None else case.tile_capacity
+    return dict(gm=gm, gpr=gpr, pc=np.uint64(case.pc & MASK64), tile_capacity=np.uint64(cap))
+
+
+def build_state(case: Case, cfg=None) -> State:
+    """The initial State of a Case: reset, then GM, GPRs, PC and TILE_CAPACITY."""
+    import jax
+    import jax.numpy as jnp
+    base = _reset_leaves(_machine(cfg))
+    a = case_arrays(case, cfg)
+    with jax.enable_x64(True):
+        return base.replace(gm=jnp.asarray(a["gm"]), gpr=jnp.asarray(a["gpr"]),
+                            pc=jnp.asarray(a["pc"], jnp.uint64),
+                            tile_capacity=jnp.asarray(a["tile_capacity"], jnp.uint64))
+
+
+def random_cases(seed: int, n: int, cfg=None) -> list:
+    """n Cases from one seed (case i is reproducible as random_case(rng_i, cfg))."""
+    g = _gen_config(cfg)
+    ss = np.random.SeedSequence(seed)
+    return [random_case(np.random.default_rng(s), g) for s in ss.spawn(n)]
+
+
+def case_rng(seed: int, i: int) -> np.random.Generator:
+    """The Generator random_cases(seed, ...) used for case i."""
+    return np.random.default_rng(np.random.SeedSequence(seed).spawn(i + 1)[i])
+
+
+# ----------------------------------------------------------------- building blocks
+
+
+@dataclass
+class Bundle:
+    """One block: BSTART word, ordered header items (tag, word), BSTOP or not."""
+    start: int
+    items: list
+    stop: bool = True
+    info: dict = field(default_factory=dict)
+
+    def words(self) -> list:
+        return [self.start] + [w for _, w in self.items] + ([BSTOP] if self.stop else [])
+
+    def find(self, tag: str) -> list:
+        return [i for i, (t, _) in enumerate(self.items) if t == tag]
+
+
+def _pick(rng, seq, p=None):
+    return seq[int(rng.choice(len(seq), p=p))]
+
+
+def _weighted(rng, table: dict) -> str:
+    keys = list(table)
+    w = np.array([table[k] for k in keys], float)
+    return keys[int(rng.choice(len(keys), p=w / w.sum()))]
+
+
+def _rowbytes(vc: int, bits: int) -> int:
+    return (vc * bits + 7) // 8
+
+
+def _ebytes(bits: int) -> int:
+    return max(1, bits // 8)
+
+
+class _Builder:
+    """Per-case state: GM, GPR files, register allocation, predicted tile slots."""
+
+    def __init__(self, rng: np.random.Generator, g: GenConfig):
+        self.rng = rng
+        self.g = g
+        self.m = g.machine
+        self.gm_bytes = g.machine.gm_bytes
+        self.pe = g.pe
+        self.gprs = {pe: {} for pe in range(tables.NUM_PES)}
+        self.free_regs = list(range(1, tables.NUM_GPRS))
+        rng.shuffle(self.free_regs)
+        self.hand_used = [0, 0, 0, 0]
+        self.notes = []
+        self.tile_capacity = None
+        self.pc = 0
+
+    # ---- registers
+    def reg(self, value: int) -> int:
+        """A fresh GPR of the current PE holding `value`; other PEs get junk there."""
+        if not self.free_regs:
+            return 0
+        r = self.free_regs.pop()
+        self.gprs[self.pe][r] = value & MASK64
+        for pe in range(tables.NUM_PES):
+            if pe != self.pe:
+                self.gprs[pe][r] = int(self.rng.integers(0, 1 << 63)) * 2 + 1
+        return r
+
+    def noise_regs(self):
+        for pe in range(tables.NUM_PES):
+            for _ in range(int(self.rng.integers(0, 4))):
+                r = int(self.rng.integers(1, tables.NUM_GPRS))
+                if r not in self.gprs[self.pe] or pe != self.pe:
+                    self.gprs[pe].setdefault(r, int(self.rng.integers(0, 1 << 62)))
+
+    # ---- B.DIM words for a value (via zero or a GPR, with uimm17 wrap)
+    def dim_word(self, n: int, value: int) -> int:
+        rng = self.rng
+        value &= 0xFFFF
+        u = rng.random()
+        if u < 0.55:
+            return dim(n, value)
+        if u < 0.7:
+            return dim(n, value + 0x10000)            # uimm17 above 16 bits wraps
+        v = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+        if rng.random() < 0.3:
+            v = int(rng.integers(0, 0x10000))
+        imm = (value - v) & 0xFFFF
+        if rng.random() < 0.3:
+            imm |= 0x10000
+        return dim(n, imm, self.reg(v))
+
+    # ---- base and row stride (C.3), with a label
+    def addressing(self, vr: int, vc: int, bits: int, mode: Optional[str] = None,
+                   aligned_to: Optional[int] = None):
+        """(base, stride, mode). `aligned_to` is the alignment the accesses need."""
+        rng = self.rng
+        eb = _ebytes(bits)
+        al = aligned_to or eb
+        span = _rowbytes(vc, bits) if bits == 4 else vc * eb
+        n = self.gm_bytes
+        if mode is None:
+            mode = _weighted(rng, {"dense": 6, "gap": 4, "zero": 2, "short": 2, "negative": 2,
+                                   "misaligned_base": 1.5, "misaligned_stride": 1.5,
+                                   "end_exact": 1.5, "past_end": 2, "huge_base": 1,
+                                   "huge_stride": 1, "wrap": 1})
+        dense = _rowbytes(vc, bits)
+
+        def aligned_base(lo, hi):
+            lo, hi = max(lo, 0), max(hi, 0)
+            if hi < lo:
+                return lo - lo % al
+            b = int(rng.integers(lo, hi + 1))
+            return b - b % al
+
+        def fit_base(stride):
+            need = (vr - 1) * stride + span
+            return aligned_base(0, n - need)
+
+        if mode == "dense":
+            stride = dense
+            return fit_base(stride), stride, mode
+        if mode == "gap":
+            stride = dense + al * int(rng.integers(1, 8))
+            stride -= stride % al
+            return fit_base(stride), stride, mode
+        if mode == "zero":
+            return fit_base(0), 0, mode
+        if mode == "short":
+            k = max(1, dense // al - int(rng.integers(1, 4)))
+            stride = k * al if dense > al else al
+            return fit_base(stride), stride, mode
+        if mode == "negative":
+            step = dense + al * int(rng.integers(0, 4))
+            step += (-step) % al
+            lo = (vr - 1) * step
+            return aligned_base(lo, n - span), (-step) & MASK64, mode
+        if mode == "misaligned_base":
+            base, stride, _ = self.addressing(vr, vc, bits, "dense", aligned_to)
+            off = int(rng.integers(1, al)) if al > 1 else 0
+            return base + off, stride, mode
+        if mode == "misaligned_stride":
+            stride = dense + (int(rng.integers(1, al)) if al > 1 else 0)
+            return fit_base(stride), stride, mode
+        if mode == "end_exact":
+            stride = _pick(rng, [dense, dense + al, 0])
+            base = n - ((vr - 1) * stride + span)
+            return max(base, 0), stride, mode
+        if mode == "past_end":
+            stride = _pick(rng, [dense, dense + al])
+            base = n - ((vr - 1) * stride + span) + al * int(rng.integers(1, 3))
+            return max(base, 0), stride, mode
+        if mode == "huge_base":
+            base = _pick(rng, [1 << 63, MASK64 - al + 1, (1 << 32), int(rng.integers(0, 1 << 63)) * 2])
+            return base - base % al, dense, mode
+        if mode == "huge_stride":
+            stride = _pick(rng, [0x8000000000000002, (1 << 63) | al, int(rng.integers(0, 1 << 63)) * 2,
+                                 1 << 32])
+            return fit_base(0), stride, mode
+        if mode == "wrap":
+            # row r lands at base + r*stride mod 2^64: rows above 0 wrap around to low GM
+            stride = (MASK64 + 1 - int(rng.integers(0, n // 2)) * al) & MASK64
+            base = aligned_base(0, n - span)
+            return base, stride, mode
+        raise ValueError(mode)
+
+    def ior_items(self, vr, vc, bits, p=0.6, mode=None, aligned_to=None):
+        """[] (no B.IOR: base 0, dense stride) or [("ior", word)] with base/stride GPRs."""
+        rng = self.rng
+        if mode is None and rng.random() >= p:
+            return [], None
+        base, stride, mode = self.addressing(vr, vc, bits, mode, aligned_to)
+        self.notes.append(f"addr:{mode}")
+        rb = 0 if (base == 0 and rng.random() < 0.7) else self.reg(base)
+        if stride == 0 and rng.random() < 0.7:
+            rs = 0                                      # the zero register: a real 0
+        elif stride == base and rb and rng.random() < 0.5:
+            rs = rb
+        else:
+            rs = self.reg(stride)
+        return [("ior", ior(rb, rs))], (base, stride)
+
+    def next_index(self, hand: int) -> int:
+        """TileIndex the next successful TLOAD into `hand` will get (A.2)."""
+        k = self.hand_used[hand]
+        self.hand_used[hand] += 1
+        return hand * tables.HAND_SLOTS + k
+
+
+# ----------------------------------------------------------------- bundles
+
+
+def _cube_shape(rng, lay: str, bits: int, tile_words: int, mode: str):
+    """(vr, vc, cells) for a CUBE layout; mode fit/exact/short/big."""
+    cr, cc = CELL[(lay, bits)]
+    per = cr * cc
+    max_cells = max(1, tile_words // per)
+
+    def shape_for(cells):
+        if lay == "N8":
+            ks = [k for k in range(1, cells + 1) if cells % k == 0]
+            k = _pick(rng, ks)
+            nn = cells // k
+            vr = int(rng.integers((k - 1) * cr + 1, k * cr + 1))
+            vc = int(rng.integers((nn - 1) * 8 + 1, nn * 8 + 1))
+        else:
+            vr = int(rng.integers(1, cr + 1))
+            if rng.random() < 0.3:
+                vr = _pick(rng, [1, cr, min(cr, 2)])
+            vc = int(rng.integers((cells - 1) * cc + 1, cells * cc + 1))
+        return vr, vc
+
+    if mode == "exact":
+        opts = [c for c in (1, 2, 4, 8, 16) if c <= max_cells]
+        cells = _pick(rng, opts)
+    elif mode == "short":
+        opts = [c for c in (2, 3, 5, 9, 17) if c <= max_cells] or [2]
+        cells = _pick(rng, opts)
+    elif mode == "big":
+        cells = max_cells + int(rng.integers(1, 4))
+    else:
+        cells = int(rng.integers(1, max_cells + 1))
+        # keep shapes mostly within ~40 x 40
+        if rng.random() < 0.6:
+            cells = int(rng.integers(1, min(max_cells, 6) + 1))
+    vr, vc = shape_for(cells)
+    return vr, vc, cells
+
+
+def _size_for_bytes(nbytes: int) -> int:
+    code = 1
+    while (128 << (code - 1)) < nbytes and code < 15:
+        code += 1
+    return code
+
+
+def _cube_dtype(rng) -> int:
+    if rng.random() < 0.88:
+        return _pick(rng, CUBE_DTYPES)
+    return _pick(rng, [0, 14, 16, 24])                  # FP64, HiF4X2, S64, U64: no CELL class
+
+
+def cube_tload(b: _Builder, *, dt=None, code=None, shape_mode=None) -> Bundle:
+    rng = b.rng
+    dt = _cube_dtype(rng) if dt is None else dt
+    code = _pick(rng, LOAD_CODES) if code is None else code
+    lay = CODE_LAYOUT[code]
+    bits = BITS[dt]
+    cbits = bits if bits in (4, 8, 16, 32) else 16     # illegal dtypes: any geometry
+    shape_mode = shape_mode or _weighted(rng, {"fit": 8, "exact": 2, "short": 1.2, "big": 0.5})
+    vr, vc, cells = _cube_shape(rng, lay, cbits, b.m.tile_words, shape_mode)
+    need = cells * 128
+    if shape_mode == "short":
+        size = _size_for_bytes(need - 128)
+        if (128 << (size - 1)) >= need:
+            size = max(1, size - 1)
+    else:
+        size = _size_for_bytes(need)
+        if shape_mode == "fit" and rng.random() < 0.3:
+            size += int(rng.integers(1, 3))
+    size = max(1, min(size, 10))
+    b.notes.append(f"cube:{lay}/{tables.DTYPE_BY_CODE[dt].name}/{vr}x{vc}/cells{cells}/"
+                   f"size{size}/{shape_mode}")
+    hand = int(rng.integers(0, 4))
+    pemode = int(rng.integers(1, 8))
+    pad = int(rng.integers(0, 4))
+    items = [("datr", datr(code, 31, pad)), ("dim0", b.dim_word(0, vc)), ("dim1", b.dim_word(1, vr))]
+    items += b.ior_items(vr, vc, bits if bits else 16)[0]
+    items.append(("iot", iot_dst(hand, size, pemode, 1)))
+    info = dict(op="TLOAD", cube=True, code=code, dt=dt, vr=vr, vc=vc, hand=hand,
+                mask=PEMODE_MASK[pemode], pemode=pemode, size=size, index=b.next_index(hand))
+    return Bundle(bstart("TLOAD", dt), items, True, info)
+
+
+def ord_tload(b: _Builder, *, dt=None) -> Bundle:
+    rng = b.rng
+    dt = _pick(rng, DTYPES) if dt is None else dt
+    datr_zero = rng.random() < 0.15                     # present-with-zeros: FP64 destination
+    edt = 0 if datr_zero else dt
+    ebits = BITS[edt]
+    W = b.m.tile_words
+    col = 1 << int(rng.integers(0, 7))                  # 1..64
+    while col > W:
+        col //= 2
+    vc = int(rng.integers(1, col + 1))
+    vr = int(rng.integers(1, max(1, min(40, W // col)) + 1))
+    if rng.random() < 0.05:
+        vr = int(rng.integers(1, 3 * W // col + 2))     # past the model bound
+    need_bits = vr * col * ebits
+    size = _size_for_bytes((need_bits + 7) // 8)
+    mode = _weighted(rng, {"exact": 6, "roomy": 3, "short": 1})
+    if mode == "roomy":
+        size += int(rng.integers(1, 4))
+    elif mode == "short":
+        size -= 1
+    size = max(1, min(size, 10))
+    hand = int(rng.integers(0, 4))
+    pemode = int(rng.integers(1, 8))
+    items = []
+    if datr_zero:
+        items.append(("datr", datr(0, 0, 0)))
+    # LB0 = ValidCol (absent or 0 -> 1), LB1 = ValidRow, LB2 = Col (absent -> ValidCol)
+    if vc != 1 or rng.random() < 0.5:
+        items.append(("dim0", b.dim_word(0, vc if vc != 1 or rng.random() < 0.5 else 0)))
+    if vr != 1 or rng.random() < 0.5:
+        items.append(("dim1", b.dim_word(1, vr if vr != 1 or rng.random() < 0.5 else 0)))
+    if col != vc or rng.random() < 0.4:
+        items.append(("dim2", b.dim_word(2, col)))
+    else:
+        col = vc if vc & (vc - 1) == 0 else col         # absent: Col = ValidCol
+    # accesses use the effective dtype; the dense default stride the BSTART one
+    items += b.ior_items(vr, vc, ebits, aligned_to=_ebytes(ebits))[0]
+    items.append(("iot", iot_dst(hand, size, pemode, 1)))
+    b.notes.append(f"ord:{tables.DTYPE_BY_CODE[edt].name}/{vr}x{vc}/col{col}/size{size}/{mode}")
+    info = dict(op="TLOAD", cube=False, code=0, dt=edt, start_dt=dt, vr=vr, vc=vc, col=col,
+                hand=hand, mask=PEMODE_MASK[pemode], pemode=pemode, size=size,
+                index=b.next_index(hand))
+    return Bundle(bstart("TLOAD", dt), items, True, info)
+
+
+def cube_tstore(b: _Builder, src: dict) -> Bundle:
+    """CUBE TSTORE of a loaded tile: matching codes/shape/dtype, or mismatched."""
+    rng = b.rng
+    code = STORE_OF.get(src.get("code"), _pick(rng, STORE_CODES))
+    dt, vr, vc = src["dt"], src["vr"], src["vc"]
+    mism = []
+    u = rng.random()
+    if u < 0.08:
+        code = _pick(rng, [c for c in STORE_CODES if c != code]); mism.append("code")
+    elif u < 0.14:
+        dt = _pick(rng, [d for d in CUBE_DTYPES if d != dt]); mism.append("dtype")
+    elif u < 0.20:
+        same_bits = [d for d in CUBE_DTYPES if BITS[d] == BITS.get(dt) and d != dt]
+        if same_bits:
+            dt = _pick(rng, same_bits); mism.append("dtype_same_width")
+    elif u < 0.28:
+        vr, vc = (vc, vr) if vr != vc else (vr + 1, vc); mism.append("shape")
+    if mism:
+        b.notes.append("cube_store_mismatch:" + ",".join(mism))
+    bits = BITS.get(dt, 16)
+    pad = int(rng.integers(0, 4))
+    pemode = src.get("pemode", 7)
+    if rng.random() < 0.25:
+        subs = [p for p in range(1, 8) if PEMODE_MASK[p] & src.get("mask", 15) == PEMODE_MASK[p]]
+        pemode = _pick(rng, subs) if subs else pemode
+    items = [("datr", datr(code, 31, pad)), ("dim0", b.dim_word(0, vc)), ("dim1", b.dim_word(1, vr))]
+    items += b.ior_items(vr, vc, bits)[0]
+    items.append(("iot", iot_src(src["index"], pemode, 1)))
+    info = dict(op="TSTORE", cube=True, code=code, dt=dt, vr=vr, vc=vc, src=src["index"],
+                pemode=pemode, mask=PEMODE_MASK[pemode])
+    return Bundle(bstart("TSTORE", dt), items, True, info)
+
+
+def ord_tstore(b: _Builder, src: dict) -> Bundle:
+    """Ordinary TSTORE of a loaded tile; stride aliasing, nibble stores, LB2 default."""
+    rng = b.rng
+    tdt = src["dt"]
+    bits = BITS[tdt]
+    start_dt = tdt if rng.random() < 0.6 else _pick(rng, DTYPES)   # only sizes the default stride
+    vr, vc = src["vr"], src["vc"]
+    items = []
+    if rng.random() < 0.15:
+        items.append(("datr", datr(0, 0, 0)))
+    if rng.random() < 0.3:
+        items.append(("dim0", b.dim_word(0, int(rng.integers(0, 50)))))   # ignored by the model
+    if rng.random() < 0.3:
+        items.append(("dim1", b.dim_word(1, int(rng.integers(0, 50)))))
+    if rng.random() < 0.3:
+        items.append(("dim2", b.dim_word(2, _pick(rng, [1, 2, 4, 8, 16, 3, 0]))))
+    mode = None
+    if rng.random() < 0.5:
+        mode = _weighted(rng, {"zero": 3, "short": 3, "negative": 2, "dense": 2, "gap": 1,
+                               "misaligned_base": 1, "past_end": 1, "wrap": 1})
+    items += b.ior_items(vr, vc, bits, mode=mode)[0]
+    pemode = int(rng.integers(1, 8))
+    items.append(("iot", iot_src(src["index"], pemode, 1)))
+    info = dict(op="TSTORE", cube=False, code=0, dt=start_dt, vr=vr, vc=vc, src=src["index"],
+                pemode=pemode, mask=PEMODE_MASK[pemode])
+    return Bundle(bstart("TSTORE", start_dt), items, True, info)
+
+
+def minimal_tload(b: _Builder, hand: int, size: int = 1, pemode: int = 1, dt: int = 27) -> Bundle:
+    """BSTART.TLOAD, one dst B.IOT, BSTOP: a 1x1 ordinary load from GM address 0."""
+    info = dict(op="TLOAD", cube=False, code=0, dt=dt, vr=1, vc=1, col=1, hand=hand,
+                mask=PEMODE_MASK[pemode], pemode=pemode, size=size, index=b.next_index(hand))
+    return Bundle(bstart("TLOAD", dt), [("iot", iot_dst(hand, size, pemode, 1))], True, info)
+
+
+# ----------------------------------------------------------------- program kinds
+
+
+def _prog_cube_load(b):
+    return [cube_tload(b)]
+
+
+def _prog_cube_roundtrip(b):
+    ld = cube_tload(b, dt=_pick(b.rng, CUBE_DTYPES) if b.rng.random() < 0.95 else None)
+    return [ld, cube_tstore(b, ld.info)]
+
+
+def _prog_ord_load(b):
+    return [ord_tload(b)]
+
+
+def _prog_ord_roundtrip(b):
+    ld = ord_tload(b)
+    return [ld, ord_tstore(b, ld.info)]
+
+
+def _prog_cross_store(b):
+    if b.rng.random() < 0.5:
+        ld = cube_tload(b, dt=_pick(b.rng, CUBE_DTYPES), shape_mode="fit")
+        b.notes.append("cross:cube->ordinary")
+        return [ld, ord_tstore(b, ld.info)]
+    ld = ord_tload(b, dt=_pick(b.rng, CUBE_DTYPES))
+    b.notes.append("cross:ordinary->cube")
+    return [ld, cube_tstore(b, dict(ld.info, code=_pick(b.rng, LOAD_CODES)))]
+
+
+def _prog_two_bundles(b):
+    """Two or three bundles; a missing BSTOP lets the next BSTART complete a block."""
+    rng = b.rng
+    first = cube_tload(b, shape_mode="fit") if rng.random() < 0.5 else ord_tload(b)
+    out = [first]
+    if rng.random() < 0.6:
+        out.append(cube_tstore(b, first.info) if first.info["cube"] else ord_tstore(b, first.info))
+    else:
+        out.append(cube_tload(b, shape_mode="fit") if rng.random() < 0.5 else ord_tload(b))
+    for bd in out[:-1]:
+        if rng.random() < 0.7:
+            bd.stop = False
+    if sum(len(x.words()) for x in out) < 12 and rng.random() < 0.5:
+        out.append(minimal_tload(b, int(rng.integers(0, 4))))
+        if rng.random() < 0.5:
+            out[-2].stop = False
+    return out
+
+
+def _prog_hand_fill(b):
+    """More TLOADs into one hand than it has slots (Fault_TileAllocation)."""
+    rng = b.rng
+    hand = int(rng.integers(0, 4))
+    n = b.m.hand_slots + 1
+    out = [minimal_tload(b, hand, pemode=int(rng.integers(1, 8)),
+                         dt=_pick(rng, DTYPES)) for _ in range(n)]
+    if rng.random() < 0.4:
+        out.append(ord_tstore(b, out[0].info))
+    return out
+
+
+def _prog_budget(b):
+    """Core budget: big masks and SizeCodes, or a small TILE_CAPACITY register."""
+    rng = b.rng
+    if rng.random() < 0.5:
+        b.tile_capacity = _pick(rng, [0, 128, 256, 512, 1024, 4096, int(rng.integers(0, 1 << 20))])
+        b.notes.append(f"tile_capacity:{b.tile_capacity}")
+        if rng.random() < 0.5:
+            return [cube_tload(b, shape_mode="fit")]
+        return [ord_tload(b), minimal_tload(b, int(rng.integers(0, 4)))]
+    out = [minimal_tload(b, int(rng.integers(0, 4)), size=_pick(rng, [9, 10]), pemode=7)]
+    out.append(minimal_tload(b, int(rng.integers(0, 4)), size=_pick(rng, [1, 8, 9, 10]),
+                             pemode=int(rng.integers(1, 8))))
+    if rng.random() < 0.5:
+        out.append(minimal_tload(b, int(rng.integers(0, 4)), size=10, pemode=7))
+    return out
+
+
+def _prog_zero_mask(b):
+    """Blocks whose only bindings are PEMode 000: no-ops, also when otherwise illegal."""
+    rng = b.rng
+    out = [cube_tload(b) if rng.random() < 0.5 else ord_tload(b)]
+    if rng.random() < 0.5:
+        src = dict(out[0].info)
+        out.append(cube_tstore(b, src) if src["cube"] else ord_tstore(b, src))
+    bd = out[int(rng.integers(0, len(out)))]
+    _zero_all(bd)
+    # otherwise-illegal schema in the zero-mask block
+    r = rng.random()
+    if r < 0.2 and bd.find("datr"):
+        i = bd.find("datr")[0]
+        bd.items[i] = ("datr", datr(_pick(rng, STORE_CODES if bd.info["op"] == "TLOAD" else LOAD_CODES),
+                                    int(rng.integers(0, 32)) if rng.random() < 0.3 else 31, 1,
+                                    int(rng.integers(0, 6)), int(rng.integers(0, 8))))
+        b.notes.append("zero_mask:illegal_datr")
+    elif r < 0.4:
+        bd.items = [it for it in bd.items if not it[0].startswith("dim")]
+        b.notes.append("zero_mask:no_dims")
+    elif r < 0.5:
+        bd.items.append(("ios", ios(int(rng.integers(0, 256)), 0, int(rng.integers(0, 13)))))
+        b.notes.append("zero_mask:zero_ios")
+    elif r < 0.6:
+        bd.items.append(("ior", ior(0, 0, 5, 3)))
+        b.notes.append("zero_mask:ior_surplus")
+    return out
+
+
+def _zero_all(bd: Bundle):
+    for i, (t, w) in enumerate(bd.items):
+        if t == "iot":
+            bd.items[i] = (t, w & ~(7 << 9))
+
+
+def _prog_outside_block(b):
+    """Header commands with no block open, BSTOP with no block, zero-mask B.IOT outside."""
+    rng = b.rng
+    pool = [("datr", datr(22, 31, 1)), ("dim0", dim(0, 3)), ("ior", ior(0, 0)),
+            ("iot", iot_dst(1, 1, 1, 1)), ("iot0", iot_dst(1, 1, 0, 1)),
+            ("ios", ios(3, 1)), ("ios0", ios(3, 0)), ("catr", catr()), ("fpatr", FPATR0),
+            ("bstop", BSTOP)]
+    pre = [pool[int(rng.integers(0, len(pool)))] for _ in range(int(rng.integers(1, 4)))]
+    b.notes.append("outside:" + ",".join(t for t, _ in pre))
+    body = [] if rng.random() < 0.3 else [cube_tload(b, shape_mode="fit") if rng.random() < 0.5
+                                          else ord_tload(b)]
+    return [Bundle(0, pre, False, dict(raw=True))] + body
+
+
+def _structured_word(rng) -> int:
+    """A random word of one command class: fixed low bits, random fields."""
+    cls = int(rng.integers(0, 9))
+    r = int(rng.integers(0, 1 << 32))
+    if cls == 0:
+        return BSTOP
+    if cls == 1:        # BSTART family: random engine/function/dtype
+        return (r & 0xFFFF8000) | 0x1181
+    if cls == 2:        # TLSU TLOAD/TSTORE starts with random dtype
+        return START[_pick(rng, ["TLOAD", "TSTORE"])] | (r & 0xF8000000)
+    if cls == 3:        # B.DATR
+        return (r & 0xFFFF8F80) | 0x1023 if rng.random() < 0.3 else (r & 0xFFF38F80) | 0x1023
+    if cls == 4:        # B.DIM, random target selector
+        return (r & 0xFFFFFF80) | 0x43
+    if cls == 5:        # B.IOR/B.IOS/B.IOT
+        return (r & 0xFFFFFF80) | 0x13
+    if cls == 6:        # B.IOT forms with small sources
+        return (r & 0x0FF8FF80 & ~(3 << 13)) | 0x4013 | int(rng.integers(0, 3)) << 13
+    if cls == 7:        # B.CATR/B.DATR/B.FPATR group
+        return (r & 0xFFFFFF80) | 0x23
+    return r
+
+
+def _prog_random_words(b):
+    rng = b.rng
+    n = int(rng.integers(1, b.g.max_words + 1))
+    return [Bundle(0, [("word", int(rng.integers(0, 1 << 32))) for _ in range(n)], False,
+                   dict(raw=True))]
+
+
+def _prog_structured_random(b):
+    rng = b.rng
+    n = int(rng.integers(1, b.g.max_words + 1))
+    return [Bundle(0, [("word", _structured_word(rng)) for _ in range(n)], False, dict(raw=True))]
+
+
+PROGRAMS = {
+    "cube_load": _prog_cube_load, "cube_roundtrip": _prog_cube_roundtrip,
+    "ord_load": _prog_ord_load, "ord_roundtrip": _prog_ord_roundtrip,
+    "cross_store": _prog_cross_store, "two_bundles": _prog_two_bundles,
+    "hand_fill": _prog_hand_fill, "budget": _prog_budget, "zero_mask": _prog_zero_mask,
+    "outside_block": _prog_outside_block, "random_words": _prog_random_words,
+    "structured_random": _prog_structured_random,
+}
+assert set(PROGRAMS) == set(PROGRAM_KINDS)
+
+
+# ----------------------------------------------------------------- mutations
+
+
+def _real(bundles):
+    return [bd for bd in bundles if not bd.info.get("raw")]
+
+
+def _target(rng, bundles, pred=lambda bd: True):
+    cands = [bd for bd in _real(bundles) if pred(bd)]
+    return cands[int(rng.integers(0, len(cands)))] if cands else None
+
+
+def _set_datr(bd: Bundle, **kw):
+    """Rewrite (or add) the B.DATR of a bundle, changing the given fields."""
+    idx = bd.find("datr")
+    cur = dict(layout=0, dtype=31, pad=3, cmode=0, rmode=0, sat=0, canon=0)
+    if idx:
+        w = bd.items[idx[0]][1]
+        cur = dict(layout=(w >> 7) & 0x1F, dtype=(w >> 20) & 0x1F, pad=(w >> 27) & 3,
+                   cmode=(w >> 29) & 7, rmode=(w >> 15) & 7, sat=(w >> 26) & 1, canon=(w >> 25) & 1)
+    cur.update(kw)
+    word = datr(**cur)
+    if idx:
+        bd.items[idx[0]] = ("datr", word)
+    else:
+        bd.items.insert(0, ("datr", word))
+
+
+def _iot_index(bd):
+    idx = bd.find("iot")
+    return idx[-1] if idx else None
+
+
+def _iot_pemode(bd):
+    i = _iot_index(bd)
+    return (bd.items[i][1] >> 9) & 7 if i is not None else 1
+
+
+def _m_wrong_direction(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.info.get("op") in ("TLOAD", "TSTORE"))
+    if bd is None:
+        return False
+    codes = STORE_CODES if bd.info["op"] == "TLOAD" else LOAD_CODES
+    _set_datr(bd, layout=_pick(b.rng, codes), dtype=31)
+    return True
+
+
+def _m_lb_missing(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.find("dim0") or x.find("dim1"))
+    if bd is None:
+        return False
+    idx = bd.find("dim0") + bd.find("dim1")
+    del bd.items[_pick(b.rng, idx)]
+    return True
+
+
+def _m_lb_zero(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    n = int(b.rng.integers(0, 2))
+    tag = f"dim{n}"
+    word = b.dim_word(n, 0)
+    if bd.find(tag):
+        bd.items[bd.find(tag)[0]] = (tag, word)
+    else:
+        bd.items.insert(0, (tag, word))
+    return True
+
+
+def _m_lb_huge(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    n = int(b.rng.integers(0, 3)) if not bd.info.get("cube") else int(b.rng.integers(0, 2))
+    tag = f"dim{n}"
+    value = _pick(b.rng, [0xFFFF, 0x8000, 4096, 257, int(b.rng.integers(100, 0x10000))])
+    word = b.dim_word(n, value)
+    if bd.find(tag):
+        bd.items[bd.find(tag)[0]] = (tag, word)
+    else:
+        bd.items.insert(0, (tag, word))
+    return True
+
+
+def _m_lb2_extra(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: not x.find("dim2"))
+    if bd is None:
+        return False
+    bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)),
+                    ("dim2", b.dim_word(2, _pick(b.rng, [1, 2, 8, 16, 64, 0, 3]))))
+    return True
+
+
+def _m_lb_dup(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: any(t.startswith("dim") for t, _ in x.items))
+    if bd is None:
+        return False
+    i = _pick(b.rng, [k for k, (t, _) in enumerate(bd.items) if t.startswith("dim")])
+    t, w = bd.items[i]
+    bd.items.insert(int(b.rng.integers(i + 1, len(bd.items) + 1)), (t, w ^ (1 << 20)))
+    return True
+
+
+def _m_datr_dtype(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    if bd.info.get("cube"):
+        _set_datr(bd, dtype=_pick(b.rng, list(DTYPES) + [0, 0]))
+    else:
+        _set_datr(bd, dtype=_pick(b.rng, list(DTYPES[1:]) + [31, 31]), pad=0)
+    return True
+
+
+def _m_datr_attr(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    which = _pick(b.rng, ["cmode", "rmode", "sat", "canon", "cmode_reserved"])
+    if which == "cmode":
+        _set_datr(bd, cmode=int(b.rng.integers(1, 6)))
+    elif which == "cmode_reserved":
+        _set_datr(bd, cmode=int(b.rng.integers(6, 8)))
+    elif which == "rmode":
+        _set_datr(bd, rmode=int(b.rng.integers(1, 8)))
+    else:
+        _set_datr(bd, **{which: 1})
+    if not bd.info.get("cube") and len(bd.find("datr")) == 1:
+        _set_datr(bd, dtype=0, pad=0)
+    b.notes.append(f"datr_attr:{which}")
+    return True
+
+
+def _m_datr_pad_ordinary(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: not x.info.get("cube"))
+    if bd is None:
+        return False
+    _set_datr(bd, layout=0, dtype=0, pad=int(b.rng.integers(1, 4)))
+    return True
+
+
+def _m_datr_dup(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    if not bd.find("datr"):
+        _set_datr(bd, layout=0, dtype=0, pad=0)
+    w = bd.items[bd.find("datr")[0]][1]
+    bd.items.insert(int(b.rng.integers(bd.find("datr")[0] + 1, len(bd.items) + 1)), ("datr", w))
+    return True
+
+
+def _m_relayout(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: not x.info.get("cube"))
+    if bd is None:
+        return False
+    _set_datr(bd, layout=_pick(b.rng, RELAYOUT_CODES), dtype=0, pad=0)
+    return True
+
+
+def _m_ior_dup(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    if not bd.find("ior"):
+        bd.items.insert(0, ("ior", ior(0, 0)))
+    i = bd.find("ior")[0]
+    bd.items.insert(int(b.rng.integers(i + 1, len(bd.items) + 1)), ("ior", bd.items[i][1]))
+    return True
+
+
+def _m_ior_surplus(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    w = bd.items[bd.find("ior")[0]][1] if bd.find("ior") else ior(0, 0)
+    if b.rng.random() < 0.5:
+        w |= int(b.rng.integers(1, 24)) << 7            # RegDst
+    else:
+        w |= int(b.rng.integers(1, 24)) << 27           # RegSrc2
+    if bd.find("ior"):
+        bd.items[bd.find("ior")[0]] = ("ior", w)
+    else:
+        bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)), ("ior", w))
+    return True
+
+
+def _m_ios_add(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    pm = _iot_pemode(bd) if b.rng.random() < 0.6 else int(b.rng.integers(0, 8))
+    word = ios(int(b.rng.integers(0, 256)), pm, 0 if b.rng.random() < 0.5 else int(b.rng.integers(1, 13)))
+    bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)), ("ios", word))
+    if b.rng.random() < 0.2:                              # same SharedTID twice
+        bd.items.append(("ios", word))
+    return True
+
+
+def _m_zero_mask_block(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    _zero_all(bd)
+    return True
+
+
+def _m_zero_mask_extra(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    w = _pick(b.rng, [iot_dst(int(b.rng.integers(0, 4)), int(b.rng.integers(1, 11)), 0, 1),
+                      iot_src(int(b.rng.integers(0, 64)), 0, 1),
+                      iot_src2(int(b.rng.integers(0, 64)), int(b.rng.integers(0, 64)), 0, 0)])
+    bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)), ("iot0", w))
+    return True
+
+
+def _m_mask_mismatch(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.find("iot"))
+    if bd is None:
+        return False
+    i = _iot_index(bd)
+    pm = _iot_pemode(bd)
+    other = _pick(b.rng, [p for p in range(1, 8) if p != pm])
+    w = bd.items[i][1]
+    extra = (w & ~(7 << 9) & ~(1 << 19)) | other << 9     # same binding, other mask, L=0
+    bd.items.insert(i, ("iot", extra))
+    return True
+
+
+def _m_iot_after_last(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.find("iot"))
+    if bd is None:
+        return False
+    i = _iot_index(bd)
+    w = bd.items[i][1]
+    if b.rng.random() < 0.3:
+        w = (w & ~(7 << 9)) | int(b.rng.integers(1, 8)) << 9
+    bd.items.insert(int(b.rng.integers(i + 1, len(bd.items) + 1)), ("iot", w))
+    return True
+
+
+def _m_iot_not_last(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.find("iot"))
+    if bd is None:
+        return False
+    i = _iot_index(bd)
+    bd.items[i] = ("iot", bd.items[i][1] & ~(1 << 19))
+    return True
+
+
+def _m_iot_missing(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.find("iot"))
+    if bd is None:
+        return False
+    del bd.items[_iot_index(bd)]
+    return True
+
+
+def _m_iot_extra(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.find("iot"))
+    if bd is None:
+        return False
+    i = _iot_index(bd)
+    pm = _iot_pemode(bd)
+    extra = _pick(b.rng, [iot_dst(int(b.rng.integers(0, 4)), 1, pm, 0), iot_src(1, pm, 0),
+                          iot_src2(0, 1, pm, 0)])
+    bd.items.insert(i, ("iot", extra))
+    return True
+
+
+def _m_iot_wrong_form(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.find("iot"))
+    if bd is None:
+        return False
+    i = _iot_index(bd)
+    pm = _iot_pemode(bd)
+    src = bd.info.get("src", bd.info.get("index", 0))
+    w = _pick(b.rng, [iot_src(src, pm, 1), iot_dst(int(b.rng.integers(0, 4)), 1, pm, 1),
+                      iot_src_dst(src, int(b.rng.integers(0, 4)), int(b.rng.integers(1, 11)), pm, 1),
+                      iot_src2(src, int(b.rng.integers(0, 64)), pm, 1)])
+    bd.items[i] = ("iot", w)
+    return True
+
+
+def _m_iot_src_other(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.info.get("op") == "TSTORE" and x.find("iot"))
+    if bd is None:
+        return False
+    i = _iot_index(bd)
+    w = bd.items[i][1]
+    src = _pick(b.rng, [int(b.rng.integers(0, 64)), b.m.hand_slots, 16 + b.m.hand_slots,
+                        (bd.info.get("src", 0) + 1) % 64])
+    bd.items[i] = ("iot", (w & ~(0x3F << 20)) | src << 20)
+    return True
+
+
+def _m_store_mask(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.info.get("op") == "TSTORE" and x.find("iot"))
+    if bd is None:
+        return False
+    i = _iot_index(bd)
+    w = bd.items[i][1]
+    bd.items[i] = ("iot", (w & ~(7 << 9)) | int(b.rng.integers(1, 8)) << 9)
+    return True
+
+
+def _m_fpatr(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)), ("fpatr", FPATR0))
+    return True
+
+
+def _m_catr(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    rng = b.rng
+    w = catr(trap=int(rng.random() < 0.6), dr=int(rng.random() < 0.4), atom=int(rng.integers(0, 2)),
+             aq=int(rng.integers(0, 2)), rl=int(rng.integers(0, 2)), far=int(rng.integers(0, 2)))
+    bd.items.insert(int(rng.integers(0, len(bd.items) + 1)), ("catr", w))
+    if rng.random() < 0.15:
+        bd.items.append(("catr", catr()))
+    return True
+
+
+def _m_start_op(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    op = _pick(b.rng, ["TSTORE.SPART", "MGATHER.CAS", "TMATMUL", "TMATMUL.ACC", "TMATMULMX",
+                       "TGEMV", "TGEMVMX.ACC", "TLOAD" if bd.info.get("op") == "TSTORE" else "TSTORE"])
+    bd.start = (bd.start & 0xF8000000) | START[op]
+    b.notes.append(f"start_op:{op}")
+    return True
+
+
+def _m_start_dtype(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    if b.rng.random() < 0.35:
+        dt = _pick(b.rng, RESERVED_START_DTYPES)
+    else:
+        dt = _pick(b.rng, [0, 14, 16, 24] + list(DTYPES))
+    bd.start = (bd.start & 0x07FFFFFF) | dt << 27
+    return True
+
+
+def _reserved_word(rng, kind: str, w: int) -> int:
+    """A word of this command kind with a reserved value or a fixed bit flipped."""
+    if kind == "datr":
+        return _pick(rng, [(w & ~(0x1F << 7)) | _pick(rng, RESERVED_LAYOUTS) << 7,
+                           (w & ~(0x1F << 20)) | _pick(rng, RESERVED_DATR_DTYPES) << 20,
+                           w | int(rng.integers(1, 4)) << 18, (w & ~(7 << 29)) | 6 << 29])
+    if kind.startswith("dim"):
+        return _pick(rng, [(w & ~(0x1F << 15)) | int(rng.integers(24, 32)) << 15,
+                           (w & ~(7 << 12)) | int(rng.integers(3, 8)) << 12])
+    if kind == "ior":
+        return _pick(rng, [w | int(rng.integers(1, 4)) << 25,
+                           (w & ~(0x1F << 15)) | int(rng.integers(24, 32)) << 15,
+                           (w & ~(0x1F << 20)) | int(rng.integers(24, 32)) << 20,
+                           (w & ~(0x1F << 7)) | int(rng.integers(24, 32)) << 7])
+    if kind == "iot":
+        return _pick(rng, [(w & ~(0xF << 15)) | int(rng.integers(11, 16)) << 15,
+                           w | int(rng.integers(1, 1 << 12)) << 20,
+                           (w & ~(7 << 12)) | 7 << 12, w ^ (1 << int(rng.integers(0, 7)))])
+    if kind == "start":
+        return _pick(rng, [(w & 0x07FFFFFF) | _pick(rng, RESERVED_START_DTYPES) << 27,
+                           w | int(rng.integers(1, 4)) << 25, w ^ (1 << int(rng.integers(7, 25)))])
+    return w ^ (1 << int(rng.integers(0, 32)))
+
+
+def _m_reserved_field(b, bundles):
+    bd = _target(b.rng, bundles)
+    if bd is None:
+        return False
+    rng = b.rng
+    if rng.random() < 0.2 or not bd.items:
+        bd.start = _reserved_word(rng, "start", bd.start)
+        return True
+    i = int(rng.integers(0, len(bd.items)))
+    t, w = bd.items[i]
+    bd.items[i] = (t, _reserved_word(rng, t, w))
+    b.notes.append(f"reserved:{t}")
+    return True
+
+
+def _m_header_outside(b, bundles):
+    rng = b.rng
+    w = _pick(rng, [datr(22, 31, 1), dim(0, 3), ior(0, 0), iot_dst(0, 1, 1, 1), ios(2, 1),
+                    catr(), FPATR0, iot_src(0, 0, 1)])
+    raw = Bundle(0, [("outside", w)], False, dict(raw=True))
+    if rng.random() < 0.5:
+        bundles.insert(0, raw)
+    else:
+        bundles.append(raw)
+    return True
+
+
+def _m_bstop_extra(b, bundles):
+    bundles.insert(int(b.rng.integers(0, len(bundles) + 1)),
+                   Bundle(0, [("bstop", BSTOP)], False, dict(raw=True)))
+    return True
+
+
+def _m_drop_bstop(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: x.stop)
+    if bd is None:
+        return False
+    bd.stop = False
+    return True
+
+
+def _m_shuffle(b, bundles):
+    bd = _target(b.rng, bundles, lambda x: len(x.items) > 1)
+    if bd is None:
+        return False
+    iots = [it for it in bd.items if it[0] == "iot"]
+    rest = [it for it in bd.items if it[0] != "iot"]
+    b.rng.shuffle(rest)
+    # keep the B.IOT order, interleave at random positions
+    out = list(rest)
+    for it in iots:
+        pos = int(b.rng.integers(0, len(out) + 1))
+        later = [k for k, x in enumerate(out) if x[0] == "iot"]
+        if later:
+            pos = max(pos, later[-1] + 1)
+        out.insert(pos, it)
+    bd.items = out
+    return True
+
+
+# stream-level mutations (applied to the flattened words)
+STREAM_MUTATIONS = ("truncate", "random_word", "odd_pc", "pc_wrap")
+
+BUNDLE_MUTATIONS = {
+    "wrong_direction": _m_wrong_direction, "lb_missing": _m_lb_missing, "lb_zero": _m_lb_zero,
+    "lb_huge": _m_lb_huge, "lb2_extra": _m_lb2_extra, "lb_dup": _m_lb_dup,
+    "datr_dtype": _m_datr_dtype, "datr_attr": _m_datr_attr,
+    "datr_pad_ordinary": _m_datr_pad_ordinary, "datr_dup": _m_datr_dup, "relayout": _m_relayout,
+    "ior_dup": _m_ior_dup, "ior_surplus": _m_ior_surplus, "ios_add": _m_ios_add,
+    "zero_mask_block": _m_zero_mask_block, "zero_mask_extra": _m_zero_mask_extra,
+    "mask_mismatch": _m_mask_mismatch, "iot_after_last": _m_iot_after_last,
+    "iot_not_last": _m_iot_not_last, "iot_missing": _m_iot_missing, "iot_extra": _m_iot_extra,
+    "iot_wrong_form": _m_iot_wrong_form, "iot_src_other": _m_iot_src_other,
+    "store_mask": _m_store_mask, "fpatr": _m_fpatr, "catr": _m_catr, "start_op": _m_start_op,
+    "start_dtype": _m_start_dtype, "reserved_field": _m_reserved_field,
+    "header_outside": _m_header_outside, "bstop_extra": _m_bstop_extra,
+    "drop_bstop": _m_drop_bstop, "shuffle": _m_shuffle,
+}
+assert set(BUNDLE_MUTATIONS) | set(STREAM_MUTATIONS) == set(MUTATIONS)
+
+
+# ----------------------------------------------------------------- the case
+
+
+def _flatten(bundles) -> list:
+    out = []
+    for bd in bundles:
+        out.extend([w for _, w in bd.items] if bd.info.get("raw") else bd.words())
+    return out
+
+
+def _fit(rng, bundles, max_words: int) -> list:
+    """Drop optional header items until the stream fits max_words, then cut."""
+    words = _flatten(bundles)
+    tries = 0
+    while len(words) > max_words and tries < 64:
+        tries += 1
+        cands = [(bd, i) for bd in _real(bundles) for i, (t, _) in enumerate(bd.items)
+                 if t in ("ior", "dim2", "catr", "fpatr", "iot0") or
+                 (t == "datr" and not bd.info.get("cube"))]
+        if not cands:
+            break
+        bd, i = cands[int(rng.integers(0, len(cands)))]
+        del bd.items[i]
+        words = _flatten(bundles)
+    return words[:max_words]
+
+
+def random_case(rng: np.random.Generator, cfg=None) -> Case:
+    """One random Case (see the module docstring)."""
+    g = _gen_config(cfg)
+    b = _Builder(rng, g)
+    kind = _weighted(rng, PROGRAM_KINDS)
+    bundles = PROGRAMS[kind](b)
+    applied = []
+    stream_muts = []
+    if kind not in ("random_words", "structured_random") and rng.random() < g.p_mutate:
+        n = 1 + int(rng.integers(0, g.max_mutations))
+        if rng.random() < 0.6:
+            n = 1
+        for _ in range(n):
+            m = _weighted(rng, MUTATIONS)
+            if m in STREAM_MUTATIONS:
+                stream_muts.append(m)
+                applied.append(m)
+            elif BUNDLE_MUTATIONS[m](b, bundles):
+                applied.append(m)
+    elif kind not in ("random_words", "structured_random") and rng.random() < 0.3:
+        if _m_shuffle(b, bundles):
+            applied.append("shuffle")
+    words = _fit(rng, bundles, g.max_words)
+    for m in stream_muts:
+        if m == "truncate" and len(words) > 1:
+            words = words[: int(rng.integers(1, len(words)))]
+        elif m == "random_word":
+            w = int(rng.integers(0, 1 << 32)) if rng.random() < 0.5 else _structured_word(rng)
+            words.insert(int(rng.integers(0, len(words) + 1)), w)
+            words = words[: g.max_words]
+        elif m == "odd_pc":
+            b.pc = (4 * int(rng.integers(0, 1 << 20))) | _pick(rng, [1, 3])
+        elif m == "pc_wrap":
+            b.pc = (MASK64 + 1 - 4 * int(rng.integers(1, len(words) + 2))) & MASK64
+    if not words:
+        words = [BSTOP]
+    if b.pc == 0 and rng.random() < 0.2:
+        b.pc = 4 * int(rng.integers(0, 1 << 28))
+    b.noise_regs()
+    gm_mode = rng.random()
+    if gm_mode < 0.85:
+        gm = rng.integers(0, 256, g.machine.gm_bytes, dtype=np.uint8).tobytes()
+    elif gm_mode < 0.95:
+        gm = bytes(g.machine.gm_bytes)
+    else:
+        gm = (np.arange(g.machine.gm_bytes) & 0xFF).astype(np.uint8).tobytes()
+    return Case(words=[int(w) & 0xFFFFFFFF for w in words], gm=gm,
+                gprs={pe: dict(r) for pe, r in b.gprs.items()}, kind=kind,
+                mutations=tuple(applied), pc=b.pc, tile_capacity=b.tile_capacity, pe=g.pe,
+                notes=tuple(b.notes))
+
+
+def random_words_case(rng: np.random.Generator, cfg=None, structured: bool = True) -> Case:
+    """A Case of random (or class-structured random) words only."""
+    g = _gen_config(cfg)
+    b = _Builder(rng, g)
+    bundles = (_prog_structured_random if structured else _prog_random_words)(b)
+    b.noise_regs()
+    gm = rng.integers(0, 256, g.machine.gm_bytes, dtype=np.uint8).tobytes()
+    return Case(words=_flatten(bundles)[: g.max_words], gm=gm, gprs=b.gprs,
+                kind="structured_random" if structured else "random_words", pe=g.pe)
+
+
+__all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random_words_case",
+           "build_state", "case_arrays", "case_rng", "PROGRAM_KINDS", "MUTATIONS",
+           "STREAM_MUTATIONS"]
