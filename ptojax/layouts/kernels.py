@@ -79,7 +79,16 @@ def _nd_to_cube(x, vr, vc, *, layout, cr, cc, swap, pad, pad_defined, with_defin
             src = jnp.where(j < kk * n_rep.reshape(B, 1), src, nr * kr - 1)[:, :, None]
             words = jnp.take_along_axis(words, src, axis=1)
             if with_defined:
-                dfn = jnp.take_along_axis(dfn, src, axis=1)
+                # definedness of the compacted tile straight from its geometry
+                # (cheaper than gathering a bool array)
+                e = jnp.arange(8 * cr)[None, None, :]
+                jj = j[:, :, None]
+                kk3 = kk[:, :, None]
+                row = (jj % kk3) * cr + e % cr
+                col = (jj // kk3) * 8 + e // cr
+                ok = (row < vr.reshape(B, 1, 1)) & (col < vc.reshape(B, 1, 1))
+                inside_c = jj < kk3 * n_rep.reshape(B, 1, 1)
+                dfn = ok | (inside_c & pad_defined)
     else:
         ncell = _ceil_div(C, cc)
         xp = jnp.pad(x, ((0, 0), (0, cr - R), (0, ncell * cc - C)))
