@@ -93,40 +93,41 @@ def header_step(blk, word, gpr_row, pc):
         [F["Fault_IllegalInstruction"], F["Fault_InstructionPC"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
          f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
 
-    # ---- header latching
+    # ---- header latching: each command updates only its own fields
     word32 = jnp.asarray(word, jnp.uint32)
-    nb = blk
-    nb = _sel(is_("B.DATR"), nb.replace(datr_present=jnp.bool_(True), datr=d["datr"]), nb)
+    is_datr, is_dim, is_ior = is_("B.DATR"), is_("B.DIM"), is_("B.IOR")
+    is_catr, is_fpatr = is_("B.CATR"), is_("B.FPATR")
     dim_val = ((gpr_value(gpr_row, d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
-    nb = _sel(is_("B.DIM"), nb.replace(lb=nb.lb.at[t].set(dim_val),
-                                       lb_present=nb.lb_present.at[t].set(True)), nb)
-    nb = _sel(is_("B.IOR"), nb.replace(ior_present=jnp.bool_(True), ior=d["ior"]), nb)
-    nb = _sel(is_("B.CATR"), nb.replace(catr_present=jnp.bool_(True), catr=word32), nb)
-    nb = _sel(is_("B.FPATR"), nb.replace(fpatr_present=jnp.bool_(True), fpatr=word32), nb)
+    lb_hit = is_dim & (jnp.arange(3) == t)
     iot_row = jnp.stack([d["iot_dst"].astype(jnp.int32), jnp.where(d["iot_dst"], d["dst_hand"], 0),
                          jnp.where(d["iot_dst"], d["size_code"], 0), iot_mask,
                          d["iot_src0"].astype(jnp.int32), d["iot_src1"].astype(jnp.int32),
                          jnp.where(d["iot_src0"], d["src0"], 0), jnp.where(d["iot_src1"], d["src1"], 0)])
     rec_iot = is_("B.IOT") & (d["pemode"] != 0)
-    nb = _sel(rec_iot, nb.replace(
-        iot=nb.iot.at[jnp.clip(nb.iot_count, 0, MAX_IOT - 1)].set(iot_row),
-        iot_count=nb.iot_count + 1, iot_closed=nb.iot_closed | (d["last"] == 1)), nb)
+    iot_hit = rec_iot & (jnp.arange(MAX_IOT) == blk.iot_count)
     rec_ios = is_("B.IOS") & (d["ios_pemode"] != 0)
-    nb = _sel(rec_ios, nb.replace(
-        ios=nb.ios.at[jnp.clip(nb.ios_count, 0, MAX_IOS - 1)].set(
-            jnp.stack([d["ios_sid"], d["ios_size"], ios_mask])),
-        ios_count=nb.ios_count + 1), nb)
+    ios_hit = rec_ios & (jnp.arange(MAX_IOS) == blk.ios_count)
     zero_bind = (is_("B.IOT") & (d["pemode"] == 0)) | (is_("B.IOS") & (d["ios_pemode"] == 0))
-    nb = nb.replace(zero_seen=nb.zero_seen | (zero_bind & active))
+    nb = blk.replace(
+        datr_present=blk.datr_present | is_datr, datr=jnp.where(is_datr, d["datr"], blk.datr),
+        lb=jnp.where(lb_hit, dim_val, blk.lb), lb_present=blk.lb_present | lb_hit,
+        ior_present=blk.ior_present | is_ior, ior=jnp.where(is_ior, d["ior"], blk.ior),
+        catr_present=blk.catr_present | is_catr, catr=jnp.where(is_catr, word32, blk.catr),
+        fpatr_present=blk.fpatr_present | is_fpatr, fpatr=jnp.where(is_fpatr, word32, blk.fpatr),
+        iot=jnp.where(iot_hit[:, None], iot_row, blk.iot),
+        iot_count=blk.iot_count + rec_iot, iot_closed=blk.iot_closed | (rec_iot & (d["last"] == 1)),
+        ios=jnp.where(ios_hit[:, None], jnp.stack([d["ios_sid"], d["ios_size"], ios_mask]), blk.ios),
+        ios_count=blk.ios_count + rec_ios, zero_seen=blk.zero_seen | (zero_bind & active))
+    # BSTOP closes the block, BSTART opens a fresh one
     empty = _empty_block()
-    nb = _sel(is_("BSTOP"), empty, nb)
-    nb = _sel(is_("BSTART"), empty.replace(active=jnp.bool_(True), pc=pc, op=d["op"],
-                                           dtype=d["dtype"]), nb)
+    opened = empty.replace(active=jnp.bool_(True), pc=pc, op=d["op"], dtype=d["dtype"])
+    nb = _sel(is_("BSTOP") | is_("BSTART"), _sel(is_("BSTART"), opened, empty), nb)
     return nb, fault, completes
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_commits"))
-def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int):
+@functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects"))
+def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
+               effects: frozenset = frozenset({"TLOAD", "TSTORE"})):
     """Run words[:length] on one State (jit; vmap it for a batch).
 
     Phase 1 scans the words through decode and the block header, stopping at
@@ -166,7 +167,7 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
         b, p = xs
         go = (p < L) & (cstop == L)
         dr_bad = b.catr_present & (((b.catr >> 26) & 1) == 1) & (b.op >= _MATRIX_FIRST)
-        f, addr, s2 = transport.complete(s, b, pe, cfg, go & ~dr_bad)
+        f, addr, s2 = transport.complete(s, b, pe, cfg, go & ~dr_bad, effects)
         f = jnp.where(dr_bad, F["Fault_BundleControl"], f)
         trap = b.catr_present & (((b.catr >> 19) & 1) == 1)
         f = jnp.where((f == 0) & trap, F["Fault_BundlePostCommit"], f)
@@ -194,9 +195,42 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
     return st, executed
 
 
-def commit_capable(words: np.ndarray) -> np.ndarray:
-    """Per stream (last axis), how many words could complete a block (BSTOP/BSTART)."""
-    return np.sum((np.asarray(words) & 0x7F) == 0x01, axis=-1)
+_EFFECT_STARTS = {"TLOAD": 0x00011181, "TSTORE": 0x00111181}
+
+
+def possible_effects(words, open_ops=()) -> frozenset:
+    """Operations whose effects a run can have: a BSTART of them in the words,
+    or a block of them already open in the starting State(s)."""
+    w = np.asarray(words).astype(np.uint32) & np.uint32(0x07FFFFFF)
+    out = {op for op, match in _EFFECT_STARTS.items() if np.any(w == match)}
+    out |= {op for op in _EFFECT_STARTS if tables.OP_ID[op] in set(np.asarray(open_ops).ravel().tolist())}
+    return frozenset(out)
+
+
+def open_block_ops(state: State) -> np.ndarray:
+    """Operation ids of the blocks open in a State or batch (-1 where none)."""
+    return np.where(np.asarray(state.block.active), np.asarray(state.block.op), -1)
+
+
+def commit_capable(words: np.ndarray, initially_open=False) -> np.ndarray:
+    """Per stream (last axis), an upper bound on the completions it can make.
+
+    A BSTOP or a BSTART completes a block only when one is open: after a
+    BSTART with no BSTOP since, or from the start when the State has one open.
+    Faults can only end a stream earlier, so this bounds phase 2's length.
+    """
+    w = np.atleast_2d(np.asarray(words).astype(np.uint32))
+    bstop = w == 1
+    bstart = ((w & 0x7F) == 1) & ~bstop
+    event = bstart | bstop
+    pos = np.where(event, np.arange(w.shape[1]), -1)
+    last = np.maximum.accumulate(pos, axis=1)
+    last_before = np.concatenate([np.full((w.shape[0], 1), -1), last[:, :-1]], axis=1)
+    opened = np.take_along_axis(bstart, np.maximum(last_before, 0), axis=1)
+    init = np.broadcast_to(np.asarray(initially_open, bool).reshape(-1, 1), last_before.shape)
+    open_before = np.where(last_before >= 0, opened, init)
+    count = np.sum(event & open_before, axis=1)
+    return count if np.ndim(words) > 1 else count[0]
 
 
 def _bucket(n: int, low: int = 8) -> int:
@@ -265,5 +299,7 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     padded = np.zeros(_bucket(len(w)), np.uint32)
     padded[: len(w)] = w
     st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe),
-                              jnp.bool_(hold), cfg, _bucket(int(commit_capable(w)), low=1))
+                              jnp.bool_(hold), cfg,
+                              _bucket(int(commit_capable(w, bool(state.block.active))), low=1),
+                              possible_effects(w, open_block_ops(state)))
     return RunResult.from_state(st, int(executed))

@@ -17,7 +17,8 @@ import numpy as np
 
 from .. import tables
 from .._x64 import x64
-from ..machine import _bucket, _check_pe, check_config, check_on_fault, commit_capable, run_stream
+from ..machine import (_bucket, _check_pe, check_config, check_on_fault, commit_capable,
+                       open_block_ops, possible_effects, run_stream)
 from ..result import RunResult
 from ..state import MachineConfig, State
 
@@ -42,12 +43,12 @@ class BatchResult:
         return RunResult.from_state(unstack_state(self.state, i), int(self.executed[i]))
 
 
-def _batched(states, words, lengths, pe, hold, cfg, max_commits):
-    return jax.vmap(lambda s, w, n: run_stream(s, w, n, pe, hold, cfg, max_commits))(
+def _batched(states, words, lengths, pe, hold, cfg, max_commits, effects):
+    return jax.vmap(lambda s, w, n: run_stream(s, w, n, pe, hold, cfg, max_commits, effects))(
         states, words, lengths)
 
 
-_STATIC = ("cfg", "max_commits")
+_STATIC = ("cfg", "max_commits", "effects")
 _run_kept = jax.jit(_batched, static_argnames=_STATIC)
 _run_donated = jax.jit(_batched, static_argnames=_STATIC, donate_argnums=(0,))
 
@@ -121,7 +122,7 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     Lb = _bucket(w.shape[1])
     padded = np.zeros((B, Lb), np.uint32)
     padded[:, : w.shape[1]] = w
-    K = _bucket(int(np.max(commit_capable(w), initial=1)), low=1)
+    K = _bucket(int(np.max(commit_capable(w, np.asarray(states.block.active)), initial=1)), low=1)
     n_dev = jax.local_device_count()
     pad_b = (-B) % n_dev
     if pad_b:
@@ -130,7 +131,9 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
         n = np.concatenate([n, np.zeros(pad_b, np.int32)])
     args = [_shard(x, n_dev) for x in (states, jnp.asarray(padded), jnp.asarray(n))]
     fn = _run_donated if donate else _run_kept
-    st, executed = fn(*args, jnp.int32(pe), jnp.bool_(hold), cfg=cfg, max_commits=K)
+    effects = possible_effects(w, open_block_ops(states))
+    st, executed = fn(*args, jnp.int32(pe), jnp.bool_(hold), cfg=cfg, max_commits=K,
+                      effects=effects)
     if pad_b:
         st = jax.tree_util.tree_map(lambda a: a[:B], st)
         executed = executed[:B]

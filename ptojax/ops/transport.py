@@ -45,8 +45,13 @@ def _cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
     return cr, cc, g, ok
 
 
-def complete(state, blk, pe: int, cfg, enable):
-    """Complete block `blk` on `state`: (fault, fault address, new state)."""
+def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})):
+    """Complete block `blk` on `state`: (fault, fault address, new state).
+
+    `effects` (static) names the operations whose effects can occur in this
+    stream; the host derives it from the words, so the effect code of an
+    operation that cannot complete is not traced at all.
+    """
     tiles = state.tiles
     W, HS = cfg.tile_words, cfg.hand_slots
     op = blk.op
@@ -221,12 +226,17 @@ def complete(state, blk, pe: int, cfg, enable):
         cell_count=jnp.where(cube, g["cell_count"], 0),
         storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=bind_mask,
         defined_valid=l_vr * l_vc)
+    if "TLOAD" not in effects:
+        do_load = jnp.bool_(False)
     upd = {k: getattr(tiles, k).at[dslot].set(
         jnp.where(do_load, jnp.asarray(v).astype(getattr(tiles, k).dtype), getattr(tiles, k)[dslot]))
         for k, v in vals.items()}
     upd["words"] = tiles.words.at[dslot].set(jnp.where(do_load, new_words, old_words))
     upd["defined"] = tiles.defined.at[dslot].set(jnp.where(do_load, new_def, tiles.defined[dslot]))
-    tiles = tiles.replace(**upd)
+    if "TLOAD" in effects:
+        tiles = tiles.replace(**upd)
+    if "TSTORE" not in effects:
+        return fault, fault_addr, state.replace(tiles=tiles)
 
     src_words = tiles.words[sslot]
     gm = memory.write_elements(state.gm, addr, src_words, nbytes, (c % 2) == 1, four,
