@@ -1,0 +1,683 @@
+"""The `ptojax` command line.
+
+    ptojax run PROGRAM [--gm FILE] [--gm-hex ADDR:HEX] [--gpr [PE:]REG=VALUE]
+                       [--pe N] [--config asl|small|tiny] [--on-fault abandon|hold]
+                       [--reference] [--hex] [--json]
+    ptojax asm FILE|-  [--json]          assembly text -> hex words
+    ptojax disasm FILE|- [--addresses]   hex words -> assembly text
+    ptojax demo [--config NAME] [--batch N]
+    ptojax bench layouts|bundles [ARGS]  the benchmarks of the repository's benchmarks/
+
+Exit status: 0 when the command did its work (a program that stops at an
+architectural fault still ran: the fault is data and is reported), 2 for bad
+input (malformed assembly, unreadable file, bad option value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ptojax as pj
+from ptojax import tables
+
+__all__ = ["main"]
+
+PROGRAM_DEFAULT_CONFIG = "asl"
+DEMO_DEFAULT_CONFIG = "small"
+
+
+class CliError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+# ----------------------------------------------------------------- input
+
+
+def _read_text(path: str, what: str = "program") -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text()
+    except UnicodeDecodeError:
+        raise CliError(f"cannot read {what} {path}: not a text file (assembly or hex words)") from None
+    except OSError as e:
+        raise CliError(f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
+_HEX_TOKEN = re.compile(r"(?:0[xX])?[0-9a-fA-F]+")
+_SEPARATORS = re.compile(r"[\s,\[\]\"']+")
+
+
+def _hex_lines(text: str):
+    """(line number, tokens) of hex-word text; `#`/`;` comments; JSON list punctuation ignored."""
+    for n, line in enumerate(text.splitlines(), 1):
+        code = re.split(r"[#;]", line, maxsplit=1)[0]
+        toks = [t for t in _SEPARATORS.split(code) if t]
+        if toks:
+            yield n, toks
+
+
+def looks_hex(text: str) -> bool:
+    """True when the text has words and every token parses as a hex number."""
+    toks = [t for _, ts in _hex_lines(text) for t in ts]
+    return bool(toks) and all(_HEX_TOKEN.fullmatch(t) for t in toks)
+
+
+def parse_hex_words(text: str) -> list[int]:
+    """Hex words (with or without 0x), whitespace/comma separated, any number per line."""
+    words = []
+    for n, toks in _hex_lines(text):
+        for t in toks:
+            if not _HEX_TOKEN.fullmatch(t):
+                raise CliError(f"line {n}: {t!r} is not a hex word")
+            v = int(t, 16)
+            if v > 0xFFFFFFFF:
+                raise CliError(f"line {n}: {t} does not fit a 32-bit instruction word")
+            words.append(v)
+    return words
+
+
+def assemble(text: str) -> list[int]:
+    try:
+        return pj.asm.assemble(text)
+    except pj.asm.AsmError as e:
+        raise CliError(f"assembly error: {e}") from None
+
+
+def load_program(text: str, force_hex: bool = False) -> tuple[list[int], str]:
+    """(words, "hex" | "assembly"): hex when asked or when every token is hex."""
+    if force_hex or looks_hex(text):
+        return parse_hex_words(text), "hex"
+    return assemble(text), "assembly"
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text.strip().replace("_", ""), 0)
+    except ValueError:
+        raise CliError(f"{what} {text!r} is not an integer (decimal or 0x hex)") from None
+
+
+_GPR_RE = re.compile(r"(?:(\d+):)?([A-Za-z][A-Za-z0-9]*)=(.+)")
+
+
+def parse_gpr(spec: str, default_pe: int) -> tuple[int, int, int]:
+    """`[PE:]REG=VALUE` -> (pe, register index, value)."""
+    m = _GPR_RE.fullmatch(spec.strip())
+    if not m:
+        raise CliError(f"--gpr {spec!r}: expected [PE:]REG=VALUE, e.g. a0=0x100 or 1:a1=8")
+    pe = default_pe if m[1] is None else int(m[1])
+    if not 0 <= pe < tables.NUM_PES:
+        raise CliError(f"--gpr {spec!r}: PE {pe} out of range 0..{tables.NUM_PES - 1}")
+    try:
+        reg = tables.gpr_index(m[2])
+    except ValueError as e:
+        raise CliError(f"--gpr {spec!r}: {e}") from None
+    value = _int(m[3], f"--gpr {spec!r}: value")
+    if not -(1 << 63) <= value < 1 << 64:
+        raise CliError(f"--gpr {spec!r}: value does not fit a 64-bit GPR")
+    return pe, reg, value
+
+
+def parse_gm_hex(spec: str) -> tuple[int, bytes]:
+    """`ADDR:HEXBYTES` -> (address, bytes)."""
+    addr, sep, data = spec.partition(":")
+    if not sep:
+        raise CliError(f"--gm-hex {spec!r}: expected ADDR:HEXBYTES, e.g. 0x100:003c0040")
+    a = _int(addr, f"--gm-hex {spec!r}: address")
+    h = re.sub(r"[\s_]", "", data)
+    if h[:2].lower() == "0x":
+        h = h[2:]
+    try:
+        return a, bytes.fromhex(h)
+    except ValueError:
+        raise CliError(f"--gm-hex {spec!r}: {data!r} is not an even number of hex digits") from None
+
+
+def build_state(cfg: pj.MachineConfig, gm_file=None, gm_hex=(), gprs=(), pe: int = 0):
+    s = pj.reset(cfg)
+    writes = []
+    if gm_file is not None:
+        try:
+            data = sys.stdin.buffer.read() if gm_file == "-" else Path(gm_file).read_bytes()
+        except OSError as e:
+            raise CliError(f"cannot read GM image {gm_file}: {e.strerror or e}") from None
+        writes.append((f"--gm {gm_file}", 0, data))
+    for spec in gm_hex:
+        writes.append((f"--gm-hex {spec}", *parse_gm_hex(spec)))
+    for what, addr, data in writes:
+        if addr + len(data) > cfg.gm_bytes:
+            raise CliError(f"{what}: {len(data)} bytes at {addr:#x} do not fit the "
+                           f"{cfg.gm_bytes}-byte GM of this config")
+        s = pj.write_memory(s, addr, data)
+    for spec in gprs:
+        p, reg, value = parse_gpr(spec, pe)
+        s = pj.write_gpr(s, reg, value, pe=p)
+    return s
+
+
+# ----------------------------------------------------------------- report
+
+
+def _leaves(s) -> dict:
+    import jax
+    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(s)}
+
+
+def changed_tiles(before, after) -> list[int]:
+    """TileIndexes (0..63) whose descriptor or payload differ between two States."""
+    hand_slots = after.tiles.allocated.shape[0] // 4
+    diff = np.zeros(after.tiles.allocated.shape[0], bool)
+    for name in after.tiles.keys():
+        a, b = np.asarray(getattr(before.tiles, name)), np.asarray(getattr(after.tiles, name))
+        ne = a != b
+        diff |= ne.reshape(ne.shape[0], -1).any(axis=1)
+    return [(slot // hand_slots) * tables.HAND_SLOTS + slot % hand_slots
+            for slot in np.flatnonzero(diff)]
+
+
+def changed_ranges(before: np.ndarray, after: np.ndarray, gap: int = 16) -> list[tuple[int, int]]:
+    """[start, end) ranges covering every changed byte; changes <= `gap` bytes apart merge."""
+    idx = np.flatnonzero(before != after)
+    ranges = []
+    for i in idx.tolist():
+        if ranges and i - ranges[-1][1] <= gap:
+            ranges[-1][1] = i + 1
+        else:
+            ranges.append([i, i + 1])
+    return [(a, b) for a, b in ranges]
+
+
+def hexdump(data: bytes, base: int, indent: str = "  ") -> str:
+    """16 bytes per row, rows aligned to 16-byte addresses; bytes outside `data` blank."""
+    lines = []
+    end = base + len(data)
+    for row in range(base - base % 16, end, 16):
+        cells = []
+        for a in range(row, row + 16):
+            cells.append(f"{data[a - base]:02x}" if base <= a < end else "  ")
+            if a % 16 == 7:
+                cells.append("")
+        lines.append(f"{indent}{row:#06x}: " + " ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def tile_json(t: pj.TileView) -> dict:
+    d = {"index": t.index, "name": t.name, "allocated": t.allocated, "layout": t.layout,
+         "dtype": t.dtype, "rows": t.rows, "columns": t.columns, "valid_rows": t.valid_rows,
+         "valid_columns": t.valid_columns, "capacity_bytes": t.capacity_bytes,
+         "location": t.location, "pe_mask": tables.mask_str(t.pe_mask), "k_repeat": t.k_repeat,
+         "n_repeat": t.n_repeat, "cell_count": t.cell_count, "storage_bytes": t.storage_bytes,
+         "defined_valid_elements": t.defined_valid_elements,
+         "words": [f"0x{int(w):016x}" for w in t.words],
+         "defined": [bool(x) for x in t.defined]}
+    return d
+
+
+def listing(words, start: int, mark: int | None = None, note: str = "") -> list[str]:
+    """Disassembly with addresses; word `mark` gets `<- note`."""
+    width = max((len(pj.asm.disassemble([w])) for w in words), default=0)
+    out = []
+    for i, w in enumerate(words):
+        text = pj.asm.disassemble([w])
+        line = f"  {start + 4 * i:#06x}  {w:08x}  {text}"
+        if i == mark:
+            line = f"{line.ljust(width + 20)}  <- {note}"
+        out.append(line)
+    return out
+
+
+def source_listing(text: str, start: int) -> list[str]:
+    """Source lines (comments kept) with the address and word of each command."""
+    out, i = [], 0
+    for n, line in enumerate(text.splitlines(), 1):
+        w = pj.asm.assemble_line(line, n)
+        if w is None:
+            if line.strip():
+                out.append(f"{'':20}{line.strip()}")
+            continue
+        out.append(f"  {start + 4 * i:#06x}  {w:08x}  {line.strip()}")
+        i += 1
+    return out
+
+
+def build_report(before, result, words, *, model: str, config: str, pe: int,
+                 on_fault: str) -> dict:
+    after = result.state
+    start = int(np.asarray(before.pc))
+    faulted = result.fault != "Fault_None"
+    fault_word = result.executed if faulted else None
+    tiles = [pj.read_tile(after, i) for i in changed_tiles(before, after)]
+    gm0, gm1 = np.asarray(before.gm), np.asarray(after.gm)
+    memory = [{"address": a, "length": b - a, "before": gm0[a:b].tobytes().hex(),
+               "after": gm1[a:b].tobytes().hex()} for a, b in changed_ranges(gm0, gm1)]
+    block = after.block
+    return {
+        "model": model, "config": config, "pe": pe, "on_fault": on_fault,
+        "program": [{"address": start + 4 * i, "word": f"0x{w:08x}",
+                     "text": pj.asm.disassemble([w])} for i, w in enumerate(words)],
+        "fault": result.fault,
+        "fault_address": result.fault_address,
+        "fault_word": fault_word,
+        "fault_pc": start + 4 * fault_word if faulted else None,
+        "executed": result.executed,
+        "pc": int(np.asarray(after.pc)),
+        "block_open": bool(np.asarray(block.active)),
+        "block_pc": int(np.asarray(block.pc)) if bool(np.asarray(block.active)) else None,
+        "tiles": [tile_json(t) for t in tiles],
+        "memory": memory,
+        "_tile_views": tiles,
+        "_gm_after": gm1,
+    }
+
+
+def fault_line(rep: dict) -> str:
+    n = len(rep["program"])
+    if rep["fault"] == "Fault_None":
+        return f"Fault_None: {rep['executed']} of {n} words executed, pc {rep['pc']:#x}"
+    i = rep["fault_word"]
+    where = f"word {i} at pc {rep['fault_pc']:#x}: {rep['program'][i]['text']}"
+    if rep["fault_address"] is not None:
+        what = f"{rep['fault']} at data address {rep['fault_address']:#x} ({where})"
+    else:
+        what = f"{rep['fault']} ({where})"
+    return f"{what}; {rep['executed']} of {n} words executed before it"
+
+
+def format_report(rep: dict) -> str:
+    out = [f"program: {len(rep['program'])} words, {rep['model']} model, config {rep['config']}, "
+           f"PE {rep['pe']}"]
+    words = [int(p["word"], 16) for p in rep["program"]]
+    start = rep["program"][0]["address"] if words else rep["pc"]
+    out += listing(words, start, rep["fault_word"], rep["fault"])
+    out.append("")
+    out.append(("fault: " if rep["fault"] != "Fault_None" else "result: ") + fault_line(rep))
+    if rep["block_open"]:
+        why = ("held pending (--on-fault hold)" if rep["fault"] != "Fault_None"
+               else "the stream ended inside it")
+        out.append(f"block open: BSTART at {rep['block_pc']:#x}, {why}")
+    out.append("")
+    views = rep["_tile_views"]
+    out.append(f"tiles changed: {len(views)}" if views else "tiles changed: none")
+    for t in views:
+        out += ["  " + line for line in t.render().splitlines()]
+    out.append("")
+    mem = rep["memory"]
+    out.append(f"memory changed: {len(mem)} range{'s' if len(mem) != 1 else ''}"
+               if mem else "memory changed: none")
+    gm = rep["_gm_after"]
+    for m in mem:
+        a, n = m["address"], m["length"]
+        out.append(f"  {a:#06x}..{a + n - 1:#06x} ({n} bytes; the whole 16-byte rows after the run)")
+        lo, hi = a - a % 16, min(len(gm), -(-(a + n) // 16) * 16)
+        out.append(hexdump(gm[lo:hi].tobytes(), lo, indent="    "))
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------- commands
+
+
+def cmd_run(args) -> int:
+    text = _read_text(args.program)
+    words, _ = load_program(text, args.hex)
+    if not 0 <= args.pe < tables.NUM_PES:
+        raise CliError(f"--pe {args.pe}: expected 0..{tables.NUM_PES - 1}")
+    cfg = pj.preset(args.config)
+    before = build_state(cfg, args.gm, args.gm_hex or (), args.gpr or (), args.pe)
+    runner = pj.reference.run if args.reference else pj.run
+    result = runner(before, words, pe=args.pe, on_fault=args.on_fault)
+    rep = build_report(before, result, words, model="reference" if args.reference else "jax",
+                       config=args.config, pe=args.pe, on_fault=args.on_fault)
+    if args.json:
+        rep.pop("_tile_views")
+        rep.pop("_gm_after")
+        print(json.dumps(rep, indent=2))
+    else:
+        print(format_report(rep))
+    return 0
+
+
+def cmd_asm(args) -> int:
+    words = assemble(_read_text(args.file))
+    if args.json:
+        print(json.dumps([f"0x{w:08x}" for w in words]))
+    else:
+        for w in words:
+            print(f"0x{w:08x}")
+    return 0
+
+
+def cmd_disasm(args) -> int:
+    words = parse_hex_words(_read_text(args.file, "hex words"))
+    if args.addresses:
+        print("\n".join(listing(words, 0)))
+    elif words:
+        print(pj.asm.disassemble(words))
+    return 0
+
+
+def _bench_path(name: str) -> Path:
+    return Path(pj.__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+
+
+def cmd_bench(args) -> int:
+    path = _bench_path(args.name)
+    if not path.is_file():
+        raise CliError(f"benchmark {args.name}: {path} not found; the benchmarks live in the "
+                       f"repository's benchmarks/ folder, next to the ptojax package, and are not "
+                       f"installed with it: run from a checkout (pip install -e .)")
+    spec = importlib.util.spec_from_file_location(f"ptojax_bench_{args.name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(list(args.args))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    if args.batch < 1:
+        raise CliError(f"--batch {args.batch}: expected at least 1")
+    return demo(args.config, args.batch, seed=args.seed)
+
+
+# ----------------------------------------------------------------- demo
+
+DEMO_TLOAD = """\
+BSTART.TLOAD FP16
+B.DATR {{ND2M16, DTYPE_NONE, Max}}   ; ND -> CUBE_M16, pad with the FP16 maximum
+B.DIM zero, 3, ->LB0                ; valid columns
+B.DIM zero, 2, ->LB1                ; valid rows
+B.IOR {base}, a1                    ; base address, row stride in bytes
+B.IOT mask=1000, last, ->M<1>       ; destination: a Matrix-hand tile of 128 B on PE0
+BSTOP
+"""
+
+DEMO_TSTORE = """\
+BSTART.TSTORE FP16
+B.DATR {M162ND, DTYPE_NONE}         ; CUBE_M16 -> ND
+B.DIM zero, 3, ->LB0
+B.DIM zero, 2, ->LB1
+B.IOR a2, a1                        ; to GM 0x200, same row stride
+B.IOT M#1, mask=1000, last          ; source: the tile just loaded
+BSTOP
+"""
+
+_DEMO_MAX_BATCH_BYTES = 2 << 30
+
+
+def _same_state(a, b, skip=()) -> bool:
+    la, lb = _leaves(a), _leaves(b)
+    return la.keys() == lb.keys() and all(
+        np.array_equal(la[k], lb[k]) for k in la if not k.startswith(tuple(f".{n}" for n in skip)))
+
+
+def _demo_bundle(layout: str, pad: str, rows: int, cols: int, base: str) -> str:
+    return (f"BSTART.TLOAD FP16\nB.DATR {{{layout}, DTYPE_NONE, {pad}}}\n"
+            f"B.DIM zero, {cols}, ->LB0\nB.DIM zero, {rows}, ->LB1\nB.IOR {base}, a1\n"
+            f"B.IOT mask=1000, last, ->M<4>\nBSTOP")
+
+
+def demo(config: str = DEMO_DEFAULT_CONFIG, batch: int = 1000, seed: int = 0) -> int:
+    """The guided tour behind `ptojax demo`; returns 0, or 1 if a model check failed."""
+    import collections
+    import threading
+
+    import jax
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    t_begin = time.perf_counter()
+    con = Console(highlight=False, width=None if sys.stdout.isatty() else 100)
+
+    def say(text=""):
+        con.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    ok_all = True
+    cfg = pj.preset(config)
+    dev = jax.devices()[0]
+    con.rule("ptojax demo", characters="=")
+    say(f"config {config}: {cfg.gm_bytes} B of GM, {cfg.local_slots} Local tile slots of "
+        f"{cfg.tile_words} Words; {cfg.state_bytes:,} bytes per State")
+    say(f"JAX {jax.__version__} on {jax.local_device_count()} {dev.platform} device(s)")
+
+    # the batch of step 6, compiled in the background while steps 1-5 run
+    n, note = batch, None
+    limit = max(1, _DEMO_MAX_BATCH_BYTES // cfg.state_bytes)
+    if n > limit:
+        note = f"(batch of {batch:,} capped at {limit:,}: {cfg.state_bytes:,} bytes per State)"
+        n = limit
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((16, 16)).astype(np.float16)
+    sb = pj.write_memory(pj.reset(cfg), 0x400, m.view(np.uint8).reshape(-1))
+    for reg, v in (("a0", 0x400), ("a1", 32), ("a2", 0x401)):
+        sb = pj.write_gpr(sb, reg, v)
+    cache = {}
+    streams = []
+    for _ in range(n):
+        key = (str(rng.choice(["ND2M16", "ND2N8", "ND2M32"])), str(rng.choice(tables.PADVALUES)),
+               int(rng.integers(1, 17)), int(rng.integers(1, 17)),
+               "a2" if rng.random() < 0.05 else "a0")
+        if key not in cache:
+            cache[key] = pj.asm.assemble(_demo_bundle(*key))
+        streams.append(cache[key])
+    batch_words = np.array(streams, np.uint32)
+    warm = {}
+
+    def warm_up():
+        try:
+            t0 = time.perf_counter()
+            warm["res"] = jax.block_until_ready(pj.batch.run(sb, batch_words))
+            warm["s"] = time.perf_counter() - t0
+        except BaseException as e:   # re-raised in the main thread
+            warm["error"] = e
+
+    worker = threading.Thread(target=warm_up, name="ptojax-demo-compile", daemon=True)
+    worker.start()
+
+    # 1. GM
+    con.rule("1. a 2x3 FP16 matrix in GM at 0x100 (row stride 6 bytes)")
+    x = np.array([[1, 2, 3], [4, 5, 6]], np.float16)
+    raw = x.view(np.uint8).reshape(-1)
+    s0 = pj.write_memory(pj.reset(cfg), 0x100, raw)
+    for reg, v in (("a0", 0x100), ("a1", 6), ("a2", 0x200), ("a3", 0x101)):
+        s0 = pj.write_gpr(s0, reg, v)
+    say(f"values {x.tolist()}  (FP16 bits {[f'{int(b):04x}' for b in x.view(np.uint16).ravel()]})")
+    say(hexdump(raw.tobytes(), 0x100))
+    say("GPRs of PE0: a0 = 0x100 (source), a1 = 6 (row stride), a2 = 0x200 (store target), "
+        "a3 = 0x101 (misaligned)")
+
+    # 2. TLOAD
+    con.rule("2. TLOAD ND2M16 with PadValue Max into a CUBE_M16 tile")
+    load_text = DEMO_TLOAD.format(base="a0")
+    load = pj.asm.assemble(load_text)
+    say("\n".join(source_listing(load_text, int(np.asarray(s0.pc)))))
+    t0 = time.perf_counter()
+    r1 = pj.run(s0, load)
+    t_first = time.perf_counter() - t0
+    rep = build_report(s0, r1, load, model="jax", config=config, pe=0, on_fault="abandon")
+    say(f"pj.run -> {fault_line(rep)}   ({t_first:.1f} s, the first call compiles)")
+    t = pj.read_tile(r1.state, tables.HAND_SLOTS * tables.HANDS.index("M"))
+    say(t.render())
+    pad_word = int(t.words[t.slot(0, 3)])
+    say(f"valid region as FP16: {t.to_nd().astype(np.uint16).view(np.float16).tolist()}; "
+        f"the pad slots (·) hold {pad_word:#06x} = "
+        f"{float(np.array(pad_word, np.uint16).view(np.float16))} (PadValue Max)")
+
+    # 3. TSTORE
+    con.rule("3. TSTORE M162ND of that tile to GM 0x200")
+    store = pj.asm.assemble(DEMO_TSTORE)
+    say("\n".join(source_listing(DEMO_TSTORE, int(np.asarray(r1.state.pc)))))
+    r2 = pj.run(r1.state, store)
+    rep = build_report(r1.state, r2, store, model="jax", config=config, pe=0, on_fault="abandon")
+    say(f"pj.run -> {fault_line(rep)}")
+    out = pj.read_memory(r2.state, 0x200, raw.size)
+    say(hexdump(out, 0x200))
+    same = out == raw.tobytes()
+    ok_all &= same
+    say(f"GM 0x200.. equals the source matrix: {'yes' if same else 'NO'}; tiles unchanged: "
+        f"{'yes' if not changed_tiles(r1.state, r2.state) else 'NO'}")
+
+    # 4. a fault
+    con.rule("4. a faulting bundle: the same TLOAD from base a3 = 0x101")
+    bad = pj.asm.assemble(DEMO_TLOAD.format(base="a3"))
+    r3 = pj.run(r2.state, bad)
+    rep = build_report(r2.state, r3, bad, model="jax", config=config, pe=0, on_fault="abandon")
+    say("\n".join(listing(bad, int(np.asarray(r2.state.pc)), rep["fault_word"], r3.fault)))
+    say(f"pj.run -> {fault_line(rep)}")
+    unchanged = _same_state(r2.state, r3.state, skip=("fault", "fault_address", "pc"))
+    ok_all &= unchanged
+    say(f"GM, GPRs, tiles and block state unchanged: {'yes' if unchanged else 'NO'}; only the "
+        f"fault register ({r3.fault}, {int(np.asarray(r3.state.fault_address)):#x}) and the pc "
+        f"({int(np.asarray(r3.state.pc)):#x}, the faulting word) moved. A fault is data, "
+        f"not an exception.")
+
+    # 5. the oracle
+    con.rule("5. the same programs on the reference model (pj.reference.run)")
+    table = Table("program", "pj.run", "pj.reference.run", "executed", "identical",
+                  box=box.SIMPLE_HEAD)
+    for name, st, words, r in (("TLOAD", s0, load, r1), ("TSTORE", r1.state, store, r2),
+                               ("faulting TLOAD", r2.state, bad, r3)):
+        ref = pj.reference.run(st, words)
+        same = ref.fault == r.fault and ref.executed == r.executed and _same_state(ref.state, r.state)
+        ok_all &= same
+        table.add_row(name, r.fault, ref.fault, f"{r.executed} / {ref.executed}",
+                      "yes" if same else "NO")
+    con.print(table)
+
+    con.rule(f"6. {n:,} bundles at once: pj.batch.run")
+    if note:
+        say(note)
+    say(f"{n:,} TLOAD bundles of FP16 with random layout (ND2M16/ND2N8/ND2M32), PadValue and "
+        f"valid shape 1..16 x 1..16, from a 16x16 matrix at 0x400; about 5% from the misaligned "
+        f"base a2 = 0x401. One State per bundle, {n * cfg.state_bytes / 2**20:,.0f} MiB in all.")
+    worker.join()
+    if "error" in warm:
+        raise warm["error"]
+    res, t_compile = warm["res"], warm["s"]
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        again = pj.batch.run(sb, batch_words)
+        jax.block_until_ready(again.state)
+        best = min(best, time.perf_counter() - t0)
+    same = np.array_equal(again.fault_code, res.fault_code)
+    ok_all &= same
+    say(f"first call (compile + run, started in the background before step 1): "
+        f"{t_compile:.1f} s; then best of 3: {best * 1e3:.1f} ms "
+        f"= {n / best:,.0f} bundles/s")
+    tally = collections.Counter(res.faults)
+    table = Table("fault", "bundles", box=box.SIMPLE_HEAD)
+    for name, count in sorted(tally.items(), key=lambda kv: -kv[1]):
+        table.add_row(name, f"{count:,}")
+    con.print(table)
+    faulted = [i for i in range(n) if res.fault_code[i] != 0]
+    clean = [i for i in range(n) if res.fault_code[i] == 0]
+    pick = list(rng.permutation(faulted)[:3]) + list(rng.permutation(clean)[:5])
+    agree, t_ref = 0, 0.0
+    for i in pick:
+        t0 = time.perf_counter()
+        ref = pj.reference.run(sb, streams[i])
+        t_ref += (time.perf_counter() - t0) / len(pick)
+        one = res[int(i)]
+        agree += ref.fault == one.fault and _same_state(ref.state, one.state)
+    ok_all &= agree == len(pick)
+    say(f"{len(pick)} of them ({min(3, len(faulted))} faulting) re-run on pj.reference.run: "
+        f"{agree} of {len(pick)} final States identical; the oracle takes "
+        f"{t_ref * 1e3:.0f} ms per bundle here ({1 / t_ref:,.0f} bundles/s)")
+
+    con.rule(f"done in {time.perf_counter() - t_begin:.1f} s: "
+             f"{'every check passed' if ok_all else 'A CHECK FAILED'}", characters="=")
+    return 0 if ok_all else 1
+
+
+# ----------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    configs = ", ".join(f"{n} ({c.state_bytes:,} B/state)" for n, c in pj.PRESETS.items())
+    ap = argparse.ArgumentParser(
+        prog="ptojax",
+        description="ptojax: an executable, batched, bit-exact model of the PTO tile ISA's "
+                    "CUBE slice on JAX.",
+        epilog="Exit status: 0 when the command ran (an architectural fault is a result, "
+               "not an error), 2 for bad input.")
+    ap.add_argument("--version", action="version", version=f"ptojax {pj.__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser(
+        "run", help="run a program on a fresh machine and report faults, tiles and memory",
+        description="Run a word stream (assembly, or hex words) on a fresh State and report "
+                    "the fault, the tiles it changed and the GM bytes it changed.")
+    r.add_argument("program", help="program file, or - for stdin: assembly text, or hex words "
+                                   "(one or more per line; detected when every token is hex)")
+    r.add_argument("--hex", action="store_true", help="the program is hex words")
+    r.add_argument("--gm", metavar="FILE", help="binary GM image written at address 0")
+    r.add_argument("--gm-hex", metavar="ADDR:HEXBYTES", action="append",
+                   help="bytes written into GM at ADDR, e.g. 0x100:003c0040 (repeatable)")
+    r.add_argument("--gpr", metavar="[PE:]REG=VALUE", action="append",
+                   help="set a GPR, e.g. a0=0x100 or 1:a1=8 (repeatable; PE defaults to --pe)")
+    r.add_argument("--pe", type=int, default=0, help="the PE that runs the stream (0..3)")
+    r.add_argument("--config", choices=list(pj.PRESETS), default=PROGRAM_DEFAULT_CONFIG,
+                   help=f"machine sizes (default {PROGRAM_DEFAULT_CONFIG}, the ASL model's): {configs}")
+    r.add_argument("--on-fault", choices=["abandon", "hold"], default="abandon",
+                   help="after a fault, discard the open block (default) or keep it pending")
+    r.add_argument("--reference", action="store_true",
+                   help="run the plain-Python reference model instead of the JAX model")
+    r.add_argument("--json", action="store_true", help="print the report as JSON")
+    r.set_defaults(func=cmd_run)
+
+    a = sub.add_parser("asm", help="assemble text into hex words",
+                       description="Assemble program text; print one hex word per line.")
+    a.add_argument("file", help="assembly file, or - for stdin")
+    a.add_argument("--json", action="store_true", help="print a JSON list of hex strings")
+    a.set_defaults(func=cmd_asm)
+
+    d = sub.add_parser("disasm", help="disassemble hex words into text",
+                       description="Disassemble hex words (whitespace/comma separated; a JSON "
+                                   "list from `asm --json` works too).")
+    d.add_argument("file", help="file of hex words, or - for stdin")
+    d.add_argument("-a", "--addresses", action="store_true",
+                   help="prefix each line with its address and word")
+    d.set_defaults(func=cmd_disasm)
+
+    m = sub.add_parser("demo", help="a guided run: TLOAD, TSTORE, a fault, the oracle, a batch",
+                       description="Load a 2x3 FP16 matrix into a CUBE_M16 tile, store it back, "
+                                   "hit a fault, check all of it against the reference model, "
+                                   "then run a batch of bundles at once.")
+    m.add_argument("--config", choices=list(pj.PRESETS), default=DEMO_DEFAULT_CONFIG,
+                   help=f"machine sizes (default {DEMO_DEFAULT_CONFIG})")
+    m.add_argument("--batch", type=int, default=1000, help="bundles in the batch step (default 1000)")
+    m.add_argument("--seed", type=int, default=0, help="seed of the random batch bundles")
+    m.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", help="run a benchmark: layouts or bundles (ARGS go to it)",
+                       description="Run benchmarks/<NAME>.py from the repository; "
+                                   "`ptojax bench NAME --help` lists its options.")
+    b.add_argument("name", choices=["layouts", "bundles"])
+    b.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    b.set_defaults(func=cmd_bench)
+    return ap
+
+
+def main(argv=None) -> int:
+    """Entry point of the `ptojax` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as e:
+        print(f"ptojax {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:   # `ptojax ... | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
