@@ -1,0 +1,221 @@
+"""The `ptojax` command line: run, asm, disasm, demo and bench through cli.main.
+
+Every JAX run uses the "small" preset and 7-word programs, so the whole file
+pays for one compile of pj.run (plus the demo's and the benchmark's batches).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ptojax as pj
+from ptojax import cli
+
+CFG = ["--config", "small"]
+MATRIX = "0x100:003c00400042004400450046"          # FP16 [[1, 2, 3], [4, 5, 6]] at 0x100
+
+TLOAD = """\
+; a 2x3 FP16 matrix into a CUBE_M16 tile, padded with the FP16 maximum
+BSTART.TLOAD FP16
+B.DATR {ND2M16, DTYPE_NONE, Max}
+B.DIM zero, 3, ->LB0
+B.DIM zero, 2, ->LB1
+B.IOR a0, a1
+B.IOT mask=1000, last, ->M<1>
+BSTOP
+"""
+
+TSTORE = """\
+BSTART.TSTORE FP16
+B.DATR {M162ND, DTYPE_NONE}
+B.DIM zero, 3, ->LB0
+B.DIM zero, 2, ->LB1
+B.IOR a2, a1
+B.IOT M#1, mask=1000, last
+BSTOP
+"""
+
+
+@pytest.fixture
+def src(tmp_path):
+    def write(text, name="prog.s"):
+        p = tmp_path / name
+        p.write_text(text)
+        return str(p)
+    return write
+
+
+def run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_run_tload_prints_tile_picture(src, capsys):
+    rc, out, err = run(capsys, "run", src(TLOAD), *CFG, "--gm-hex", MATRIX,
+                       "--gpr", "a0=0x100", "--gpr", "a1=6")
+    assert rc == 0, err
+    assert "result: Fault_None: 7 of 7 words executed, pc 0x1c" in out
+    assert "0x0000  20011181  BSTART.TLOAD FP16" in out
+    assert "0x0018  00000001  BSTOP" in out
+    assert "tiles changed: 1" in out
+    assert "M#1 (tile 32): CUBE_M16 FP16 16x4, valid 2x3" in out
+    assert "3c00 4000 4200 ····" in out and "4400 4500 4600 ····" in out
+    assert "memory changed: none" in out
+
+
+def test_run_fault_is_reported_and_exits_0(src, capsys):
+    rc, out, err = run(capsys, "run", src(TLOAD), *CFG, "--gm-hex", MATRIX,
+                       "--gpr", "a0=0x101", "--gpr", "a1=6")
+    assert rc == 0, err
+    assert ("fault: Fault_DataAlignment at data address 0x101 (word 6 at pc 0x18: BSTOP); "
+            "6 of 7 words executed before it") in out
+    assert "<- Fault_DataAlignment" in out
+    assert "tiles changed: none" in out and "memory changed: none" in out
+
+
+def test_run_json(src, capsys):
+    rc, out, _ = run(capsys, "run", src(TLOAD), *CFG, "--json", "--gm-hex", MATRIX,
+                     "--gpr", "a0=0x100", "--gpr", "0:a1=6")
+    assert rc == 0
+    rep = json.loads(out)
+    assert rep["fault"] == "Fault_None" and rep["fault_address"] is None
+    assert rep["executed"] == 7 and rep["pc"] == 28 and rep["fault_word"] is None
+    assert rep["model"] == "jax" and rep["config"] == "small"
+    assert [p["word"] for p in rep["program"]][:2] == ["0x20011181", "0x09f01b23"]
+    (t,) = rep["tiles"]
+    assert (t["name"], t["layout"], t["dtype"], t["rows"], t["columns"]) == (
+        "M#1", "CUBE_M16", "FP16", 16, 4)
+    assert (t["valid_rows"], t["valid_columns"], t["pe_mask"]) == (2, 3, "1000")
+    assert t["words"][:3] == ["0x0000000000003c00", "0x0000000000004000", "0x0000000000004200"]
+    assert t["words"][3] == "0x0000000000007bff" and all(t["defined"])
+    assert rep["memory"] == []
+    # a fault in JSON: its data address and the word that raised it
+    rc, out, _ = run(capsys, "run", src(TLOAD), *CFG, "--json", "--gpr", "a0=0x101")
+    rep = json.loads(out)
+    assert rep["fault"] == "Fault_DataAlignment"
+    assert (rep["fault_address"], rep["fault_word"], rep["fault_pc"], rep["executed"]) == (
+        0x101, 6, 0x18, 6)
+    assert rep["tiles"] == [] and not rep["block_open"]
+
+
+def test_run_reference_store_shows_memory_and_hex_input(src, capsys):
+    words = pj.asm.assemble(TLOAD + TSTORE)
+    hexprog = src("\n".join(f"{w:08x}" for w in words) + "\n", "prog.hex")   # auto-detected
+    gprs = ["--gpr", "a0=0x100", "--gpr", "a1=6", "--gpr", "a2=0x200"]
+    rc, out, err = run(capsys, "run", hexprog, *CFG, "--reference", "--gm-hex", MATRIX, *gprs)
+    assert rc == 0, err
+    assert "14 words, reference model" in out and "Fault_None: 14 of 14" in out
+    assert "memory changed: 1 range" in out
+    assert "0x0201..0x020b (11 bytes" in out
+    assert "0x0200: 00 3c 00 40 00 42 00 44  00 45 00 46" in out
+    rc, out, _ = run(capsys, "run", hexprog, *CFG, "--reference", "--json", "--gm-hex", MATRIX,
+                     *gprs)
+    rep = json.loads(out)
+    assert rep["model"] == "reference"
+    assert rep["memory"] == [{"address": 0x201, "length": 11, "before": "00" * 11,
+                              "after": "3c00400042004400450046"}]
+
+
+def test_run_hold_keeps_the_block_open(src, capsys):
+    rc, out, _ = run(capsys, "run", src(TLOAD), *CFG, "--reference", "--on-fault", "hold",
+                     "--gpr", "a0=0x101")
+    assert rc == 0
+    assert "Fault_DataAlignment" in out
+    assert "block open: BSTART at 0x0, held pending (--on-fault hold)" in out
+
+
+def test_malformed_assembly_exits_2_with_line_number(src, capsys):
+    bad = TLOAD.replace("B.DIM zero, 2, ->LB1", "B.DIM zero, 2, ->LB7")
+    rc, out, err = run(capsys, "run", src(bad), *CFG)
+    assert rc == 2 and out == ""
+    assert "line 5" in err and "->LB7" in err and "Traceback" not in err
+    rc, _, err = run(capsys, "asm", src("BSTOP\nBFOO 1\n"))
+    assert rc == 2 and "line 2" in err and "unknown mnemonic" in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--gpr", "a0:0x100"], "expected [PE:]REG=VALUE"),
+    (["--gpr", "q9=1"], "unknown GPR"),
+    (["--gpr", "7:a0=1"], "PE 7 out of range"),
+    (["--gpr", "a0=zz"], "not an integer"),
+    (["--gm-hex", "0x100:3c0"], "even number of hex digits"),
+    (["--gm-hex", "0xfff:0000"], "do not fit"),
+    (["--gm", "/nonexistent/gm.bin"], "cannot read GM image"),
+    (["--pe", "4"], "--pe 4"),
+])
+def test_bad_options_exit_2(src, capsys, argv, message):
+    rc, out, err = run(capsys, "run", src(TLOAD), *CFG, *argv)
+    assert rc == 2 and message in err and "Traceback" not in err
+
+
+def test_unreadable_file_and_unknown_config_exit_2(src, capsys):
+    rc, _, err = run(capsys, "run", "/nonexistent/prog.s")
+    assert rc == 2 and "cannot read program /nonexistent/prog.s" in err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", src(TLOAD), "--config", "huge"])
+    assert e.value.code == 2
+    assert "invalid choice: 'huge'" in capsys.readouterr().err
+    rc, _, err = run(capsys, "disasm", src("0x1 0x123456789\n"))
+    assert rc == 2 and "does not fit a 32-bit" in err
+
+
+def test_asm_disasm_round_trip(src, capsys):
+    rc, out, _ = run(capsys, "asm", src(TLOAD + TSTORE))
+    assert rc == 0
+    words = [int(x, 16) for x in out.split()]
+    assert words == pj.asm.assemble(TLOAD + TSTORE) and len(words) == 14
+    assert out.splitlines()[0] == "0x20011181"
+    rc, text, _ = run(capsys, "disasm", src(out, "w.hex"))
+    assert rc == 0 and pj.asm.assemble(text) == words
+    assert text.splitlines()[1] == "B.DATR {ND2M16, DTYPE_NONE, Max, EQ, Default, 0, 0}"
+    rc, js, _ = run(capsys, "asm", "--json", src(TSTORE))
+    lst = json.loads(js)
+    assert lst == [f"0x{w:08x}" for w in pj.asm.assemble(TSTORE)]
+    rc, text, _ = run(capsys, "disasm", src(js, "w.json"))          # a JSON list works too
+    assert text.strip() == pj.asm.disassemble(pj.asm.assemble(TSTORE))
+    rc, text, _ = run(capsys, "disasm", "--addresses", src("20011181 00000001"))
+    assert text.splitlines() == ["  0x0000  20011181  BSTART.TLOAD FP16",
+                                 "  0x0004  00000001  BSTOP"]
+
+
+def test_stdin(monkeypatch, capsys):
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO("BSTOP\n"))
+    rc, out, _ = run(capsys, "asm", "-")
+    assert rc == 0 and out == "0x00000001\n"
+
+
+def test_demo(capsys):
+    rc, out, err = run(capsys, "demo", "--batch", "16")
+    assert rc == 0, out + err
+    assert "3c00 4000 4200 ····" in out                              # the tile picture
+    assert "0x0200: 00 3c 00 40 00 42 00 44  00 45 00 46" in out     # the stored bytes
+    assert "Fault_DataAlignment at data address 0x101" in out
+    assert "16 bundles at once" in out and "bundles/s" in out
+    assert "every check passed" in out
+
+
+def test_bench_dispatch_and_missing_benchmarks(tmp_path, monkeypatch, capsys):
+    fake = tmp_path / "bundles.py"
+    fake.write_text("SEEN = []\ndef main(argv=None):\n    print('argv', argv)\n")
+    monkeypatch.setattr(cli, "_bench_path", lambda name: tmp_path / f"{name}.py")
+    rc, out, _ = run(capsys, "bench", "bundles", "--quick", "--out", "x.json")
+    assert rc == 0 and out == "argv ['--quick', '--out', 'x.json']\n"
+    rc, _, err = run(capsys, "bench", "layouts")
+    assert rc == 2 and "not found" in err and "benchmarks/" in err
+
+
+def test_bench_bundles_smoke(tmp_path, capsys):
+    out = tmp_path / "bundles.json"
+    rc = cli.main(["bench", "bundles", "--max-batch", "1", "--repeats", "1",
+                   "--reference-runs", "2", "--quiet", "--out", str(out),
+                   "--bundles", "TLOAD U32 16x16,TSTORE N82ND FP16 16x16"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert [r["bundle"] for r in data["summary"]] == ["TLOAD U32 16x16", "TSTORE N82ND FP16 16x16"]
+    assert all(r["bundles_per_s"] > 0 and r["batch"] == 1 for r in data["rows"])
+    assert all(s["ratio"] > 0 for s in data["summary"])
+    assert data["presets"]["tiny"]["state_bytes"] == pj.preset("tiny").state_bytes
