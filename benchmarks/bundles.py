@@ -1,0 +1,318 @@
+"""Bundles/s of pj.batch.run against the reference model, per TLOAD/TSTORE bundle.
+
+Each bundle is a real instruction stream (BSTART .. BSTOP, 6-7 words) that
+moves a full 16x16 tile (32x8 for CUBE_M32, which needs 32 rows) between GM
+and a Local tile, on the "tiny" config preset (256 payload Words per tile, so
+that 65536 States fit in about 1.6 GB):
+
+* ordinary TLOAD / TSTORE of U32 and FP16 (RowMajor tiles);
+* CUBE TLOAD ND2M16 / ND2N8 / ND2M32 and TSTORE M162ND / N82ND / M322ND of
+  FP16; a store's source tile is loaded beforehand (reference model).
+
+For every bundle and batch size one run measures, side by side:
+
+* pj.batch.run on a batch of identical States (one per bundle), donate=True,
+  a warm-up call first, then the best of a few calls; the batch of States is
+  built before the clock starts and jax.block_until_ready ends it;
+* pj.reference.run, the plain-Python oracle, on the same bundle a few hundred
+  times (per-bundle rate).
+
+Every timed batch must finish with Fault_None in every State (checked), and
+the first State of the smallest batch must equal the reference result, so a
+fault is never counted as throughput.
+
+    python benchmarks/bundles.py               # 1 .. 65536 States (several minutes)
+    python benchmarks/bundles.py --quick       # 1, 16, 256
+    python benchmarks/bundles.py --max-batch 4096 --out r.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+BATCHES = (1, 16, 256, 4096, 16384, 65536)
+QUICK_BATCHES = (1, 16, 256)
+PRESET = "tiny"
+
+SRC, DST = 0x400, 0x800          # GM: source matrix, store target
+# name -> (op, layout code for B.DATR or None, dtype, rows, cols, size code, hand)
+BUNDLES = {
+    "TLOAD U32 16x16":          ("TLOAD", None, "U32", 16, 16, 4, "T"),
+    "TLOAD FP16 16x16":         ("TLOAD", None, "FP16", 16, 16, 3, "T"),
+    "TLOAD ND2M16 FP16 16x16":  ("TLOAD", "ND2M16", "FP16", 16, 16, 3, "M"),
+    "TLOAD ND2N8 FP16 16x16":   ("TLOAD", "ND2N8", "FP16", 16, 16, 3, "N"),
+    "TLOAD ND2M32 FP16 32x8":   ("TLOAD", "ND2M32", "FP16", 32, 8, 3, "M"),
+    "TSTORE U32 16x16":         ("TSTORE", None, "U32", 16, 16, 4, "T"),
+    "TSTORE FP16 16x16":        ("TSTORE", None, "FP16", 16, 16, 3, "T"),
+    "TSTORE M162ND FP16 16x16": ("TSTORE", "M162ND", "FP16", 16, 16, 3, "M"),
+    "TSTORE N82ND FP16 16x16":  ("TSTORE", "N82ND", "FP16", 16, 16, 3, "N"),
+    "TSTORE M322ND FP16 32x8":  ("TSTORE", "M322ND", "FP16", 32, 8, 3, "M"),
+}
+LOAD_OF = {"M162ND": "ND2M16", "N82ND": "ND2N8", "M322ND": "ND2M32", None: None}
+
+
+def _elem_bytes(dtype):
+    return {"U32": 4, "FP16": 2}[dtype]
+
+
+def program(op, layout, dtype, rows, cols, size, hand):
+    """Assembly text of one bundle (base in a0, row stride in a1)."""
+    lines = [f"BSTART.{op} {dtype}"]
+    if layout:
+        lines.append(f"B.DATR {{{layout}, DTYPE_NONE, Zero}}")
+    lines += [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1", "B.IOR a0, a1"]
+    if op == "TLOAD":
+        lines.append(f"B.IOT mask=1000, last, ->{hand}<{size}>")
+    else:
+        lines.append(f"B.IOT {hand}#1, mask=1000, last")
+    lines.append("BSTOP")
+    return "\n".join(lines)
+
+
+def start_state(pj, cfg, name, rng):
+    """The State a bundle runs on: GM holds a random matrix at SRC; a store's
+    source tile is loaded from it first (reference model), then a0 = DST."""
+    op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
+    eb = _elem_bytes(dtype)
+    data = rng.integers(0, 256, rows * cols * eb, dtype=np.uint8)
+    if dtype == "FP16":   # finite values only, so the bytes are ordinary numbers
+        data = rng.standard_normal(rows * cols).astype(np.float16).view(np.uint8)
+    s = pj.write_memory(pj.reset(cfg), SRC, data)
+    s = pj.write_gpr(pj.write_gpr(s, "a0", SRC), "a1", cols * eb)
+    if op == "TSTORE":
+        load = pj.asm.assemble(program("TLOAD", LOAD_OF[layout], dtype, rows, cols, size, hand))
+        r = pj.reference.run(s, load)
+        if r.fault != "Fault_None":
+            raise RuntimeError(f"{name}: loading the source tile faulted: {r.fault}")
+        s = pj.write_gpr(r.state, "a0", DST)
+    return s, data
+
+
+def _leaves(s):
+    import jax
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(s)]
+
+
+def same_state(a, b):
+    return all(np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))
+
+
+def time_reference(pj, s, words, n):
+    pj.reference.run(s, words)              # first call: imports, caches
+    t0 = time.perf_counter()
+    for _ in range(n):
+        r = pj.reference.run(s, words)
+    dt = time.perf_counter() - t0
+    return n / dt, r
+
+
+def make_batch(jax, s, B):
+    """B copies of State s as fresh device buffers (donated to pj.batch.run)."""
+    import jax.numpy as jnp
+    with jax.enable_x64(True):
+        out = jax.tree_util.tree_map(lambda a: jnp.array(jnp.broadcast_to(a, (B,) + a.shape)), s)
+    return jax.block_until_ready(out)
+
+
+def time_batch(pj, jax, s, words, B, repeats):
+    """(best seconds, first-call seconds, last BatchResult) of pj.batch.run, donate=True."""
+    w = np.broadcast_to(np.asarray(words, np.uint32), (B, len(words))).copy()
+    times = []
+    res = None
+    for i in range(repeats + 1):            # call 0 is the warm-up
+        states = make_batch(jax, s, B)
+        del res
+        t0 = time.perf_counter()
+        res = pj.batch.run(states, w, donate=True)
+        jax.block_until_ready(res.state)
+        times.append(time.perf_counter() - t0)
+        del states
+        if (res.fault_code != 0).any():
+            tally = collections.Counter(res.faults)
+            raise RuntimeError(f"batch of {B}: not every bundle succeeded: {dict(tally)}")
+        if (res.executed != len(words)).any():
+            raise RuntimeError(f"batch of {B}: executed {set(res.executed.tolist())} words, "
+                               f"expected {len(words)}")
+    return min(times[1:]), times[0], res
+
+
+def _git_commit():
+    """HEAD of the checkout the benchmark runs from (+ "-dirty"), or None."""
+    import subprocess
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
+                              capture_output=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               text=True, capture_output=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("-dirty" if dirty else "")) or None
+
+
+def _fmt_rate(x):
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:.0f}"
+
+
+def print_tables(result):
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    meta = result["meta"]
+    sizes = meta["batch_sizes"]
+    t = Table(title=f"Bundles/s: pj.batch.run ({meta['preset']} preset, donate=True, best of "
+                    f"{meta['repeats']}) vs pj.reference.run on {meta['backend']}")
+    t.add_column("bundle")
+    t.add_column("words", justify="right")
+    t.add_column("reference", justify="right")
+    for b in sizes:
+        t.add_column(f"B={b}", justify="right")
+    t.add_column("best / ref", justify="right")
+    for sm in result["summary"]:
+        rates = {r["batch"]: r["bundles_per_s"] for r in result["rows"] if r["bundle"] == sm["bundle"]}
+        t.add_row(sm["bundle"], str(sm["words"]), _fmt_rate(sm["reference_bundles_per_s"]),
+                  *(_fmt_rate(rates[b]) if b in rates else "-" for b in sizes),
+                  f"{sm['ratio']:,.0f}x")
+    console.print(t)
+    p = Table(title="Per-State memory of the config presets")
+    for c in ("preset", "gm_bytes", "tile slots x Words", "bytes per State", "States per GiB"):
+        p.add_column(c, justify="left" if c == "preset" else "right")
+    for name, d in result["presets"].items():
+        p.add_row(name, str(d["gm_bytes"]), f"{d['local_slots']} x {d['tile_words']}",
+                  f"{d['state_bytes']:,}", f"{(1 << 30) // d['state_bytes']:,}")
+    console.print(p)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ptojax-bench-bundles", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help=f"batch sizes {QUICK_BATCHES} only, "
+                    "fewer repeats and reference runs")
+    ap.add_argument("--max-batch", type=int, default=None,
+                    help=f"largest batch (default {BATCHES[-1]}; --quick {QUICK_BATCHES[-1]})")
+    ap.add_argument("--repeats", type=int, default=None, help="timed calls per point (default 3; --quick 2)")
+    ap.add_argument("--reference-runs", type=int, default=None,
+                    help="timed pj.reference.run calls per bundle (default 300; --quick 30)")
+    ap.add_argument("--bundles", default=None,
+                    help="comma-separated subset of bundle names (default all)")
+    ap.add_argument("--out", default="bench-results/bundles.json", help="JSON output path")
+    ap.add_argument("--quiet", action="store_true", help="no tables on stdout")
+    args = ap.parse_args(argv)
+
+    sizes = QUICK_BATCHES if args.quick else BATCHES
+    max_batch = args.max_batch or sizes[-1]
+    if max_batch < 1:
+        ap.error("--max-batch must be at least 1")
+    sizes = [b for b in sizes if b <= max_batch] or [max_batch]
+    if args.max_batch and args.max_batch not in sizes and args.max_batch > sizes[-1]:
+        sizes.append(args.max_batch)
+    repeats = args.repeats or (2 if args.quick else 3)
+    ref_runs = args.reference_runs or (30 if args.quick else 300)
+    names = list(BUNDLES)
+    if args.bundles:
+        names = [n.strip() for n in args.bundles.split(",") if n.strip()]
+        for n in names:
+            if n not in BUNDLES:
+                ap.error(f"unknown bundle {n!r}; expected one of: {', '.join(BUNDLES)}")
+
+    import jax
+    import ptojax as pj
+
+    cfg = pj.preset(PRESET)
+    rng = np.random.default_rng(0)
+    t_start = time.perf_counter()
+    bundles, starts = [], {}
+    for name in names:
+        op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
+        words = pj.asm.assemble(program(op, layout, dtype, rows, cols, size, hand))
+        s, data = start_state(pj, cfg, name, rng)
+        starts[name] = (s, words)
+        bundles.append({"bundle": name, "op": op, "layout": layout or "NORM", "dtype": dtype,
+                        "shape": [rows, cols], "size_code": size,
+                        "words": [f"0x{w:08x}" for w in words],
+                        "text": pj.asm.disassemble(words).splitlines()})
+
+    # the reference model, and the JAX model's agreement with it
+    reference = {}
+    for name in names:
+        s, words = starts[name]
+        rate, ref = time_reference(pj, s, words, ref_runs)
+        if ref.fault != "Fault_None":
+            raise RuntimeError(f"{name}: the reference model faults: {ref.fault}")
+        reference[name] = (rate, ref)
+        if not args.quiet:
+            print(f"  reference  {name:26s} {rate:10,.0f} bundles/s", file=sys.stderr, flush=True)
+
+    rows = []
+    for B in sizes:
+        for name in names:
+            s, words = starts[name]
+            best, first, res = time_batch(pj, jax, s, words, B, repeats)
+            if B == sizes[0] and not same_state(res[0].state, reference[name][1].state):
+                raise RuntimeError(f"{name}: pj.batch.run and pj.reference.run disagree")
+            del res
+            rows.append({"bundle": name, "batch": B, "seconds": best, "first_call_s": first,
+                         "bundles_per_s": B / best, "state_bytes": B * cfg.state_bytes})
+            if not args.quiet:
+                print(f"  batch B={B:<6d} {name:26s} {B / best:12,.0f} bundles/s  "
+                      f"(best {best * 1e3:.2f} ms, first call {first:.2f} s)",
+                      file=sys.stderr, flush=True)
+
+    summary = []
+    for name in names:
+        mine = [r for r in rows if r["bundle"] == name]
+        top = max(mine, key=lambda r: r["bundles_per_s"])
+        ref_rate = reference[name][0]
+        summary.append({"bundle": name, "words": len(starts[name][1]),
+                        "reference_bundles_per_s": ref_rate, "best_batch": top["batch"],
+                        "best_bundles_per_s": top["bundles_per_s"],
+                        "ratio": top["bundles_per_s"] / ref_rate})
+    presets = {n: {"gm_bytes": c.gm_bytes, "local_slots": c.local_slots, "tile_words": c.tile_words,
+                   "state_bytes": c.state_bytes} for n, c in pj.PRESETS.items()}
+    dev = jax.devices()[0]
+    result = {
+        "benchmark": "ptojax.batch.run bundles/s vs ptojax.reference.run",
+        "meta": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "jax": jax.__version__, "backend": jax.default_backend(),
+            "device": str(getattr(dev, "device_kind", dev)),
+            "local_devices": jax.local_device_count(), "cpu_count": os.cpu_count(),
+            "machine": platform.machine(), "commit": _git_commit(), "preset": PRESET, "state_bytes": cfg.state_bytes,
+            "batch_sizes": sizes, "repeats": repeats, "reference_runs": ref_runs,
+            "quick": args.quick,
+            "timing": ("pj.batch.run(states, words, donate=True): best of repeats after a "
+                       "warm-up call, fresh batched States built before the clock, "
+                       "jax.block_until_ready; reference: mean over reference_runs calls"),
+            "elapsed_s": time.perf_counter() - t_start,
+        },
+        "presets": presets,
+        "bundles": bundles,
+        "rows": rows,
+        "summary": summary,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    if not args.quiet:
+        print_tables(result)
+        print(f"JSON: {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
