@@ -127,7 +127,7 @@ def header_step(blk, word, gpr_row, pc):
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects"))
 def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
-               effects: frozenset = frozenset({"TLOAD", "TSTORE"})):
+               effects: frozenset = frozenset({"TLOAD", "TSTORE"})):  # see possible_effects
     """Run words[:length] on one State (jit; vmap it for a batch).
 
     Phase 1 scans the words through decode and the block header, stopping at
@@ -196,6 +196,7 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
 
 
 _EFFECT_STARTS = {"TLOAD": 0x00011181, "TSTORE": 0x00111181}
+ALL_EFFECTS = frozenset(_EFFECT_STARTS)
 
 
 def possible_effects(words, open_ops=()) -> frozenset:
@@ -220,6 +221,8 @@ def commit_capable(words: np.ndarray, initially_open=False) -> np.ndarray:
     Faults can only end a stream earlier, so this bounds phase 2's length.
     """
     w = np.atleast_2d(np.asarray(words).astype(np.uint32))
+    if w.shape[1] == 0:
+        return np.zeros(w.shape[0], np.int64) if np.ndim(words) > 1 else 0
     bstop = w == 1
     bstart = ((w & 0x7F) == 1) & ~bstop
     event = bstart | bstop
@@ -296,10 +299,12 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     hold = check_on_fault(on_fault)
     w = as_words(words)
     cfg = check_config(state, cfg)
-    padded = np.zeros(_bucket(len(w)), np.uint32)
+    # One State: compile few variants (every effect, generous bounds); the
+    # batch path specializes instead, where throughput matters.
+    padded = np.zeros(_bucket(len(w), low=16), np.uint32)
     padded[: len(w)] = w
     st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe),
                               jnp.bool_(hold), cfg,
-                              _bucket(int(commit_capable(w, bool(state.block.active))), low=1),
-                              possible_effects(w, open_block_ops(state)))
+                              _bucket(int(commit_capable(w, bool(state.block.active))), low=4),
+                              ALL_EFFECTS)
     return RunResult.from_state(st, int(executed))
