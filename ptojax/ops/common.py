@@ -107,3 +107,77 @@ def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, rows, cols, column_major, W:
     r = jnp.where(is_cube, jnp.where(is_n8, n8_r, m_r), o_r)
     c = jnp.where(is_cube, jnp.where(is_n8, n8_c, m_c), o_c)
     return r, c
+
+
+# ---------------------------------------------------------------- Local tiles
+
+DESCRIPTOR_FIELDS = ("dtype", "layout", "location", "capacity", "rows", "cols", "valid_rows",
+                     "valid_cols", "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask",
+                     "defined_valid")
+_ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
+_COL_MAJOR = tables.TILE_LAYOUT_CODE["ColumnMajor"]
+
+
+def source(tiles, index, hand_slots: int):
+    """A source TileIndex's slot and descriptor: (slot, allocated, fields, contents_defined)."""
+    slot, exists = slot_of(index, hand_slots)
+    s = {k: getattr(tiles, k)[slot] for k in DESCRIPTOR_FIELDS}
+    return slot, tiles.allocated[slot] & exists, s, s["defined_valid"] == s["valid_rows"] * s["valid_cols"]
+
+
+def ordinary_source_ok(s, allocated, defined, tile_capacity, W: int):
+    """An allocated, configured, generically indexable, fully defined ordinary tile.
+
+    RowMajor/ColumnMajor (ptojax creates no ZN/NZ tiles); capacity legal,
+    rows derived from capacity and columns, valid extents inside, and every
+    valid element inside the materialized payload Words.
+    """
+    bits = take(DT_BITS, s["dtype"])
+    unit = jnp.maximum(s["cols"] * bits, 1)
+    cap = s["capacity"]
+    cap_ok = (cap % 128 == 0) & (cap >= 128) & (cap <= 65536) \
+        & (cap.astype(jnp.int64) <= tile_capacity.astype(jnp.int64))
+    rows_ok = ((cap * 8) % unit == 0) & (s["rows"] == (cap * 8) // unit) & (s["rows"] > 0) \
+        & (s["valid_rows"] <= s["rows"]) & (s["valid_cols"] <= s["cols"]) \
+        & (s["valid_rows"] >= 0) & (s["valid_cols"] >= 0) & (bits > 0)
+    col_major = s["layout"] == _COL_MAJOR
+    far = jnp.where(col_major, (s["valid_cols"] - 1) * s["rows"] + s["valid_rows"] - 1,
+                    (s["valid_rows"] - 1) * s["cols"] + s["valid_cols"] - 1)
+    in_words = (s["valid_rows"] == 0) | (s["valid_cols"] == 0) | (far < W)
+    return allocated & ((s["layout"] == _ROW_MAJOR) | col_major) & cap_ok & rows_ok \
+        & defined & in_words
+
+
+def ordinary_slot(s, r, c):
+    """Payload slot of (r, c) in an ordinary RowMajor/ColumnMajor tile."""
+    return jnp.where(s["layout"] == _COL_MAJOR, c * s["rows"] + r, r * s["cols"] + c)
+
+
+def ordinary_shape(tsize, col, vr, vc, bits, W: int):
+    """C.7 step 4 destination shape: (legal, derived rows) for a TSize and Col."""
+    cap_bits = tsize * 8
+    unit = jnp.maximum(col * bits, 1)
+    rows = cap_bits // unit
+    ok = (col > 0) & ((col & (col - 1)) == 0) & (cap_bits % unit == 0) \
+        & (rows >= 1) & (rows <= 65535) & (rows >= vr) & (vc <= col) \
+        & (vr * vc <= cap_bits // jnp.maximum(bits, 1)) & (vr * col <= W)
+    return ok, rows
+
+
+def destination(state, hand, size_code, mask, hand_slots: int):
+    """Destination hand allocation: (slot, found, tsize, budget_ok) (A.2, A.5)."""
+    tsize = jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
+    charge = core_charge(state.tiles) + take(PE_POPCOUNT, mask) * tsize
+    slot, found = free_slot(state.tiles, hand, hand_slots)
+    return slot, found, tsize, charge <= state.tile_capacity.astype(jnp.int64)
+
+
+def install(tiles, slot, do, fields: dict, words, defined):
+    """Publish a new descriptor + payload row at `slot` when `do` (else unchanged)."""
+    upd = {k: getattr(tiles, k).at[slot].set(
+        jnp.where(do, jnp.asarray(v).astype(getattr(tiles, k).dtype), getattr(tiles, k)[slot]))
+        for k, v in fields.items()}
+    upd["allocated"] = tiles.allocated.at[slot].set(tiles.allocated[slot] | do)
+    upd["words"] = tiles.words.at[slot].set(jnp.where(do, words, tiles.words[slot]))
+    upd["defined"] = tiles.defined.at[slot].set(jnp.where(do, defined, tiles.defined[slot]))
+    return tiles.replace(**upd)

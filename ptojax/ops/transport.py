@@ -15,8 +15,8 @@ from .. import tables
 from ..layouts.geometry import derived, shape_legal
 from . import memory
 from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS,
-                     DT_CLASS, DT_SIGNED, F, PAD_WORDS, PE_POPCOUNT, U64, core_charge,
-                     tile_coords, elem_bytes, free_slot, gpr_value, slot_of, take)
+                     DT_CLASS, DT_SIGNED, F, PAD_WORDS, U64, destination, elem_bytes, gpr_value,
+                     install, ordinary_shape, ordinary_source_ok, source, take, tile_coords)
 
 OP = tables.OP_ID
 LAY = tables.TILE_LAYOUT_CODE
@@ -91,11 +91,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     relayout = blk.datr_present & (code != 0)
 
     # ---------------- TLOAD destination (both paths)
-    hand = iot0[1]
-    tsize = jnp.int32(128) << jnp.clip(iot0[2] - 1, 0, 11)
-    new_charge = take(PE_POPCOUNT, bind_mask) * tsize
-    budget_bad = core_charge(tiles) + new_charge > state.tile_capacity.astype(jnp.int64)
-    dslot, found = free_slot(tiles, hand, HS)
+    dslot, found, tsize, budget_ok = destination(state, iot0[1], iot0[2], bind_mask, HS)
 
     # CUBE destination geometry: VR = LB1, VC = LB0
     vr_c, vc_c = lb[1], lb[0]
@@ -108,22 +104,12 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     vc_o = jnp.where(lb[0] == 0, 1, lb[0])
     vr_o = jnp.where(lb[1] == 0, 1, lb[1])
     col_o = jnp.where(lb[2] == 0, vc_o, lb[2])
-    cap_bits = tsize * 8
-    unit = col_o * ebits
-    rows_o = cap_bits // jnp.maximum(unit, 1)
-    ord_shape_ok = ((col_o & (col_o - 1)) == 0) & (cap_bits % jnp.maximum(unit, 1) == 0) \
-        & (rows_o >= 1) & (rows_o <= 65535) & (rows_o >= vr_o) & (vc_o <= col_o) \
-        & (vr_o * vc_o <= cap_bits // jnp.maximum(ebits, 1)) & (vr_o * col_o <= W)
+    ord_shape_ok, rows_o = ordinary_shape(tsize, col_o, vr_o, vc_o, ebits, W)
 
-    load_alloc_bad = ~found | budget_bad | ~jnp.where(cube, shape_ok, ord_shape_ok)
+    load_alloc_bad = ~found | ~budget_ok | ~jnp.where(cube, shape_ok, ord_shape_ok)
 
     # ---------------- TSTORE source
-    sslot, sexists = slot_of(iot0[6], HS)
-    s_alloc = tiles.allocated[sslot] & sexists
-    s = {k: getattr(tiles, k)[sslot] for k in (
-        "dtype", "layout", "location", "capacity", "rows", "cols", "valid_rows", "valid_cols",
-        "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask", "defined_valid")}
-    s_defined = s["defined_valid"] == s["valid_rows"] * s["valid_cols"]
+    sslot, s_alloc, s, s_defined = source(tiles, iot0[6], HS)
     s_cls = take(DT_CLASS, s["dtype"])
     s_lay = jnp.select([s["layout"] == CUBE_TILE_LAYOUT[i] for i in range(3)], [0, 1, 2], -1)
     scr, scc, sg, s_shape_ok = _cube_geometry(jnp.maximum(s_lay, 0), s_cls, s["valid_rows"],
@@ -136,21 +122,9 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     cube_src_bad = ~(s_alloc & s_cube_legal & s_defined & (s["dtype"] == bdt)
                      & (s_lay == cube_lay) & (s["valid_rows"] == lb[1])
                      & (s["valid_cols"] == lb[0]) & ((s["mask"] & bind_mask) == bind_mask))
-    # C.8 step 4: an allocated, configured, generically indexable, fully defined
-    # ordinary source (RowMajor/ColumnMajor; ptojax creates no ZN/NZ tiles)
-    s_bits = take(DT_BITS, s["dtype"])
-    s_unit = jnp.maximum(s["cols"] * s_bits, 1)
-    s_cap_ok = (s["capacity"] % 128 == 0) & (s["capacity"] >= 128) & (s["capacity"] <= 65536) \
-        & (s["capacity"].astype(jnp.int64) <= state.tile_capacity.astype(jnp.int64))
-    s_rows_ok = ((s["capacity"] * 8) % s_unit == 0) & (s["rows"] == (s["capacity"] * 8) // s_unit) \
-        & (s["rows"] > 0) & (s["valid_rows"] <= s["rows"]) & (s["valid_cols"] <= s["cols"]) \
-        & (s["valid_rows"] >= 0) & (s["valid_cols"] >= 0) & (s_bits > 0)
+    # C.8 step 4: an allocated, configured, generically indexable, fully defined source
     col_major = s["layout"] == LAY["ColumnMajor"]
-    far = jnp.where(col_major, (s["valid_cols"] - 1) * s["rows"] + s["valid_rows"] - 1,
-                    (s["valid_rows"] - 1) * s["cols"] + s["valid_cols"] - 1)
-    s_in_words = (s["valid_rows"] == 0) | (s["valid_cols"] == 0) | (far < W)
-    ord_src_bad = ~(s_alloc & ((s["layout"] == LAY["RowMajor"]) | col_major) & s_cap_ok
-                    & s_rows_ok & s_defined & s_in_words)
+    ord_src_bad = ~ordinary_source_ok(s, s_alloc, s_defined, state.tile_capacity, W)
 
     # ---------------- the ordered check list
     tl_op = is_load | is_store
@@ -217,7 +191,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     new_words = jnp.where(valid, loaded, jnp.where(pad_area, padw, old_words))
     new_def = valid | (pad_area & (pad != tables.PAD_NULL))
     vals = dict(
-        allocated=True, dtype=jnp.where(cube, bdt, edt),
+        dtype=jnp.where(cube, bdt, edt),
         layout=jnp.where(cube, take(CUBE_TILE_LAYOUT, cube_lay), LAY["RowMajor"]),
         location=jnp.where(cube, LOC["Matrix"], LOC["Any"]), capacity=tsize,
         rows=jnp.where(cube, g["storage_rows"], rows_o), cols=jnp.where(cube, g["storage_cols"], col_o),
@@ -226,15 +200,8 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
         cell_count=jnp.where(cube, g["cell_count"], 0),
         storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=bind_mask,
         defined_valid=l_vr * l_vc)
-    if "TLOAD" not in effects:
-        do_load = jnp.bool_(False)
-    upd = {k: getattr(tiles, k).at[dslot].set(
-        jnp.where(do_load, jnp.asarray(v).astype(getattr(tiles, k).dtype), getattr(tiles, k)[dslot]))
-        for k, v in vals.items()}
-    upd["words"] = tiles.words.at[dslot].set(jnp.where(do_load, new_words, old_words))
-    upd["defined"] = tiles.defined.at[dslot].set(jnp.where(do_load, new_def, tiles.defined[dslot]))
     if "TLOAD" in effects:
-        tiles = tiles.replace(**upd)
+        tiles = install(tiles, dslot, do_load, vals, new_words, new_def)
     if "TSTORE" not in effects:
         return fault, fault_addr, state.replace(tiles=tiles)
 
