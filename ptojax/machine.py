@@ -17,7 +17,7 @@ import numpy as np
 from . import tables
 from ._x64 import x64
 from .isa.decode_array import K, decode
-from .ops import transport
+from .ops import dispatch
 from .ops.common import F, U64, gpr_value, take
 from .result import RunResult
 from .state import MAX_IOS, MAX_IOT, MachineConfig, State, _empty_block, config_of
@@ -127,7 +127,7 @@ def header_step(blk, word, gpr_row, pc):
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects"))
 def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
-               effects: frozenset = frozenset({"TLOAD", "TSTORE"})):  # see possible_effects
+               effects: frozenset = frozenset({"TLOAD", "TSTORE", "MGATHER.CAS"})):
     """Run words[:length] on one State (jit; vmap it for a batch).
 
     Phase 1 scans the words through decode and the block header, stopping at
@@ -167,7 +167,7 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
         b, p = xs
         go = (p < L) & (cstop == L)
         dr_bad = b.catr_present & (((b.catr >> 26) & 1) == 1) & (b.op >= _MATRIX_FIRST)
-        f, addr, s2 = transport.complete(s, b, pe, cfg, go & ~dr_bad, effects)
+        f, addr, s2 = dispatch.complete(s, b, pe, cfg, go & ~dr_bad, effects)
         f = jnp.where(dr_bad, F["Fault_BundleControl"], f)
         trap = b.catr_present & (((b.catr >> 19) & 1) == 1)
         f = jnp.where((f == 0) & trap, F["Fault_BundlePostCommit"], f)
@@ -195,7 +195,7 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
     return st, executed
 
 
-_EFFECT_STARTS = {"TLOAD": 0x00011181, "TSTORE": 0x00111181}
+_EFFECT_STARTS = {"TLOAD": 0x00011181, "TSTORE": 0x00111181, "MGATHER.CAS": 0x00811181}
 ALL_EFFECTS = frozenset(_EFFECT_STARTS)
 
 
