@@ -830,7 +830,6 @@ def test_c7_5_preflight(base, stride, fault, addr):
     [bstart("TLOAD", "U16"), ios(7, 7, 1), BSTOP],                       # Shared destination
     [bstart("TSTORE", "U16"), ios(7, 7), BSTOP],
     [bstart("TSTORE.SPART", "U16"), ios(7, 3), BSTOP],
-    [bstart("MGATHER.CAS", "U8"), iot_src2(0, 1, last=0), iot_src_dst(2, 0), ior(2), BSTOP],
     [bstart("TMATMUL", "FP16"), FPATR0, iot_src2(0, 1), BSTOP],
 ])
 def test_unimplemented_operations(words):

@@ -115,6 +115,12 @@ class Machine:
             if cfg.tile_words > W:
                 raise ValueError(f"cfg.tile_words={cfg.tile_words} exceeds the State's {W} Words")
             self.tile_words = cfg.tile_words
+        # MGATHER.CAS lane order (cas_order.py); the any-serialization checker
+        # (cas_check.py) may force an explicit order and record each CAS's lanes
+        self.cas_lane_order = cfg.cas_lane_order if cfg is not None else "row-major"
+        self.cas_seed = cfg.cas_seed if cfg is not None else 0
+        self.cas_forced_order: Optional[list] = None
+        self.cas_trace: Optional[list] = None
         self.gm = bytearray(leaves["gm"].astype(np.uint8).tobytes())
         self.gpr = [[int(x) & MASK64 for x in row] for row in leaves["gpr"].astype(np.uint64).tolist()]
         self.pc = int(leaves["pc"]) & MASK64

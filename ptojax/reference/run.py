@@ -3,8 +3,9 @@
 `run(state, words, pe=0, *, on_fault="abandon", cfg=None)` executes 32-bit
 command words one by one: decode (encoding.md 1), the header commands
 (encoding.md 3-4), block completion at BSTOP or at the next BSTART, and the
-TLOAD/TSTORE completions of transport.py. The first fault stops the stream at
-that word. Plain Python throughout; one function per spec rule.
+TLOAD/TSTORE completions of transport.py and the MGATHER.CAS completion of
+mgather_cas.py. The first fault stops the stream at that word. Plain Python
+throughout; one function per spec rule.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from .. import tables
 from ..result import RunResult
 from ..state import MAX_IOS, MAX_IOT, MachineConfig, State
-from . import transport
+from . import mgather_cas, transport
 from .decode import Decoded, decode
 from .machine import MASK64, Binding, Block, Machine
 from .transport import BUNDLE_CONTROL, ILLEGAL, TILE_LEGALITY, Fault
@@ -38,18 +39,24 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
         raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
     stream = _word_list(words)
     m = Machine(state, cfg)
+    executed = run_machine(m, stream, int(pe), on_fault)
+    return RunResult.from_state(m.to_state(), executed)
+
+
+def run_machine(m: Machine, stream: list, pe: int, on_fault: str) -> int:
+    """Execute the word list on `m` in place; return the count of completed words."""
     # Each run clears the fault register (it resumes like a trap handler would).
     m.fault, m.fault_address = 0, 0
     start = m.pc
     for i, word in enumerate(stream):
         address = (start + 4 * i) & MASK64
         before = m.block.copy()
-        f = execute(m, word, address, int(pe))
+        f = execute(m, word, address, pe)
         if f is not None:
             raise_fault(m, f, address, before, on_fault)
-            return RunResult.from_state(m.to_state(), i)
+            return i
     m.pc = (start + 4 * len(stream)) & MASK64
-    return RunResult.from_state(m.to_state(), len(stream))
+    return len(stream)
 
 
 def _word_list(words) -> list[int]:
@@ -155,8 +162,10 @@ def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
     if b.datr_present and b.datr[0] in transport.CUBE_LOAD_CODES.keys() | transport.CUBE_STORE_CODES.keys():
         return transport.cube_transport(m, b, op, pe)
     name = op[0]
+    if name == "MGATHER.CAS":
+        return mgather_cas.mgather_cas(m, b, pe)
     if name not in ("TLOAD", "TSTORE"):
-        return UNIMPLEMENTED                    # matrix family, MGATHER.CAS, TSTORE.SPART
+        return UNIMPLEMENTED                    # matrix family, TSTORE.SPART
     if b.ios:
         return UNIMPLEMENTED                    # Shared-tile TLOAD/TSTORE
     if b.datr_present and b.datr[0] != 0:
