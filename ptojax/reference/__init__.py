@@ -6,11 +6,13 @@ docs/execution-model.md, independently of the JAX implementation:
 - `run(state, words, pe=0, *, on_fault="abandon", cfg=None) -> RunResult`
 - `layouts`: CUBE CELL geometry and ND <-> CUBE conversions (cell_shape,
   geometry, legal, payload_index, nd_to_cube, cube_to_nd).
+- `cas_check`: does some legal serialization of the MGATHER.CAS lanes explain
+  an observed State (explains, run_in_order)?
 """
 
-from . import layouts
+from . import cas_check, layouts
 from .layouts import cell_shape, cube_to_nd, geometry, legal, nd_to_cube, payload_index
 from .run import run
 
-__all__ = ["run", "layouts", "cell_shape", "geometry", "legal", "payload_index",
+__all__ = ["run", "layouts", "cas_check", "cell_shape", "geometry", "legal", "payload_index",
            "nd_to_cube", "cube_to_nd"]
