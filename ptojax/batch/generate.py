@@ -738,7 +738,10 @@ def _prog_budget(b):
     """Core budget: big masks and SizeCodes, or a small TILE_CAPACITY register."""
     rng = b.rng
     if rng.random() < 0.5:
-        b.tile_capacity = _pick(rng, [0, 128, 256, 512, 1024, 4096, int(rng.integers(0, 1 << 20))])
+        b.tile_capacity = _pick(rng, [0, 128, 256, 512, 1024, 4096, int(rng.integers(0, 1 << 20)),
+                                      int(rng.integers(0, 1 << 20)), (1 << 32) + 128])
+        if rng.random() < 0.1:                 # the 64-bit register's top half (hand-made)
+            b.tile_capacity = _pick(rng, [1 << 63, MASK64, (1 << 63) + 4096])
         b.notes.append(f"tile_capacity:{b.tile_capacity}")
         if rng.random() < 0.5:
             return [cube_tload(b, shape_mode="fit")]
@@ -1004,7 +1007,10 @@ def _m_relayout(b, bundles):
     bd = _target(b.rng, bundles, lambda x: not x.info.get("cube"))
     if bd is None:
         return False
-    _set_datr(bd, layout=_pick(b.rng, RELAYOUT_CODES), dtype=0, pad=0)
+    # mostly applicable fields (DataType raw 0, PadValue 0); sometimes not
+    dt = 0 if b.rng.random() < 0.6 else _pick(b.rng, [31] + list(DTYPES))
+    pad = 0 if b.rng.random() < 0.7 else int(b.rng.integers(1, 4))
+    _set_datr(bd, layout=_pick(b.rng, RELAYOUT_CODES), dtype=dt, pad=pad)
     return True
 
 

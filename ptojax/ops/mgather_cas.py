@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .. import tables
+from .. import cas_order, tables
 from . import memory
 from .common import (DT_BITS, DT_INT, DT_SIGNED, F, PAD_WORDS, U64, destination, elem_bytes,
                      gpr_value, install, ordinary_shape, ordinary_slot, ordinary_source_ok,
@@ -22,8 +22,9 @@ MAX_LANES = 32768
 
 
 def permuted_keys(lane, seed: int):
-    """Sort keys of the "permuted" lane order (docs/execution-model.md, MGATHER.CAS)."""
-    return (lane.astype(jnp.int64) * 2654435761 + seed * 40503 + 12345) % (1 << 32)
+    """cas_order.lane_key on a traced array of lane indices."""
+    base = (seed * cas_order.SEED_MULTIPLIER + cas_order.KEY_OFFSET) & 0xFFFFFFFF
+    return (lane.astype(jnp.int64) * cas_order.KEY_MULTIPLIER + base) & 0xFFFFFFFF
 
 
 def _first(*checks):
