@@ -1,0 +1,470 @@
+"""Differential tests: pj.batch.run and pj.run against the pj.reference oracle.
+
+Random TLOAD/TSTORE programs from ptojax.batch.generate (legal CUBE and
+ordinary bundles, round trips, fault mutations, random words) run on all
+three executors; every leaf of the final State, the fault and the executed
+count must agree. Compile budget: every batch is [64, 16] words: 63 cases and
+one filler row of length 0 (never executed) whose words are BSTARTs of every
+effectful operation, so the data-dependent static arguments of pj.batch.run
+(completion bound, effect set) are the same for every call and the whole file
+compiles pj.batch.run once; pj.run compiles once for streams of <= 16 words
+with <= 4 completing words, the only ones given to it.
+
+Known JAX-vs-oracle mismatches are recognised from the oracle's result alone
+(`known_mismatch`) and marked xfail(strict=True) per case, so a fix on
+either side turns them into XPASS failures that ask for the marker's removal.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Optional
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ptojax as pj
+from ptojax import tables
+from ptojax.batch import generate as G
+
+CFG = pj.MachineConfig(tile_words=512, hand_slots=2)
+GEN = G.GenConfig(machine=CFG, max_words=16)
+L = 16                       # words per row (all streams padded)
+B = 64                       # rows per batch call
+ROWS = B - 1                 # generated cases per batch; the last row is the filler
+SEED = 0x5EED
+N_MAIN = 6 * ROWS            # 378 cases, abandon mode
+N_HOLD = 4 * ROWS            # the first 252 again with on_fault="hold"
+N_SINGLE = 40                # pj.run sample
+
+TRANSPORT_FAULTS = ("Fault_None", "Fault_IllegalInstruction", "Fault_TileLegality",
+                    "Fault_TileAllocation", "Fault_BundleControl", "Fault_DataAlignment",
+                    "Fault_DataPage")
+
+MAIN = G.random_cases(SEED, N_MAIN, GEN)
+
+
+def _commit_words(words) -> int:
+    return int(np.sum((np.asarray(words, np.uint32) & 0x7F) == 0x01))
+
+
+# pj.run compiles per (bucket(len), bucket(completions)): keep to one bucket
+SINGLE = [i for i, c in enumerate(MAIN)
+          if len(c.words) <= 16 and _commit_words(c.words) <= 4][: 5 * N_SINGLE: 5]
+
+
+# ----------------------------------------------------------------- outcomes
+
+
+class Outcome:
+    """Numpy view of one run's result: State leaves, fault name, executed."""
+
+    def __init__(self, leaves, fault: str, executed: int, state=None):
+        self.leaves = leaves
+        self.fault = fault
+        self.executed = executed
+        self.state = state
+
+    @classmethod
+    def of(cls, r: pj.RunResult) -> "Outcome":
+        return cls(_leaves(r.state), r.fault, int(r.executed), r.state)
+
+
+def _leaves(state):
+    return [(jax.tree_util.keystr(p), np.asarray(x))
+            for p, x in jax.tree_util.tree_leaves_with_path(state)]
+
+
+def _diff(got: Outcome, want: Outcome) -> list:
+    out = []
+    if got.fault != want.fault:
+        out.append(f"fault: {got.fault} != oracle {want.fault}")
+    if got.executed != want.executed:
+        out.append(f"executed: {got.executed} != oracle {want.executed}")
+    for (k, a), (k2, b) in zip(got.leaves, want.leaves):
+        assert k == k2
+        if a.shape != b.shape or a.dtype != b.dtype:
+            out.append(f"{k}: shape/dtype {a.shape} {a.dtype} != oracle {b.shape} {b.dtype}")
+        elif not np.array_equal(a, b):
+            idx = np.argwhere(a != b)
+            where = [tuple(int(v) for v in i) for i in idx[:4]]
+            vals = [(a[w], b[w]) for w in where] if a.ndim else [(a, b)]
+            out.append(f"{k}: {len(idx) or 1} differ, first at {where}: got/oracle {vals}")
+    return out
+
+
+def assert_same(what: str, case_text: str, got: Outcome, want: Outcome):
+    d = _diff(got, want)
+    assert not d, f"{what} differs from the oracle\n{case_text}\n" + "\n".join(d)
+
+
+# ----------------------------------------------------------------- runners
+
+
+# Never executed (length 0), but pj.batch.run derives its static completion bound
+# and effect set from all words: 15 completing BSTARTs of every effectful op.
+FILLER = [(G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"])[k % 3] for k in range(L)]
+
+
+def _padded(streams):
+    """[B, L] words, lengths: cases in rows 0..n-1, FILLER rows after them."""
+    arr = np.tile(np.asarray(FILLER, np.uint32), (B, 1))
+    lens = np.zeros(B, np.int32)
+    for i, w in enumerate(streams):
+        assert len(w) <= L
+        arr[i, : len(w)] = w
+        lens[i] = len(w)
+    return arr, lens
+
+
+def run_batch(states, streams, on_fault: str, pe: int = 0) -> list:
+    """Outcomes of pj.batch.run for up to ROWS (state, stream) pairs, one call."""
+    assert 1 <= len(states) == len(streams) <= ROWS
+    arr, lens = _padded(streams)
+    rows = list(states) + [states[0]] * (B - len(states))
+    br = pj.batch.run(pj.batch.stack_states(rows), arr, pe, lengths=lens, on_fault=on_fault,
+                      cfg=CFG)
+    batched = _leaves(br.state)
+    return [Outcome([(k, a[i]) for k, a in batched], tables.FAULTS[int(br.fault_code[i])],
+                    int(br.executed[i])) for i in range(len(streams))]
+
+
+def run_reference(state, words, on_fault: str, pe: int = 0) -> Outcome:
+    return Outcome.of(pj.reference.run(state, words, pe, on_fault=on_fault, cfg=CFG))
+
+
+@functools.lru_cache(maxsize=None)
+def initial(i: int):
+    return G.build_state(MAIN[i], CFG)
+
+
+@functools.lru_cache(maxsize=None)
+def main_batch(chunk: int, on_fault: str) -> list:
+    idx = range(chunk * ROWS, min((chunk + 1) * ROWS, N_MAIN))
+    return run_batch([initial(i) for i in idx], [MAIN[i].words for i in idx], on_fault)
+
+
+@functools.lru_cache(maxsize=None)
+def oracle(i: int, on_fault: str) -> Outcome:
+    return run_reference(initial(i), MAIN[i].words, on_fault)
+
+
+# ----------------------------------------------------------------- known mismatches
+
+_OP = tables.OP_ID
+_RELAYOUT = frozenset(c for c in tables.LAYOUT_CODES if c != 0 and not 21 <= c <= 26)
+
+RELAYOUT_ORDER = (
+    "known mismatch (relayout order): a TLOAD/TSTORE block with an ordinary relayout "
+    "B.DATR Layout (1..20, 27..30) that also fails C.7/C.8 step 2 (binding stream, "
+    "B.FPATR, B.IOR surplus -> Fault_BundleControl) or step 3 (B.DATR applicability -> "
+    "Fault_TileLegality): pj.run/pj.batch.run raise that architectural fault, the oracle "
+    "raises Fault_Unimplemented first (reference/run.py tile_operation)")
+
+
+CAPACITY_SIGNED = (
+    "known mismatch (TILE_CAPACITY >= 2^63): pj.run/pj.batch.run compare the 64-bit "
+    "TILE_CAPACITY register as a signed int64 (ops/transport.py, ops/common.py: "
+    "state.tile_capacity.astype(int64)), so a register value with bit 63 set reads as "
+    "negative and every budget / capacity check fails (Fault_TileAllocation on TLOAD, "
+    "Fault_TileLegality on a TSTORE source); the oracle compares unsigned, as the model's "
+    "integer compare does. Only reachable from a hand-made State")
+
+
+def _with_capacity(state, cap: int):
+    with jax.enable_x64(True):
+        return state.replace(tile_capacity=jax.numpy.asarray(np.uint64(cap)))
+
+
+def known_mismatch(state, words, pe: int = 0) -> Optional[str]:
+    """Reason if this run hits a known JAX/oracle mismatch, judged from the oracle only."""
+    # the JAX side reads a TILE_CAPACITY >= 2^63 as negative: like a register of 0
+    if int(np.asarray(state.tile_capacity)) >= 1 << 63:
+        a = run_reference(state, words, "abandon", pe)
+        b = run_reference(_with_capacity(state, 0), words, "abandon", pe)
+        same = (a.fault, a.executed) == (b.fault, b.executed) and all(
+            np.array_equal(x, y) for (k, x), (_, y) in zip(a.leaves, b.leaves)
+            if k != ".tile_capacity")
+        if not same:
+            return CAPACITY_SIGNED
+    # its on_fault="hold" result keeps the block whose completion faulted
+    r = pj.reference.run(state, words, pe, on_fault="hold", cfg=CFG)
+    if r.fault != "Fault_Unimplemented":
+        return None
+    b = {k: np.asarray(v) for k, v in r.state.block.items()}
+    op = int(b["op"])
+    if op not in (_OP["TLOAD"], _OP["TSTORE"]) or not bool(b["datr_present"]):
+        return None
+    datr = b["datr"]
+    if int(datr[0]) not in _RELAYOUT or int(b["ios_count"]) > 0:
+        return None
+    rows = b["iot"][: int(b["iot_count"])]
+    dst, src = int(rows[:, 0].sum()), int(rows[:, 4].sum() + rows[:, 5].sum())
+    bind_ok = bool(b["iot_closed"]) and (dst, src) == ((1, 0) if op == _OP["TLOAD"] else (0, 1))
+    ior = b["ior"]
+    step2 = bool(b["fpatr_present"]) or not bind_ok or (bool(b["ior_present"])
+                                                       and (ior[0] != 0 or ior[3] != 0))
+    step3 = int(datr[1]) != 0 or int(datr[2]) != 0 or bool(np.any(datr[3:] != 0))
+    return RELAYOUT_ORDER if (step2 or step3) else None
+
+
+@functools.lru_cache(maxsize=None)
+def main_known(i: int) -> Optional[str]:
+    return known_mismatch(initial(i), MAIN[i].words)
+
+
+def _mark_known(request, reason: Optional[str]):
+    if reason:
+        request.node.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+
+
+# ----------------------------------------------------------------- generator
+
+
+def test_generator_is_seeded_and_bounded():
+    again = G.random_cases(SEED, 40, GEN)
+    for a, b in zip(MAIN[:40], again):
+        assert (a.words, a.gm, a.gprs, a.pc, a.kind, a.mutations) == \
+            (b.words, b.gm, b.gprs, b.pc, b.kind, b.mutations)
+    rng = G.case_rng(SEED, 7)
+    c = G.random_case(rng, GEN)
+    assert (c.words, c.gm, c.kind) == (MAIN[7].words, MAIN[7].gm, MAIN[7].kind)
+    for c in MAIN:
+        assert 1 <= len(c.words) <= GEN.max_words
+        assert all(isinstance(w, int) and 0 <= w <= 0xFFFFFFFF for w in c.words)
+        assert len(c.gm) == CFG.gm_bytes and c.kind in G.PROGRAM_KINDS
+        assert set(c.mutations) <= set(G.MUTATIONS)
+    s = G.build_state(MAIN[0], CFG)
+    ref = pj.reset(CFG)
+    for (k, a), (_, b) in zip(_leaves(s), _leaves(ref)):
+        assert a.shape == b.shape and a.dtype == b.dtype, k
+    assert bytes(np.asarray(s.gm)) == MAIN[0].gm
+
+
+# ----------------------------------------------------------------- (a) generated programs
+
+
+@pytest.mark.parametrize("i", range(N_MAIN))
+def test_batch_matches_oracle(i, request):
+    _mark_known(request, main_known(i))
+    got = main_batch(i // ROWS, "abandon")[i % ROWS]
+    assert_same("pj.batch.run", MAIN[i].describe(), got, oracle(i, "abandon"))
+
+
+@pytest.mark.parametrize("i", range(N_HOLD))
+def test_batch_matches_oracle_hold(i, request):
+    _mark_known(request, main_known(i))
+    got = main_batch(i // ROWS, "hold")[i % ROWS]
+    assert_same("pj.batch.run(on_fault='hold')", MAIN[i].describe(), got, oracle(i, "hold"))
+
+
+@pytest.mark.parametrize("i", SINGLE)
+def test_run_matches_oracle(i, request):
+    _mark_known(request, main_known(i))
+    got = Outcome.of(pj.run(initial(i), MAIN[i].words, cfg=CFG))
+    assert_same("pj.run", MAIN[i].describe(), got, oracle(i, "abandon"))
+    # and the unbatched run is the batched one, row for row
+    assert not _diff(got, main_batch(i // ROWS, "abandon")[i % ROWS])
+
+
+def _continuation_pairs():
+    """(start case, stream case, drop_bstart): case j's final oracle state (a fault
+    register set, a block left open mid-stream, tiles allocated) runs case j+ROWS's
+    stream, every other time without its leading BSTART so header words land in the
+    open block."""
+    return [(j, j + ROWS, j % 2 == 1) for j in range(ROWS)]
+
+
+@functools.lru_cache(maxsize=None)
+def _continuation():
+    starts, streams = [], []
+    for j, k, drop in _continuation_pairs():
+        starts.append(oracle(j, "hold").state)
+        w = MAIN[k].words
+        streams.append(w[1:] if drop and len(w) > 1 else w)
+    return starts, streams, run_batch(starts, streams, "abandon")
+
+
+@pytest.mark.parametrize("n", range(ROWS))
+def test_continuation_matches_oracle(n, request):
+    j, k, drop = _continuation_pairs()[n]
+    if main_known(j):
+        pytest.skip("start state comes from a known-mismatch run")
+    starts, streams, got = _continuation()
+    _mark_known(request, known_mismatch(starts[n], streams[n]))
+    want = run_reference(starts[n], streams[n], "abandon")
+    text = (f"start: final hold-mode oracle state of case {j} "
+            f"(block active={bool(np.asarray(starts[n].block.active))}, "
+            f"fault={tables.FAULTS[int(np.asarray(starts[n].fault))]})\n"
+            f"stream: case {k}{' without its first word' if drop else ''}\n{MAIN[k].describe()}")
+    assert_same("pj.batch.run (continued state)", text, got[n], want)
+
+
+PE_ROWS = 21
+PE_CASES = {pe: G.random_cases(SEED + pe, PE_ROWS, G.GenConfig(machine=CFG, pe=pe))
+            for pe in (1, 2, 3)}
+
+
+@functools.lru_cache(maxsize=None)
+def _pe_batch(pe: int):
+    states = [G.build_state(c, CFG) for c in PE_CASES[pe]]
+    return states, run_batch(states, [c.words for c in PE_CASES[pe]], "abandon", pe)
+
+
+@pytest.mark.parametrize("pe,n", [(pe, n) for pe in (1, 2, 3) for n in range(PE_ROWS)])
+def test_other_pe_matches_oracle(pe, n, request):
+    """Cases whose base/stride/B.DIM GPRs live in PE `pe`'s file (the others hold junk)."""
+    case = PE_CASES[pe][n]
+    states, got = _pe_batch(pe)
+    _mark_known(request, known_mismatch(states[n], case.words, pe))
+    want = run_reference(states[n], case.words, "abandon", pe)
+    assert_same(f"pj.batch.run(pe={pe})", case.describe(), got[n], want)
+
+
+# ----------------------------------------------------------------- (b) random words
+
+# (keep mask, forced bits): a command class with random fields (encoding.md 1)
+_CLASSES = [(0x00000000, 0x00000001), (0xFFFF8000, 0x00001181), (0xF8000000, 0x00011181),
+            (0xF8000000, 0x00111181), (0xFFFF8F80, 0x00001023), (0xFFF38F80, 0x00001023),
+            (0xFFFFFF80, 0x00000043), (0xFFFFFF80, 0x00000013), (0x0FF88F80, 0x00004013),
+            (0xFFF88F80, 0x00006013), (0xFFFFFF80, 0x00000023)]
+_U32 = st.integers(0, 0xFFFFFFFF)
+_MAIN_WORDS = sorted({w for c in MAIN for w in c.words})
+WORD = st.one_of(_U32, st.tuples(st.sampled_from(_CLASSES), _U32).map(lambda t: (t[1] & t[0][0]) | t[0][1]),
+                 st.sampled_from(_MAIN_WORDS))
+STREAM = st.lists(WORD, min_size=1, max_size=L)
+NON_COMMIT = WORD.map(lambda w: w ^ 0x2 if (w & 0x7F) == 0x01 else w)
+COMMIT = st.one_of(st.just(G.BSTOP), st.sampled_from([w for w in _MAIN_WORDS if w & 0x7F == 1]),
+                   st.integers(0, (1 << 25) - 1).map(lambda x: (x << 7) | 1))
+
+
+@st.composite
+def _single_stream(draw):
+    """16 words with 3..4 completing words: pj.run's one compiled (16, 4) bucket."""
+    k = draw(st.integers(3, 4))
+    words = draw(st.lists(NON_COMMIT, min_size=L, max_size=L))
+    for p in draw(st.lists(st.integers(0, L - 1), min_size=k, max_size=k, unique=True)):
+        words[p] = draw(COMMIT)
+    return words
+
+
+@functools.lru_cache(maxsize=None)
+def _start_pool() -> list:
+    """Reset-like initial states and oracle end states (open blocks, live tiles)."""
+    pool = [initial(i) for i in range(0, 60, 6)]
+    pool += [oracle(i, "hold").state for i in range(60) if not main_known(i)]
+    return pool
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(streams=st.lists(st.tuples(STREAM, st.integers(0, 10 ** 6)), min_size=1, max_size=24),
+       single=_single_stream(), start=st.integers(0, 10 ** 6))
+def test_random_words_never_raise_and_agree(streams, single, start):
+    pool = _start_pool()
+    states = [pool[s % len(pool)] for _, s in streams]
+    words = [w for w, _ in streams]
+    got = run_batch(states, words, "abandon")
+    for s, w, g in zip(states, words, got):
+        want = run_reference(s, w, "abandon")
+        if known_mismatch(s, w):
+            continue
+        assert_same("pj.batch.run", pj.asm.disassemble(w), g, want)
+    s = pool[start % len(pool)]
+    got1 = Outcome.of(pj.run(s, single, cfg=CFG))
+    want1 = run_reference(s, single, "abandon")
+    if not known_mismatch(s, single):
+        assert_same("pj.run", pj.asm.disassemble(single), got1, want1)
+
+
+# ----------------------------------------------------------------- (c) coverage
+
+
+def test_sample_covers_every_transport_fault():
+    faults = collections.Counter(oracle(i, "abandon").fault for i in range(N_MAIN))
+    kinds = collections.Counter(c.kind for c in MAIN)
+    muts = collections.Counter(m for c in MAIN for m in c.mutations)
+    by_fault = collections.defaultdict(collections.Counter)
+    for i, c in enumerate(MAIN):
+        by_fault[oracle(i, "abandon").fault].update(c.labels)
+    print("\nfaults:", dict(faults))
+    print("kinds:", dict(kinds))
+    print("mutations:", dict(muts))
+    for f, labels in sorted(by_fault.items()):
+        print(f"  {f}: {dict(labels.most_common(6))}")
+    missing = [f for f in TRANSPORT_FAULTS if f not in faults]
+    assert not missing, f"the sample never produced {missing}: {dict(faults)}"
+    assert set(kinds) == set(G.PROGRAM_KINDS)
+    assert len(muts) >= 0.8 * len(G.MUTATIONS), sorted(set(G.MUTATIONS) - set(muts))
+
+
+# ----------------------------------------------------------------- known mismatches, shrunk
+
+
+def _pair(text: str):
+    s = pj.reset(CFG)
+    w = pj.asm.assemble(text)
+    return Outcome.of(pj.run(s, w, cfg=CFG)), run_reference(s, w, "abandon"), s, w
+
+
+@pytest.mark.xfail(reason=RELAYOUT_ORDER, strict=True)
+def test_known_relayout_with_bad_datr_fields():
+    # JAX: Fault_TileLegality (B.DATR DataType 31 in an ordinary block); oracle: Unimplemented
+    got, want, s, w = _pair("""BSTART.TLOAD FP16
+        B.DATR {ND2DN, DTYPE_NONE, Zero}
+        B.IOT mask=1000, last, ->T<1>
+        BSTOP""")
+    assert known_mismatch(s, w)
+    assert_same("pj.run", pj.asm.disassemble(w), got, want)
+
+
+@pytest.mark.xfail(reason=RELAYOUT_ORDER, strict=True)
+def test_known_relayout_without_binding():
+    # JAX: Fault_BundleControl (no B.IOT: binding stream incomplete); oracle: Unimplemented
+    got, want, s, w = _pair("""BSTART.TLOAD FP16
+        B.DATR {ND2DN, FP64, Zero}
+        BSTOP""")
+    assert known_mismatch(s, w)
+    assert_same("pj.run", pj.asm.disassemble(w), got, want)
+
+
+@pytest.mark.xfail(reason=CAPACITY_SIGNED, strict=True)
+def test_known_capacity_register_top_bit():
+    # TILE_CAPACITY = 2^63: JAX Fault_TileAllocation at the BSTOP; oracle Fault_None
+    s = _with_capacity(pj.reset(CFG), 1 << 63)
+    w = pj.asm.assemble("""BSTART.TLOAD U8
+        B.IOT mask=1000, last, ->T<1>
+        BSTOP""")
+    assert known_mismatch(s, w)
+    got, want = Outcome.of(pj.run(s, w, cfg=CFG)), run_reference(s, w, "abandon")
+    assert_same("pj.run", pj.asm.disassemble(w), got, want)
+
+
+# ----------------------------------------------------------------- slow campaign
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("on_fault,n", [("abandon", 5000), ("hold", 1000)])
+def test_campaign(on_fault, n):
+    cases = G.random_cases(SEED + 1, n, GEN)
+    bad, known = [], 0
+    faults = collections.Counter()
+    for c0 in range(0, n, ROWS):
+        chunk = cases[c0: c0 + ROWS]
+        states = [G.build_state(c, CFG) for c in chunk]
+        got = run_batch(states, [c.words for c in chunk], on_fault)
+        for s, c, g in zip(states, chunk, got):
+            want = run_reference(s, c.words, on_fault)
+            faults[want.fault] += 1
+            d = _diff(g, want)
+            if d and known_mismatch(s, c.words):
+                known += 1
+            elif d:
+                bad.append(c.describe() + "\n" + "\n".join(d))
+    print(f"\n{n} cases ({on_fault}): {dict(faults)}; known mismatches {known}")
+    assert not bad, f"{len(bad)} unexplained mismatches; first:\n{bad[0]}"
+    assert set(TRANSPORT_FAULTS) <= set(faults)
