@@ -1,0 +1,666 @@
+"""ptojax State <-> `pto.asl-model.arch-state.v1` envelope (docs/interop.md).
+
+`to_arch_state(state, cfg=None)` writes one State as a plain-JSON dict that
+validates against the asl-model runner's schema (data/NOTICE);
+`from_arch_state(d, cfg=None)` reads it back. The architectural fields go where
+the schema puts them (memory cells, scalar registers, pc/tpc, fault, Local tile
+registers with descriptors, the open block); what the schema has no place for
+(the other PEs' GPR files, capacity, allocation mask, location, CUBE derived
+fields, definedness counts, stale payload words, the raw block header) goes
+under an "extensions" object's "ptojax" key, so that
+`from_arch_state(to_arch_state(s))` equals `s` leaf for leaf.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import tables
+from ..state import Block, MachineConfig, State, Tiles, _check_state, _empty_block, config_of
+
+SCHEMA_ID = "pto.asl-model.arch-state.v1"
+KINDS = ("initial_state", "state_snapshot")
+EXT = "ptojax"                 # key of ptojax's entries in every "extensions" object
+EXT_FORMAT = 1                 # version of what ptojax puts under that key
+GM_REGION_NAME = "GM"
+TILE_CAPACITY_REGISTER = "TILE_CAPACITY"
+
+_U64 = (1 << 64) - 1
+_I32 = (-(1 << 31), (1 << 31) - 1)
+_TILE_NAME = re.compile(r"^([TUMN])#([1-9][0-9]?)$")
+_CELL_ADDRESS = re.compile(r"^0x(?:0|[1-9a-f][0-9a-f]*)$")
+
+# Tiles leaves besides the payload: (leaf, name in descriptor.extensions.ptojax)
+_DESC_EXT = (("location", "location"), ("capacity", "capacity_bytes"),
+             ("mask", "allocation_mask"), ("k_repeat", "cube_k_repeat"),
+             ("n_repeat", "cube_n_repeat"), ("cell_count", "cube_cell_count"),
+             ("storage_bytes", "cube_storage_bytes"))
+_TILE_SCALARS = ("allocated", "dtype", "layout", "location", "capacity", "rows", "cols",
+                 "valid_rows", "valid_cols", "k_repeat", "n_repeat", "cell_count",
+                 "storage_bytes", "mask", "defined_valid")
+_FREE_DEFAULTS = {"allocated": False, "dtype": tables.DTYPE_BY_NAME["U64"].code,
+                  "layout": tables.TILE_LAYOUT_CODE["RowMajor"],
+                  "location": tables.TILE_LOCATION_CODE["Any"]}
+
+
+def schema() -> dict:
+    """The runner's JSON Schema (ptojax/interop/data, unchanged from asl-model)."""
+    text = resources.files(__package__).joinpath(
+        "data/asl-model-arch-state-v1.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def validate(d: dict) -> None:
+    """Validate an envelope against the schema with `jsonschema` (must be installed)."""
+    import jsonschema
+    jsonschema.validate(d, schema(), cls=jsonschema.Draft202012Validator)
+
+
+# ======================================================================= export
+
+
+def _name(table, i):
+    """Spec name of code `i` in a tuple/dict table, or the raw int when unassigned."""
+    if isinstance(table, dict):
+        return table.get(i, i)
+    return table[i] if 0 <= i < len(table) else i
+
+
+def _sparse(a: np.ndarray, start: int) -> list:
+    """[[offset, value], ...] of the nonzero entries of a[start:] (offsets absolute)."""
+    nz = np.flatnonzero(a[start:]) + start
+    return [[int(i), int(a[i])] for i in nz]
+
+
+def _strides(layout: str, rows: int, cols: int) -> list:
+    """Element strides in payload slots: affine layouts only, [] for CELL/fractal order."""
+    if layout == "RowMajor":
+        return [cols, 1]
+    if layout == "ColumnMajor":
+        return [1, rows]
+    return []
+
+
+def _index_of_slot(slot: int, hand_slots: int) -> int:
+    hand, k = divmod(slot, hand_slots)
+    return hand * tables.HAND_SLOTS + k
+
+
+def _fault_kind(name: str) -> str:
+    if name == "Fault_None":
+        return ""
+    if name in tables.MEMORY_FAULTS:
+        return "memory"
+    if name == "Fault_Unimplemented":
+        return "unimplemented"
+    return "instruction"
+
+
+def _block_attributes(b: dict) -> dict:
+    """Readable view of the latched header of an active block (names where assigned)."""
+    op = int(b["op"])
+    attrs: dict[str, Any] = {}
+    if 0 <= op < len(tables.OPS):
+        name, engine, function = tables.OPS[op]
+        attrs.update(operation=name, engine=engine, function=function)
+    else:
+        attrs["operation"] = op
+    dt = int(b["dtype"])
+    attrs["dtype"] = tables.DTYPE_BY_CODE[dt].name if dt in tables.DTYPE_BY_CODE else dt
+    if b["datr_present"]:
+        lay, dt, pad, cmode, rmode, sat, canon = (int(x) for x in b["datr"])
+        dname = ("DTYPE_NONE" if dt == tables.DTYPE_NONE
+                 else tables.DTYPE_BY_CODE[dt].name if dt in tables.DTYPE_BY_CODE else dt)
+        attrs["B.DATR"] = {"layout": _name(tables.LAYOUT_CODES, lay), "dtype": dname,
+                           "pad": _name(tables.PADVALUES, pad), "cmode": _name(tables.CMODES, cmode),
+                           "rmode": _name(tables.RMODES, rmode), "sat": sat, "canon": canon}
+    dims = {f"LB{i}": int(v) for i, (v, p) in enumerate(zip(b["lb"], b["lb_present"])) if p}
+    if dims:
+        attrs["B.DIM"] = dims
+    if b["ior_present"]:
+        dst, s0, s1, s2 = (int(x) for x in b["ior"])
+        attrs["B.IOR"] = {k: _name(tables.GPR_NAMES, v)
+                          for k, v in (("dst", dst), ("src0", s0), ("src1", s1), ("src2", s2))}
+    n_iot = max(0, min(int(b["iot_count"]), len(b["iot"])))
+    if n_iot:
+        rows = []
+        for i, r in enumerate(b["iot"][:n_iot]):
+            dst_valid, hand, size, mask, v0, v1, s0, s1 = (int(x) for x in r)
+            rows.append({
+                "mask": tables.mask_str(mask),
+                "last": bool(b["iot_closed"]) and i == n_iot - 1,
+                "dst": f"{_name(tables.HANDS, hand)}<{size}>" if dst_valid else None,
+                "src": [tables.tile_name(s) if 0 <= s < tables.LOCAL_TILES else s
+                        for s, v in ((s0, v0), (s1, v1)) if v]})
+        attrs["B.IOT"] = rows
+    n_ios = max(0, min(int(b["ios_count"]), len(b["ios"])))
+    if n_ios:
+        attrs["B.IOS"] = [{"shared_id": int(sid), "size_code": int(size),
+                           "mask": tables.mask_str(int(mask))}
+                          for sid, size, mask in b["ios"][:n_ios]]
+    if b["fpatr_present"]:
+        attrs["B.FPATR"] = int(b["fpatr"])
+    if b["catr_present"]:
+        attrs["B.CATR"] = int(b["catr"])
+    attrs["zero_mask_seen"] = bool(b["zero_seen"])
+    attrs["iot_closed"] = bool(b["iot_closed"])
+    return attrs
+
+
+def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int = 0,
+                  kind: str = "state_snapshot") -> dict:
+    """One State as a `pto.asl-model.arch-state.v1` envelope (a plain-JSON dict).
+
+    `pe` is the PE whose GPR file fills `state.scalar.registers` (and `pe_id`);
+    all four files travel in `scalar.extensions.ptojax.gpr`. `cfg`, when given,
+    must match the State's sizes; it is recorded in `metadata`.
+    """
+    _check_state(state)
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
+        raise ValueError(f"pe must be 0..{tables.NUM_PES - 1}, got {pe!r}")
+    pe = int(pe)
+    sizes = config_of(state)
+    S, W = state.tiles.words.shape
+    if cfg is None:
+        cfg = sizes
+    elif not isinstance(cfg, MachineConfig):
+        raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
+    elif cfg.gm_bytes != sizes.gm_bytes or cfg.hand_slots != sizes.hand_slots or cfg.tile_words > W:
+        raise ValueError(
+            f"cfg (gm_bytes={cfg.gm_bytes}, hand_slots={cfg.hand_slots}, tile_words={cfg.tile_words}) "
+            f"does not match the State (gm_bytes={sizes.gm_bytes}, hand_slots={sizes.hand_slots}, "
+            f"{W} payload Words per slot)")
+    hs = S // 4
+
+    gm = np.asarray(state.gm).astype(np.uint8)
+    gpr = np.asarray(state.gpr).astype(np.uint64)
+    tpc = int(np.asarray(state.pc))
+    fault = int(np.asarray(state.fault))
+    fault_address = int(np.asarray(state.fault_address))
+    tile_capacity = int(np.asarray(state.tile_capacity))
+    t = {k: np.asarray(v) for k, v in state.tiles.items()}
+    b = {k: np.asarray(v) for k, v in state.block.items()}
+
+    # ---- scalar: the chosen PE's GPRs by ABI name, TILE_CAPACITY, TPC
+    registers = {name: int(gpr[pe, i]) for i, name in enumerate(tables.GPR_NAMES)}
+    registers[TILE_CAPACITY_REGISTER] = tile_capacity
+    scalar = {"registers": registers, "pc": tpc, "tpc": tpc, "flags": {}, "mode": "",
+              "extensions": {EXT: {"gpr": [[int(x) for x in row] for row in gpr.tolist()]}}}
+
+    # ---- memory: nonzero bytes as cells, one region for the whole GM
+    nz = np.flatnonzero(gm)
+    memory = {"cells": {f"0x{int(a):x}": int(gm[a]) for a in nz},
+              "regions": [{"base": 0, "size": int(gm.shape[0]), "permissions": "rw",
+                           "name": GM_REGION_NAME, "extensions": {}}],
+              "extensions": {}}
+
+    # ---- fault
+    if not 0 <= fault < len(tables.FAULTS):
+        raise ValueError(f"fault code {fault} is not a tables.FAULTS index")
+    fname = tables.FAULTS[fault]
+    pending = fname != "Fault_None"
+    faddr = None if (not pending and fault_address == 0) else fault_address
+    fault_d = {"pending": pending, "kind": _fault_kind(fname), "code": fname, "address": faddr,
+               "instruction": "",
+               "message": (f"{fname} at 0x{fault_address:x}" if pending else ""),
+               "recoverable": fname in tables.MEMORY_FAULTS,
+               "extensions": {EXT: {"trap_number": tables.TRAP_NUMBER.get(fname)}}}
+
+    # ---- Local tiles: allocated ones as registers, stale free slots in extensions
+    tile_regs: dict[str, Any] = {}
+    free: dict[str, Any] = {}
+    words, defined = t["words"].astype(np.uint64), t["defined"].astype(bool)
+    for slot in range(S):
+        name = tables.tile_name(_index_of_slot(slot, hs))
+        f = {k: int(t[k][slot]) for k in _TILE_SCALARS}
+        if f["allocated"]:
+            if f["dtype"] not in tables.DTYPE_BY_CODE:
+                raise ValueError(f"tile {name}: dtype code {f['dtype']} is not assigned")
+            if not 0 <= f["layout"] < len(tables.TILE_LAYOUTS):
+                raise ValueError(f"tile {name}: layout {f['layout']} is not a TILE_LAYOUTS index")
+            if not 0 <= f["location"] < len(tables.TILE_LOCATIONS):
+                raise ValueError(f"tile {name}: location {f['location']} is not a TILE_LOCATIONS index")
+            for k in ("rows", "cols", "valid_rows", "valid_cols", "capacity", "mask", "k_repeat",
+                      "n_repeat", "cell_count", "storage_bytes", "defined_valid"):
+                if f[k] < 0:
+                    raise ValueError(f"tile {name}: {k}={f[k]} is negative")
+            layout = tables.TILE_LAYOUTS[f["layout"]]
+            n = min(f["rows"] * f["cols"], W)
+            dext = {ext: (tables.TILE_LOCATIONS[f[leaf]] if leaf == "location" else f[leaf])
+                    for leaf, ext in _DESC_EXT}
+            vext = {"defined_valid_elements": f["defined_valid"],
+                    "words_tail": _sparse(words[slot], n),
+                    "defined_tail": [int(i) for i in np.flatnonzero(defined[slot, n:]) + n]}
+            tile_regs[name] = {
+                "descriptor": {"dtype": tables.DTYPE_BY_CODE[f["dtype"]].name, "layout": layout,
+                               "shape": [f["rows"], f["cols"]],
+                               "valid_shape": [f["valid_rows"], f["valid_cols"]],
+                               "strides": _strides(layout, f["rows"], f["cols"]),
+                               "extensions": {EXT: dext}},
+                "data": [int(x) for x in words[slot, :n].tolist()],
+                "defined": [bool(x) for x in defined[slot, :n].tolist()],
+                "generation": 0,
+                "extensions": {EXT: vext}}
+        else:
+            stale = {k: v for k, v in f.items() if v != _FREE_DEFAULTS.get(k, 0)}
+            w = _sparse(words[slot], 0)
+            dd = [int(i) for i in np.flatnonzero(defined[slot])]
+            if stale or w or dd:
+                free[name] = {"fields": stale, "words": w, "defined": dd}
+    tile = {"registers": tile_regs, "extensions": {EXT: {"free_slots": free}}}
+
+    # ---- the open block: readable attributes + the raw header for the round trip
+    active = bool(b["active"])
+    block = {"active": active, "block_id": None,
+             "start_pc": int(b["pc"]) if active else None,
+             "instruction_count": 0,
+             "attributes": _block_attributes(b) if active else {},
+             "extensions": {EXT: {k: v.tolist() for k, v in b.items()}}}
+
+    from .. import __version__
+    return {
+        "schema": SCHEMA_ID,
+        "kind": kind,
+        "state": {
+            "scalar": scalar, "block": block, "tile": tile,
+            "shared": {"tiles": {}, "generations": {}, "extensions": {}},
+            "memory": memory, "fault": fault_d,
+            "pe_id": pe, "thread_id": 0, "cycle": 0,
+            "extensions": {EXT: {"format": EXT_FORMAT, "gm_bytes": int(gm.shape[0]),
+                                 "hand_slots": hs, "tile_words": int(W)}},
+        },
+        "artifact": {"model": "ptojax", "version": __version__, "semantics": cfg.semantics,
+                     "profile": cfg.profile},
+        "metadata": {"machine_config": {
+            "gm_bytes": cfg.gm_bytes, "tile_words": cfg.tile_words, "hand_slots": cfg.hand_slots,
+            "tile_capacity": cfg.tile_capacity, "profile": cfg.profile,
+            "cas_lane_order": cfg.cas_lane_order, "cas_seed": cfg.cas_seed,
+            "semantics": cfg.semantics}},
+    }
+
+
+# ======================================================================= import
+
+
+def _fail(label: str, msg: str):
+    raise ValueError(f"arch-state {label}: {msg}")
+
+
+def _obj(v, label: str, required=(), optional=()) -> dict:
+    """An object; with required/optional fields given, exactly those (schema objects)."""
+    if not isinstance(v, dict):
+        _fail(label, f"must be an object, got {type(v).__name__}")
+    if any(not isinstance(k, str) for k in v):
+        _fail(label, "keys must be strings")
+    missing = [k for k in required if k not in v]
+    if missing:
+        _fail(label, f"missing required field(s): {', '.join(missing)}")
+    extra = sorted(set(v) - set(required) - set(optional))
+    if extra and (required or optional):     # a schema object: no other fields
+        _fail(label, f"unexpected field(s): {', '.join(extra)}")
+    return v
+
+
+def _int(v, label: str, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        _fail(label, f"must be an integer, got {type(v).__name__}")
+    if not lo <= v <= hi:
+        _fail(label, f"{v} out of range {lo}..{hi}")
+    return v
+
+
+def _bool(v, label: str) -> bool:
+    if not isinstance(v, bool):
+        _fail(label, f"must be a boolean, got {type(v).__name__}")
+    return v
+
+
+def _str(v, label: str) -> str:
+    if not isinstance(v, str):
+        _fail(label, f"must be a string, got {type(v).__name__}")
+    return v
+
+
+def _list(v, label: str, n: Optional[int] = None) -> list:
+    if not isinstance(v, list):
+        _fail(label, f"must be an array, got {type(v).__name__}")
+    if n is not None and len(v) != n:
+        _fail(label, f"must have {n} entries, got {len(v)}")
+    return v
+
+
+def _ext(extensions, label: str):
+    """The ptojax entry of an "extensions" object, or None."""
+    e = _obj(extensions, label)
+    return e.get(EXT)
+
+
+def _tile_index(name: str, label: str) -> int:
+    m = _TILE_NAME.match(name) if isinstance(name, str) else None
+    if m is None or not 1 <= int(m.group(2)) <= tables.HAND_SLOTS:
+        _fail(label, f"tile register name {name!r} is not T#1..T#16, U#n, M#n or N#n")
+    return tables.HANDS.index(m.group(1)) * tables.HAND_SLOTS + int(m.group(2)) - 1
+
+
+def _slot(cfg: MachineConfig, name: str, label: str) -> int:
+    slot = cfg.slot_of(_tile_index(name, label))
+    if slot is None:
+        _fail(label, f"tile {name} does not fit cfg.hand_slots={cfg.hand_slots}")
+    return slot
+
+
+def _put_sparse(row: np.ndarray, pairs, label: str, W: int, lo: int):
+    for i, p in enumerate(_list(pairs, label)):
+        off, val = _list(p, f"{label}[{i}]", 2)
+        off = _int(off, f"{label}[{i}][0]", lo, (1 << 31) - 1)
+        val = _int(val, f"{label}[{i}][1]", 0, _U64)
+        if off >= W:
+            _fail(label, f"payload offset {off} does not fit cfg.tile_words={W}")
+        row[off] = val
+
+
+def _put_bits(row: np.ndarray, offsets, label: str, W: int, lo: int):
+    for i, off in enumerate(_list(offsets, label)):
+        off = _int(off, f"{label}[{i}]", lo, (1 << 31) - 1)
+        if off >= W:
+            _fail(label, f"definedness offset {off} does not fit cfg.tile_words={W}")
+        row[off] = True
+
+
+def _dtype_code(name, label: str) -> int:
+    _str(name, label)
+    try:
+        return tables.dtype(name).code
+    except ValueError as e:
+        _fail(label, str(e))
+
+
+def _layout_code(name, label: str) -> int:
+    _str(name, label)
+    for i, n in enumerate(tables.TILE_LAYOUTS):
+        if n.lower() == name.lower():
+            return i
+    _fail(label, f"unknown tile layout {name!r}; expected one of {', '.join(tables.TILE_LAYOUTS)}")
+
+
+def _location_code(name, label: str) -> int:
+    _str(name, label)
+    for i, n in enumerate(tables.TILE_LOCATIONS):
+        if n.lower() == name.lower():
+            return i
+    _fail(label, f"unknown tile location {name!r}; expected one of {', '.join(tables.TILE_LOCATIONS)}")
+
+
+def _read_tile(v, name: str, label: str, cfg: MachineConfig, t: dict):
+    slot = _slot(cfg, name, label)
+    W = cfg.tile_words
+    v = _obj(v, label, ("descriptor", "data", "defined", "generation", "extensions"))
+    dl = f"{label}.descriptor"
+    d = _obj(v["descriptor"], dl, ("dtype", "layout", "shape", "valid_shape", "strides", "extensions"))
+    dtype = _dtype_code(d["dtype"], f"{dl}.dtype")
+    layout = _layout_code(d["layout"], f"{dl}.layout")
+    rows, cols = (_int(x, f"{dl}.shape[{i}]", 0, _I32[1])
+                  for i, x in enumerate(_list(d["shape"], f"{dl}.shape", 2)))
+    vrows, vcols = (_int(x, f"{dl}.valid_shape[{i}]", 0, _I32[1])
+                    for i, x in enumerate(_list(d["valid_shape"], f"{dl}.valid_shape", 2)))
+    strides = _list(d["strides"], f"{dl}.strides")
+    want = _strides(tables.TILE_LAYOUTS[layout], rows, cols)
+    if strides != want:
+        _fail(f"{dl}.strides", f"{strides} is not ptojax's slot order for "
+              f"{tables.TILE_LAYOUTS[layout]} {rows}x{cols} (expected {want})")
+    dext = _ext(d["extensions"], f"{dl}.extensions")
+    if dext is None:
+        _fail(f"{dl}.extensions", f"needs a {EXT!r} entry: the schema has no place for the "
+              "tile's location, capacity, allocation mask and CUBE geometry")
+    el = f"{dl}.extensions.{EXT}"
+    _obj(dext, el, [ext for _, ext in _DESC_EXT])
+    fields = {"allocated": True, "dtype": dtype, "layout": layout, "rows": rows, "cols": cols,
+              "valid_rows": vrows, "valid_cols": vcols}
+    for leaf, ext in _DESC_EXT:
+        if leaf == "location":
+            fields[leaf] = _location_code(dext[ext], f"{el}.{ext}")
+        else:
+            fields[leaf] = _int(dext[ext], f"{el}.{ext}", 0, 0xF if leaf == "mask" else _I32[1])
+    data = _list(v["data"], f"{label}.data")
+    dfn = _list(v["defined"], f"{label}.defined")
+    if len(data) > W:
+        _fail(f"{label}.data", f"{len(data)} payload Words do not fit cfg.tile_words={W}")
+    if len(dfn) != len(data):
+        _fail(f"{label}.defined", f"has {len(dfn)} entries for {len(data)} payload Words")
+    _int(v["generation"], f"{label}.generation", 0, 1 << 63)
+    vext = _ext(v["extensions"], f"{label}.extensions")
+    if vext is None:
+        _fail(f"{label}.extensions", f"needs a {EXT!r} entry (defined_valid_elements)")
+    vl = f"{label}.extensions.{EXT}"
+    _obj(vext, vl, ("defined_valid_elements", "words_tail", "defined_tail"))
+    fields["defined_valid"] = _int(vext["defined_valid_elements"], f"{vl}.defined_valid_elements",
+                                   0, _I32[1])
+    for k, val in fields.items():
+        t[k][slot] = val
+    n = len(data)
+    t["words"][slot, :n] = np.array([_int(x, f"{label}.data[{i}]", 0, _U64)
+                                     for i, x in enumerate(data)], dtype=np.uint64)
+    t["defined"][slot, :n] = np.array([_bool(x, f"{label}.defined[{i}]")
+                                       for i, x in enumerate(dfn)], dtype=bool)
+    _put_sparse(t["words"][slot], vext["words_tail"], f"{vl}.words_tail", W, n)
+    _put_bits(t["defined"][slot], vext["defined_tail"], f"{vl}.defined_tail", W, n)
+
+
+def _read_free(v, name: str, label: str, cfg: MachineConfig, t: dict):
+    slot = _slot(cfg, name, label)
+    v = _obj(v, label, ("fields", "words", "defined"))
+    fl = _obj(v["fields"], f"{label}.fields", optional=_TILE_SCALARS)
+    if fl.get("allocated", False) is not False:
+        _fail(f"{label}.fields.allocated", "a free slot cannot be allocated")
+    for k, val in fl.items():
+        if k == "allocated":
+            continue
+        t[k][slot] = _int(val, f"{label}.fields.{k}", *_I32)
+    _put_sparse(t["words"][slot], v["words"], f"{label}.words", cfg.tile_words, 0)
+    _put_bits(t["defined"][slot], v["defined"], f"{label}.defined", cfg.tile_words, 0)
+
+
+def _read_block(v, label: str) -> dict:
+    """Block leaves as numpy arrays (the reset block when inactive with no extension)."""
+    v = _obj(v, label, ("active", "block_id", "start_pc", "instruction_count", "attributes",
+                        "extensions"))
+    active = _bool(v["active"], f"{label}.active")
+    if v["block_id"] is not None:
+        _int(v["block_id"], f"{label}.block_id", -(1 << 63), _U64)
+    start_pc = v["start_pc"]
+    if start_pc is not None:
+        _int(start_pc, f"{label}.start_pc", 0, _U64)
+    _int(v["instruction_count"], f"{label}.instruction_count", 0, 1 << 63)
+    _obj(v["attributes"], f"{label}.attributes")
+    with jax.enable_x64(True):
+        template = {k: np.asarray(x) for k, x in _empty_block().items()}
+    raw = _ext(v["extensions"], f"{label}.extensions")
+    if raw is None:
+        if active:
+            _fail(f"{label}.extensions", f"an open block needs a {EXT!r} entry (its latched "
+                  "header); the schema's attributes are a view, not the header state")
+        return template
+    el = f"{label}.extensions.{EXT}"
+    _obj(raw, el, tuple(template))
+    out = {}
+    for k, tmpl in template.items():
+        a = raw[k]
+        try:
+            arr = np.array(a, dtype=object)
+        except ValueError:
+            arr = None
+        if arr is None or arr.shape != tmpl.shape:
+            _fail(f"{el}.{k}", f"must have shape {list(tmpl.shape)}")
+        flat = arr.reshape(-1).tolist()
+        if tmpl.dtype == bool:
+            vals = [_bool(x, f"{el}.{k}") for x in flat]
+        else:
+            info = np.iinfo(tmpl.dtype)
+            vals = [_int(x, f"{el}.{k}", int(info.min), int(info.max)) for x in flat]
+        out[k] = np.array(vals, dtype=tmpl.dtype).reshape(tmpl.shape)
+    if bool(out["active"]) != active:
+        _fail(f"{label}.active", f"{active} disagrees with extensions.{EXT}.active")
+    want_pc = int(out["pc"]) if active else None
+    if start_pc != want_pc:
+        _fail(f"{label}.start_pc", f"{start_pc} disagrees with the header's BPC {want_pc}")
+    return out
+
+
+def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
+    """The State described by a `pto.asl-model.arch-state.v1` envelope.
+
+    `cfg` gives the State's sizes (GM bytes, hand slots, payload Words); by
+    default the sizes recorded in `state.extensions.ptojax`, else
+    MachineConfig(). Raises ValueError on a malformed envelope or on content
+    that does not fit `cfg`.
+    """
+    env = _obj(d, "envelope", ("schema", "kind", "state", "artifact", "metadata"))
+    if env["schema"] != SCHEMA_ID:
+        _fail("envelope.schema", f"unsupported schema {env['schema']!r}; expected {SCHEMA_ID!r}")
+    if env["kind"] not in KINDS:
+        _fail("envelope.kind", f"unsupported kind {env['kind']!r}; expected one of {KINDS}")
+    _obj(env["artifact"], "envelope.artifact")
+    _obj(env["metadata"], "envelope.metadata")
+    st = _obj(env["state"], "state", ("scalar", "block", "tile", "shared", "memory", "fault",
+                                      "pe_id", "thread_id", "cycle", "extensions"))
+    pe = _int(st["pe_id"], "state.pe_id", 0, tables.NUM_PES - 1)
+    _int(st["thread_id"], "state.thread_id", 0, 1 << 63)
+    _int(st["cycle"], "state.cycle", 0, 1 << 63)
+
+    top = _ext(st["extensions"], "state.extensions")
+    if top is not None:
+        tl = f"state.extensions.{EXT}"
+        _obj(top, tl, ("format", "gm_bytes", "hand_slots", "tile_words"))
+        if top["format"] != EXT_FORMAT:
+            _fail(f"{tl}.format", f"unsupported ptojax extension format {top['format']!r}; "
+                  f"expected {EXT_FORMAT}")
+        src = {k: _int(top[k], f"{tl}.{k}", 1, 1 << 30) for k in ("gm_bytes", "hand_slots", "tile_words")}
+    else:
+        src = None
+    if cfg is None:
+        cfg = MachineConfig(**src) if src is not None else MachineConfig()
+    elif not isinstance(cfg, MachineConfig):
+        raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
+    S, W, G = cfg.local_slots, cfg.tile_words, cfg.gm_bytes
+
+    # ---- scalar
+    sc = _obj(st["scalar"], "state.scalar", ("registers", "pc", "tpc", "flags", "mode", "extensions"))
+    regs = _obj(sc["registers"], "state.scalar.registers")
+    tpc = _int(sc["tpc"], "state.scalar.tpc", 0, _U64)
+    _int(sc["pc"], "state.scalar.pc", 0, _U64)
+    for k, fv in _obj(sc["flags"], "state.scalar.flags").items():
+        if not isinstance(fv, (bool, int)):
+            _fail(f"state.scalar.flags.{k}", "must be an integer or boolean")
+    _str(sc["mode"], "state.scalar.mode")
+    gpr = np.zeros((tables.NUM_PES, tables.NUM_GPRS), np.uint64)
+    sext = _ext(sc["extensions"], "state.scalar.extensions")
+    if sext is not None:
+        el = f"state.scalar.extensions.{EXT}"
+        _obj(sext, el, ("gpr",))
+        rows = _list(sext["gpr"], f"{el}.gpr", tables.NUM_PES)
+        for p, row in enumerate(rows):
+            for i, x in enumerate(_list(row, f"{el}.gpr[{p}]", tables.NUM_GPRS)):
+                gpr[p, i] = _int(x, f"{el}.gpr[{p}][{i}]", 0, _U64)
+    tile_capacity = cfg.tile_capacity
+    for name, val in regs.items():
+        label = f"state.scalar.registers.{name}"
+        if name == TILE_CAPACITY_REGISTER:
+            tile_capacity = _int(val, label, 0, _U64)
+            continue
+        if name not in tables.GPR_NAMES:
+            _fail(label, f"unknown register {name!r}; expected one of "
+                  f"{', '.join(tables.GPR_NAMES)} or {TILE_CAPACITY_REGISTER}")
+        i = tables.GPR_NAMES.index(name)
+        val = _int(val, label, 0, _U64)
+        if sext is not None and int(gpr[pe, i]) != val:
+            _fail(label, f"{val:#x} disagrees with extensions.{EXT}.gpr[{pe}][{i}] = "
+                  f"{int(gpr[pe, i]):#x}")
+        gpr[pe, i] = val
+
+    # ---- memory
+    mem = _obj(st["memory"], "state.memory", ("cells", "regions", "extensions"))
+    gm = np.zeros(G, np.uint8)
+    for i, r in enumerate(_list(mem["regions"], "state.memory.regions")):
+        rl = f"state.memory.regions[{i}]"
+        r = _obj(r, rl, ("base", "size", "permissions", "name", "extensions"))
+        base = _int(r["base"], f"{rl}.base", 0, _U64)
+        size = _int(r["size"], f"{rl}.size", 1, _U64)
+        if r["permissions"] not in ("r", "w", "x", "rw", "rx", "wx", "rwx"):
+            _fail(f"{rl}.permissions", f"{r['permissions']!r} is not an rwx subset")
+        _str(r["name"], f"{rl}.name")
+        _obj(r["extensions"], f"{rl}.extensions")
+        if base + size > G:
+            _fail(rl, f"[{base:#x}, {base + size:#x}) does not fit cfg.gm_bytes={G}")
+    for addr, val in _obj(mem["cells"], "state.memory.cells").items():
+        label = f"state.memory.cells[{addr!r}]"
+        if not _CELL_ADDRESS.match(addr):
+            _fail(label, "address must be lowercase hex 0x... without leading zeros")
+        a = int(addr, 16)
+        if a >= G:
+            _fail(label, f"address does not fit cfg.gm_bytes={G}")
+        gm[a] = _int(val, label, 0, 255)
+    _obj(mem["extensions"], "state.memory.extensions")
+
+    # ---- fault
+    fl = _obj(st["fault"], "state.fault", ("pending", "kind", "code", "address", "instruction",
+                                           "message", "recoverable", "extensions"))
+    code = _str(fl["code"], "state.fault.code")
+    if code not in tables.FAULTS:
+        _fail("state.fault.code", f"unknown fault {code!r}; expected one of {', '.join(tables.FAULTS)}")
+    if _bool(fl["pending"], "state.fault.pending") != (code != "Fault_None"):
+        _fail("state.fault.pending", f"{fl['pending']} disagrees with code {code}")
+    fault_address = 0 if fl["address"] is None else _int(fl["address"], "state.fault.address", 0, _U64)
+    for k in ("kind", "instruction", "message"):
+        _str(fl[k], f"state.fault.{k}")
+    _bool(fl["recoverable"], "state.fault.recoverable")
+    _obj(fl["extensions"], "state.fault.extensions")
+
+    # ---- Local tiles
+    t = {k: np.full(S, _FREE_DEFAULTS.get(k, 0), dtype=bool if k == "allocated" else np.int32)
+         for k in _TILE_SCALARS}
+    t["words"] = np.zeros((S, W), np.uint64)
+    t["defined"] = np.zeros((S, W), bool)
+    tl = _obj(st["tile"], "state.tile", ("registers", "extensions"))
+    seen = set()
+    for name, v in _obj(tl["registers"], "state.tile.registers").items():
+        label = f"state.tile.registers[{name!r}]"
+        _read_tile(v, name, label, cfg, t)
+        seen.add(name)
+    text = _ext(tl["extensions"], "state.tile.extensions")
+    if text is not None:
+        el = f"state.tile.extensions.{EXT}"
+        _obj(text, el, ("free_slots",))
+        for name, v in _obj(text["free_slots"], f"{el}.free_slots").items():
+            label = f"{el}.free_slots[{name!r}]"
+            if name in seen:
+                _fail(label, f"tile {name} is both allocated and free")
+            _read_free(v, name, label, cfg, t)
+
+    # ---- Shared tiles: not modelled by ptojax
+    sh = _obj(st["shared"], "state.shared", ("tiles", "generations", "extensions"))
+    if _obj(sh["tiles"], "state.shared.tiles"):
+        _fail("state.shared.tiles", "ptojax does not model Shared tiles; the envelope holds some")
+    for k, g in _obj(sh["generations"], "state.shared.generations").items():
+        _int(g, f"state.shared.generations.{k}", 0, 1 << 63)
+    _obj(sh["extensions"], "state.shared.extensions")
+
+    blk = _read_block(st["block"], "state.block")
+
+    with jax.enable_x64(True):
+        tiles = Tiles(**{k: jnp.asarray(v) for k, v in t.items()})
+        block = Block(**{k: jnp.asarray(v) for k, v in blk.items()})
+        return State(gm=jnp.asarray(gm), gpr=jnp.asarray(gpr),
+                     pc=jnp.asarray(tpc, jnp.uint64),
+                     fault=jnp.asarray(tables.FAULTS.index(code), jnp.int32),
+                     fault_address=jnp.asarray(fault_address, jnp.uint64),
+                     tile_capacity=jnp.asarray(tile_capacity, jnp.uint64),
+                     tiles=tiles, block=block)
