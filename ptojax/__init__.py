@@ -9,8 +9,9 @@ from . import layouts
 from .isa import asm
 from . import batch
 from . import reference
+from . import interop
 
 __all__ = ["MachineConfig", "PRESETS", "State", "preset", "reset", "write_memory", "read_memory",
            "write_gpr", "read_gpr", "read_tile", "TileView", "RunResult", "run", "layouts",
-           "asm", "batch", "reference", "tables"]
+           "asm", "batch", "reference", "interop", "tables"]
 __version__ = "0.1.0"
