@@ -12,8 +12,8 @@ that 65536 States fit in about 1.6 GB):
 For every bundle and batch size one run measures, side by side:
 
 * pj.batch.run on a batch of identical States (one per bundle), donate=True,
-  a warm-up call first, then the best of a few calls; the batch of States is
-  built before the clock starts and jax.block_until_ready ends it;
+  cfg given, a warm-up call first, then the best of a few calls; the batch of
+  States is built before the clock starts and jax.block_until_ready ends it;
 * pj.reference.run, the plain-Python oracle, on the same bundle a few hundred
   times (per-bundle rate).
 
@@ -124,8 +124,13 @@ def make_batch(jax, s, B):
     return jax.block_until_ready(out)
 
 
-def time_batch(pj, jax, s, words, B, repeats):
-    """(best seconds, first-call seconds, last BatchResult) of pj.batch.run, donate=True."""
+def time_batch(pj, jax, s, words, B, repeats, cfg):
+    """(best seconds, first-call seconds, last BatchResult) of pj.batch.run, donate=True.
+
+    cfg is passed explicitly: without it pj.batch.run recovers the config by
+    slicing State 0 out of the batch, a fixed host cost of a few ms per call
+    that would dominate small batches.
+    """
     w = np.broadcast_to(np.asarray(words, np.uint32), (B, len(words))).copy()
     times = []
     res = None
@@ -133,7 +138,7 @@ def time_batch(pj, jax, s, words, B, repeats):
         states = make_batch(jax, s, B)
         del res
         t0 = time.perf_counter()
-        res = pj.batch.run(states, w, donate=True)
+        res = pj.batch.run(states, w, donate=True, cfg=cfg)
         jax.block_until_ready(res.state)
         times.append(time.perf_counter() - t0)
         del states
@@ -261,7 +266,7 @@ def main(argv=None):
     for B in sizes:
         for name in names:
             s, words = starts[name]
-            best, first, res = time_batch(pj, jax, s, words, B, repeats)
+            best, first, res = time_batch(pj, jax, s, words, B, repeats, cfg)
             if B == sizes[0] and not same_state(res[0].state, reference[name][1].state):
                 raise RuntimeError(f"{name}: pj.batch.run and pj.reference.run disagree")
             del res
@@ -295,7 +300,7 @@ def main(argv=None):
             "machine": platform.machine(), "commit": _git_commit(), "preset": PRESET, "state_bytes": cfg.state_bytes,
             "batch_sizes": sizes, "repeats": repeats, "reference_runs": ref_runs,
             "quick": args.quick,
-            "timing": ("pj.batch.run(states, words, donate=True): best of repeats after a "
+            "timing": ("pj.batch.run(states, words, donate=True, cfg=cfg): best of repeats after a "
                        "warm-up call, fresh batched States built before the clock, "
                        "jax.block_until_ready; reference: mean over reference_runs calls"),
             "elapsed_s": time.perf_counter() - t_start,
