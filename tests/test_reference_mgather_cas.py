@@ -33,8 +33,8 @@ bstart, datr, dim, ior, ios = _tr.bstart, _tr.datr, _tr.dim, _tr.ior, _tr.ios
 iot_dst, iot_src, iot_src_dst, iot_src2 = _tr.iot_dst, _tr.iot_src, _tr.iot_src_dst, _tr.iot_src2
 write_memory, write_gpr, with_regs = _tr.write_memory, _tr.write_gpr, _tr.with_regs
 poke, poke_tiles = _tr.poke, _tr.poke_tiles
-tile, allocated, charge, gm, leaves, same_except = (_tr.tile, _tr.allocated, _tr.charge, _tr.gm,
-                                                    _tr.leaves, _tr.same_except)
+tile, allocated, charge, gm, same_except = (_tr.tile, _tr.allocated, _tr.charge, _tr.gm,
+                                            _tr.same_except)
 X2, X3 = _tr.X2, _tr.X3
 A0 = tables.gpr_index("a0")
 SCRATCH = 0xC00                      # GM scratch area of the source loads (zeroed again)
