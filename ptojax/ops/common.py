@@ -63,6 +63,12 @@ def free_slot(tiles, hand, hand_slots: int):
     return idx[k], free[k]
 
 
+def capacity_register(tile_capacity):
+    """TILE_CAPACITY (uint64) as int64 for comparisons with charges; values past
+    2^62 exceed any possible charge, so clamping keeps the unsigned meaning."""
+    return jnp.minimum(tile_capacity, jnp.uint64(1 << 62)).astype(jnp.int64)
+
+
 def core_charge(tiles):
     """Sum of popcount(mask) * capacity over allocated Local tiles (A.5)."""
     pc = take(PE_POPCOUNT, tiles.mask)
@@ -136,7 +142,7 @@ def ordinary_source_ok(s, allocated, defined, tile_capacity, W: int):
     unit = jnp.maximum(s["cols"] * bits, 1)
     cap = s["capacity"]
     cap_ok = (cap % 128 == 0) & (cap >= 128) & (cap <= 65536) \
-        & (cap.astype(jnp.int64) <= tile_capacity.astype(jnp.int64))
+        & (cap.astype(jnp.int64) <= capacity_register(tile_capacity))
     rows_ok = ((cap * 8) % unit == 0) & (s["rows"] == (cap * 8) // unit) & (s["rows"] > 0) \
         & (s["valid_rows"] <= s["rows"]) & (s["valid_cols"] <= s["cols"]) \
         & (s["valid_rows"] >= 0) & (s["valid_cols"] >= 0) & (bits > 0)
@@ -169,7 +175,7 @@ def destination(state, hand, size_code, mask, hand_slots: int):
     tsize = jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
     charge = core_charge(state.tiles) + take(PE_POPCOUNT, mask) * tsize
     slot, found = free_slot(state.tiles, hand, hand_slots)
-    return slot, found, tsize, charge <= state.tile_capacity.astype(jnp.int64)
+    return slot, found, tsize, charge <= capacity_register(state.tile_capacity)
 
 
 def install(tiles, slot, do, fields: dict, words, defined):

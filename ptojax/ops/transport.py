@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from .. import tables
 from ..layouts.geometry import derived, shape_legal
 from . import memory
-from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS,
+from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS, capacity_register,
                      DT_CLASS, DT_SIGNED, F, PAD_WORDS, U64, destination, elem_bytes, gpr_value,
                      install, ordinary_shape, ordinary_source_ok, source, take, tile_coords)
 
@@ -96,7 +96,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     # CUBE destination geometry: VR = LB1, VC = LB0
     vr_c, vc_c = lb[1], lb[0]
     cr, cc, g, shape_ok = _cube_geometry(cube_lay, cls, vr_c, vc_c, tsize,
-                                         state.tile_capacity.astype(jnp.int64), W)
+                                         capacity_register(state.tile_capacity), W)
 
     # ordinary destination: effective dtype (F.3), dims with defaults (C.2)
     edt = jnp.where(blk.datr_present & (blk.datr[1] != tables.DTYPE_NONE), blk.datr[1], bdt)
@@ -114,7 +114,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     s_lay = jnp.select([s["layout"] == CUBE_TILE_LAYOUT[i] for i in range(3)], [0, 1, 2], -1)
     scr, scc, sg, s_shape_ok = _cube_geometry(jnp.maximum(s_lay, 0), s_cls, s["valid_rows"],
                                               s["valid_cols"], s["capacity"],
-                                              state.tile_capacity.astype(jnp.int64), W)
+                                              capacity_register(state.tile_capacity), W)
     s_cube_legal = (s_lay >= 0) & (s["location"] == LOC["Matrix"]) & s_shape_ok \
         & (s["rows"] == sg["storage_rows"]) & (s["cols"] == sg["storage_cols"]) \
         & (s["k_repeat"] == sg["k_repeat"]) & (s["n_repeat"] == sg["n_repeat"]) \

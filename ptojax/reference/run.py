@@ -22,7 +22,7 @@ from .decode import Decoded, decode
 from .machine import MASK64, Binding, Block, Machine
 from .transport import BUNDLE_CONTROL, ILLEGAL, TILE_LEGALITY, Fault
 
-UNIMPLEMENTED = Fault("Fault_Unimplemented")
+UNIMPLEMENTED = transport.UNIMPLEMENTED
 INSTRUCTION_PC = Fault("Fault_InstructionPC")
 POST_COMMIT = Fault("Fault_BundlePostCommit")
 ON_FAULT = ("abandon", "hold")
@@ -168,8 +168,6 @@ def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
         return UNIMPLEMENTED                    # matrix family, TSTORE.SPART
     if b.ios:
         return UNIMPLEMENTED                    # Shared-tile TLOAD/TSTORE
-    if b.datr_present and b.datr[0] != 0:
-        return UNIMPLEMENTED                    # ordinary relayout codes
     if name == "TLOAD":
         return transport.ordinary_tload(m, b, pe)
     return transport.ordinary_tstore(m, b, pe)

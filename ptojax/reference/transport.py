@@ -28,6 +28,7 @@ class Fault:
 
 
 TILE_LEGALITY = Fault("Fault_TileLegality")
+UNIMPLEMENTED = Fault("Fault_Unimplemented")
 TILE_ALLOCATION = Fault("Fault_TileAllocation")
 BUNDLE_CONTROL = Fault("Fault_BundleControl")
 ILLEGAL = Fault("Fault_IllegalInstruction")
@@ -337,6 +338,8 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
         return BUNDLE_CONTROL
     if not _ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
         return TILE_LEGALITY
+    if b.datr_present and b.datr[0] != 0:
+        return UNIMPLEMENTED        # ordinary relayout codes: checked after steps 2-3
     # effective dtype: B.DATR DataType when present and concrete, else BSTART (F.3)
     code = b.datr[1] if b.datr_present and b.datr[1] != tables.DTYPE_NONE else b.dtype
     d = tables.DTYPE_BY_CODE.get(code)
@@ -438,6 +441,8 @@ def ordinary_tstore(m: Machine, b: Block, pe: int) -> Optional[Fault]:
         return BUNDLE_CONTROL
     if not _ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
         return TILE_LEGALITY
+    if b.datr_present and b.datr[0] != 0:
+        return UNIMPLEMENTED        # ordinary relayout codes: checked after steps 2-3
     start = tables.DTYPE_BY_CODE.get(b.dtype)
     if start is None:
         return TILE_LEGALITY
