@@ -127,9 +127,8 @@ def make_batch(jax, s, B):
 def time_batch(pj, jax, s, words, B, repeats, cfg):
     """(best seconds, first-call seconds, last BatchResult) of pj.batch.run, donate=True.
 
-    cfg is passed explicitly: without it pj.batch.run recovers the config by
-    slicing State 0 out of the batch, a fixed host cost of a few ms per call
-    that would dominate small batches.
+    The time includes pj.batch.run's host-side work (padding the words,
+    checking the config against State 0), which dominates tiny batches.
     """
     w = np.broadcast_to(np.asarray(words, np.uint32), (B, len(words))).copy()
     times = []
