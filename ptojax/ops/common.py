@@ -85,13 +85,13 @@ def log2(x):
     return 31 - jax.lax.clz(jnp.maximum(x, 1).astype(jnp.int32))
 
 
-def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, rows, cols, column_major, W: int):
+def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
     """Logical (row, col) of payload slots 0..W-1 of a tile (inverse of B.3).
 
-    CUBE tiles: lay indexes CUBE_ORDER, cr/cc the cell shape. Ordinary tiles:
-    slot r*cols + c (RowMajor) or c*rows + r (ColumnMajor). Cell shapes and
-    ordinary rows/columns are powers of two, so the map is shifts and masks;
-    only the N8 cell number divides by K_repeat. Everything may be traced.
+    CUBE tiles: lay indexes CUBE_ORDER, cr/cc the cell shape. RowMajor
+    tiles: slot r*cols + c. Cell shapes and RowMajor column counts are powers
+    of two, so the map is shifts and masks; only the N8 cell number divides by
+    K_repeat. Everything may be traced.
     """
     j = jnp.arange(W, dtype=jnp.int32)
     lcr, lcc = log2(cr), log2(cc)
@@ -105,10 +105,8 @@ def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, rows, cols, column_major, W:
     q = inner & (cc - 1)
     q = jnp.where(b4 & (lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
     m_r, m_c = inner >> lcc, (cell << lcc) + q
-    # ordinary row-major
-    minor = jnp.maximum(jnp.where(column_major, rows, cols), 1)
-    major, rest = j >> log2(minor), j & (minor - 1)
-    o_r, o_c = jnp.where(column_major, rest, major), jnp.where(column_major, major, rest)
+    # RowMajor
+    o_r, o_c = j >> log2(cols), j & (jnp.maximum(cols, 1) - 1)
     is_n8 = lay == 2
     r = jnp.where(is_cube, jnp.where(is_n8, n8_r, m_r), o_r)
     c = jnp.where(is_cube, jnp.where(is_n8, n8_c, m_c), o_c)
@@ -131,11 +129,46 @@ def source(tiles, index, hand_slots: int):
     return slot, tiles.allocated[slot] & exists, s, s["defined_valid"] == s["valid_rows"] * s["valid_cols"]
 
 
+_ZN = tables.TILE_LAYOUT_CODE["ZN"]
+_NZ = tables.TILE_LAYOUT_CODE["NZ"]
+ORDINARY_LAYOUTS = (_ROW_MAJOR, _COL_MAJOR, _ZN, _NZ)
+
+
+def fractal_ok(layout, rows, cols, bits):
+    """ZN/NZ tiles tile into 16-row x 32-byte fractals; others always fit."""
+    inner = 256 // jnp.maximum(bits, 1)
+    frac = (layout == _ZN) | (layout == _NZ)
+    return ~frac | (((rows & 15) == 0) & (cols % jnp.maximum(inner, 1) == 0))
+
+
+def ordinary_index(layout, rows, cols, bits, r, c):
+    """Payload slot of (r, c) in an ordinary tile (A.4 non-packed linear index).
+
+    RowMajor r*cols + c; ColumnMajor c*rows + r; ZN/NZ in 16 x (256/bits)
+    fractals (ZN: fractals row-major, column-major inside; NZ: fractals
+    column-major, row-major inside).
+    """
+    inner = 256 // jnp.maximum(bits, 1)
+    br, ir, bc, ic = r >> 4, r & 15, c // inner, c % inner
+    zn = (br * (cols // inner) + bc) * 16 * inner + ic * 16 + ir
+    nz = (bc * (rows >> 4) + br) * 16 * inner + ir * inner + ic
+    return jnp.select([layout == _COL_MAJOR, layout == _ZN, layout == _NZ],
+                      [c * rows + r, zn, nz], r * cols + c)
+
+
+def valid_lanes(vr, vc, W: int):
+    """(r, c, in_region) of lanes 0..W-1 enumerating a VR x VC region row-major."""
+    j = jnp.arange(W, dtype=jnp.int32)
+    vcm = jnp.maximum(vc, 1)
+    r, c = j // vcm, j % vcm
+    return r, c, j < vr * vc
+
+
 def ordinary_source_ok(s, allocated, defined, tile_capacity, W: int):
     """An allocated, configured, generically indexable, fully defined ordinary tile.
 
-    RowMajor/ColumnMajor (ptojax creates no ZN/NZ tiles); capacity legal,
-    rows derived from capacity and columns, valid extents inside, and every
+    RowMajor/ColumnMajor/ZN/NZ; capacity legal, rows derived from capacity and
+    columns, valid extents inside, fractal alignment for ZN/NZ, and every
     valid element inside the materialized payload Words.
     """
     bits = take(DT_BITS, s["dtype"])
@@ -146,17 +179,17 @@ def ordinary_source_ok(s, allocated, defined, tile_capacity, W: int):
     rows_ok = ((cap * 8) % unit == 0) & (s["rows"] == (cap * 8) // unit) & (s["rows"] > 0) \
         & (s["valid_rows"] <= s["rows"]) & (s["valid_cols"] <= s["cols"]) \
         & (s["valid_rows"] >= 0) & (s["valid_cols"] >= 0) & (bits > 0)
-    col_major = s["layout"] == _COL_MAJOR
-    far = jnp.where(col_major, (s["valid_cols"] - 1) * s["rows"] + s["valid_rows"] - 1,
-                    (s["valid_rows"] - 1) * s["cols"] + s["valid_cols"] - 1)
-    in_words = (s["valid_rows"] == 0) | (s["valid_cols"] == 0) | (far < W)
-    return allocated & ((s["layout"] == _ROW_MAJOR) | col_major) & cap_ok & rows_ok \
-        & defined & in_words
+    indexable = jnp.isin(s["layout"], jnp.asarray(ORDINARY_LAYOUTS)) \
+        & fractal_ok(s["layout"], s["rows"], s["cols"], bits)
+    r, c, lane = valid_lanes(s["valid_rows"], s["valid_cols"], W)
+    idx = ordinary_index(s["layout"], s["rows"], s["cols"], bits, r, c)
+    in_words = (s["valid_rows"] * s["valid_cols"] <= W) & jnp.all(~lane | (idx < W))
+    return allocated & indexable & cap_ok & rows_ok & defined & in_words
 
 
 def ordinary_slot(s, r, c):
-    """Payload slot of (r, c) in an ordinary RowMajor/ColumnMajor tile."""
-    return jnp.where(s["layout"] == _COL_MAJOR, c * s["rows"] + r, r * s["cols"] + c)
+    """Payload slot of (r, c) of an ordinary source descriptor `s`."""
+    return ordinary_index(s["layout"], s["rows"], s["cols"], take(DT_BITS, s["dtype"]), r, c)
 
 
 def ordinary_shape(tsize, col, vr, vc, bits, W: int):

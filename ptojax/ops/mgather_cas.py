@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import cas_order, tables
 from . import memory
 from .common import (DT_BITS, DT_INT, DT_SIGNED, F, PAD_WORDS, U64, destination, elem_bytes,
-                     gpr_value, install, ordinary_shape, ordinary_slot, ordinary_source_ok,
+                     fractal_ok, gpr_value, install, ordinary_index, ordinary_shape, ordinary_slot,
+                     ordinary_source_ok,
                      source, take)
 
 LAY = tables.TILE_LAYOUT_CODE
 LOC = tables.TILE_LOCATION_CODE
+# B.DATR Layout -> layout of the new destination (CUBE codes never get here)
+DEST_LAYOUT = np.full(32, LAY["RowMajor"], np.int32)
+for _codes, _name in (((1, 18, 28), "ColumnMajor"), ((3, 8, 30), "ZN"), ((4, 9, 20), "NZ")):
+    for _code in _codes:
+        DEST_LAYOUT[_code] = LAY[_name]
 MAX_LANES = 32768
 
 
@@ -86,9 +93,15 @@ def complete(state, blk, pe, cfg, enable):
     whole_ok = drows * col <= W      # the pad fill covers the whole physical region
     alloc_bad = ~found | ~budget_ok | ~dshape_ok | ~whole_ok
 
+    # the destination layout comes from the B.DATR Layout (the model's
+    # destination-layout map); D.4 step 7 re-checks the new descriptor
+    dlay = take(DEST_LAYOUT, jnp.where(blk.datr_present, d[0], 0))
+    recheck_bad = ~fractal_ok(dlay, drows, col, tbits)
+
     fault = _first((schema_bad | dims_bad | datr_bad, "Fault_TileLegality"),
                    (src_bad, "Fault_TileLegality"),
-                   (alloc_bad, "Fault_TileAllocation"))
+                   (alloc_bad, "Fault_TileAllocation"),
+                   (recheck_bad, "Fault_TileLegality"))
     legal = fault == 0
 
     # D.4 step 8: lane preflight, row-major over the valid region
@@ -144,8 +157,9 @@ def complete(state, blk, pe, cfg, enable):
     # publication: whole physical destination padded and defined (F.5)
     padw = jnp.asarray(PAD_WORDS)[jnp.clip(tdt, 0, 31), jnp.clip(blk.datr[2], 0, 3)]
     physical = j < drows * col
-    words = jnp.where(lane, old, jnp.where(physical, padw, tiles.words[dslot]))
-    fields = dict(dtype=tdt, layout=LAY["RowMajor"], location=LOC["Any"], capacity=tsize,
+    slot = jnp.where(lane, ordinary_index(dlay, drows, col, tbits, r, c), W)
+    words = jnp.where(physical, padw, tiles.words[dslot]).at[slot].set(old, mode="drop")
+    fields = dict(dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
                   rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
                   cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)
     tiles = install(tiles, dslot, ok, fields, words, physical)

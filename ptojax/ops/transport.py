@@ -16,7 +16,8 @@ from ..layouts.geometry import derived, shape_legal
 from . import memory
 from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS, capacity_register,
                      DT_CLASS, DT_SIGNED, F, PAD_WORDS, U64, destination, elem_bytes, gpr_value,
-                     install, ordinary_shape, ordinary_source_ok, source, take, tile_coords)
+                     install, ordinary_shape, ordinary_slot, ordinary_source_ok, source, take,
+                     tile_coords, valid_lanes)
 
 OP = tables.OP_ID
 LAY = tables.TILE_LAYOUT_CODE
@@ -123,7 +124,6 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
                      & (s_lay == cube_lay) & (s["valid_rows"] == lb[1])
                      & (s["valid_cols"] == lb[0]) & ((s["mask"] & bind_mask) == bind_mask))
     # C.8 step 4: an allocated, configured, generically indexable, fully defined source
-    col_major = s["layout"] == LAY["ColumnMajor"]
     ord_src_bad = ~ordinary_source_ok(s, s_alloc, s_defined, state.tile_capacity, W)
 
     # ---------------- the ordered check list
@@ -152,16 +152,21 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     l_vr, l_vc = jnp.where(cube, vr_c, vr_o), jnp.where(cube, vc_c, vc_o)
     m_dtype = jnp.where(is_load, jnp.where(cube, bdt, edt), s["dtype"])
     bits = take(DT_BITS, m_dtype)
+    # payload slot j -> (r, c) for the CUBE tiles and the RowMajor TLOAD
+    # destination; an ordinary TSTORE source (any ordinary layout) is read
+    # lane by lane over its valid region instead
     r, c = tile_coords(cube, jnp.where(is_load, cube_lay, s_lay), jnp.where(is_load, cr, scr),
                        jnp.where(is_load, cc, scc), bits == 4,
-                       jnp.where(is_load, g["k_repeat"], s["k_repeat"]),
-                       jnp.where(is_load, rows_o, s["rows"]), jnp.where(is_load, col_o, s["cols"]),
-                       ~is_load & col_major, W)
+                       jnp.where(is_load, g["k_repeat"], s["k_repeat"]), col_o, W)
     vr = jnp.where(is_load, l_vr, s["valid_rows"])
     vc = jnp.where(is_load, l_vc, s["valid_cols"])
     cells = jnp.where(is_load, g["cell_count"], s["cell_count"])
     storage = jnp.where(cube, jnp.arange(W) < cells * cr * cc, True)
-    valid = (r < vr) & (c < vc) & storage
+    lane_r, lane_c, lane_in = valid_lanes(vr, vc, W)
+    by_lane = is_store & ~cube
+    r, c = jnp.where(by_lane, lane_r, r), jnp.where(by_lane, lane_c, c)
+    valid = jnp.where(by_lane, lane_in, (r < vr) & (c < vc) & storage)
+    value_slot = jnp.where(by_lane, jnp.clip(ordinary_slot(s, r, c), 0, W - 1), jnp.arange(W))
 
     # base and row stride (C.3): dense default from the BSTART dtype
     bst_bits = take(DT_BITS, bdt)
@@ -205,7 +210,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     if "TSTORE" not in effects:
         return fault, fault_addr, state.replace(tiles=tiles)
 
-    src_words = tiles.words[sslot]
+    src_words = tiles.words[sslot][value_slot]
     gm = memory.write_elements(state.gm, addr, src_words, nbytes, (c % 2) == 1, four,
                                memory.overwritten_later(r, c, vr, vc, stride, nbytes, four),
                                valid & ok & is_store)
