@@ -15,7 +15,7 @@ from .. import cas_order, tables
 from . import memory
 from .common import (DT_BITS, DT_INT, DT_SIGNED, F, PAD_WORDS, U64, destination, elem_bytes,
                      fractal_ok, gpr_value, install, ordinary_index, ordinary_shape, ordinary_slot,
-                     ordinary_source_ok,
+                     ordinary_source_ok, valid_lanes,
                      source, take)
 
 LAY = tables.TILE_LAYOUT_CODE
@@ -104,12 +104,10 @@ def complete(state, blk, pe, cfg, enable):
                    (recheck_bad, "Fault_TileLegality"))
     legal = fault == 0
 
-    # D.4 step 8: lane preflight, row-major over the valid region
+    # D.4 step 8: lane preflight, row-major over the valid region (lane l = r*VC + c)
     j = jnp.arange(W, dtype=jnp.int32)
-    lcol = 31 - jax.lax.clz(jnp.maximum(col, 1))
-    r, c = j >> lcol, j & (jnp.maximum(col, 1) - 1)
-    lane = (r < vr) & (c < vc)
-    order = r * vc + c
+    r, c, lane = valid_lanes(vr, vc, W)
+    order = j
     ibits = take(DT_BITS, si["dtype"])
     index = _extend(tiles.words[islot][jnp.clip(ordinary_slot(si, r, c), 0, W - 1)], ibits,
                     take(DT_SIGNED, si["dtype"]))
@@ -124,11 +122,13 @@ def complete(state, blk, pe, cfg, enable):
     fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
     ok = enable & legal & (mfault == 0)
 
-    # D.5: lanes in the configured order, each an atomic read/compare/write
+    # D.5: lanes in the configured order, each an atomic read/compare/write;
+    # the loop runs VR*VC times (under vmap: the batch's largest lane count)
+    n_lanes = jnp.where(ok, vr * vc, 0)
     if cfg.cas_lane_order == "row-major":
-        seq = j                                   # slot order is row-major lane order
+        seq = j
     elif cfg.cas_lane_order == "reverse":
-        seq = W - 1 - j
+        seq = jnp.maximum(n_lanes - 1 - j, 0)
     else:
         keys = jnp.where(lane, permuted_keys(order, cfg.cas_seed), jnp.iinfo(jnp.int64).max)
         seq = jnp.lexsort((order, keys)).astype(jnp.int32)
@@ -152,7 +152,7 @@ def complete(state, blk, pe, cfg, enable):
         old = old.at[k].set(jnp.where(run, _extend(value, tbits, signed), old[k]))
         return gm, old
 
-    gm, old = jax.lax.fori_loop(0, W, lane_step, (state.gm, jnp.zeros(W, U64)))
+    gm, old = jax.lax.fori_loop(0, n_lanes, lane_step, (state.gm, jnp.zeros(W, U64)))
 
     # publication: whole physical destination padded and defined (F.5)
     padw = jnp.asarray(PAD_WORDS)[jnp.clip(tdt, 0, 31), jnp.clip(blk.datr[2], 0, 3)]
