@@ -219,7 +219,7 @@ def reset(cfg: MachineConfig = None) -> State:
 
 
 def config_of(s: State) -> MachineConfig:
-    """Recover the sizes a State was built with (GM bytes, slots, Words)."""
+    """Recover the sizes a State (or a batch of States) was built with."""
     S, W = s.tiles.words.shape[-2:]
     return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4)
 

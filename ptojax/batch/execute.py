@@ -118,7 +118,7 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
         states = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (B,) + a.shape), states)
     elif states.gm.shape[0] != B:
         raise ValueError(f"{states.gm.shape[0]} states but {B} word streams")
-    cfg = check_config(unstack_state(states, 0), cfg)
+    cfg = check_config(states, cfg)      # sizes come from the trailing axes
     Lb = _bucket(w.shape[1])
     padded = np.zeros((B, Lb), np.uint32)
     padded[:, : w.shape[1]] = w
