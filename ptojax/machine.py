@@ -127,14 +127,15 @@ def header_step(blk, word, gpr_row, pc):
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects"))
 def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
-               effects: frozenset = frozenset({"TLOAD", "TSTORE", "MGATHER.CAS"})):
+               effects: frozenset = frozenset({"TLOAD", "TSTORE", "MGATHER.CAS"}), cas_seed=0):
     """Run words[:length] on one State (jit; vmap it for a batch).
 
     Phase 1 scans the words through decode and the block header, stopping at
     the first header fault and recording the block each completing word
     commits (at most `max_commits`). Phase 2 commits those blocks in order and
-    stops at the first completion fault. `pe` (current PE) and `hold`
-    (on_fault="hold") are traced, so they never cause a recompile.
+    stops at the first completion fault. `pe` (current PE), `hold`
+    (on_fault="hold") and `cas_seed` are traced, so they never cause a
+    recompile (callers pass cfg with cas_seed=0 and the seed here).
     Returns (state, executed).
     """
     L = words.shape[0]
@@ -167,7 +168,7 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
         b, p = xs
         go = (p < L) & (cstop == L)
         dr_bad = b.catr_present & (((b.catr >> 26) & 1) == 1) & (b.op >= _MATRIX_FIRST)
-        f, addr, s2 = dispatch.complete(s, b, pe, cfg, go & ~dr_bad, effects)
+        f, addr, s2 = dispatch.complete(s, b, pe, cfg, go & ~dr_bad, effects, cas_seed)
         f = jnp.where(dr_bad, F["Fault_BundleControl"], f)
         trap = b.catr_present & (((b.catr >> 19) & 1) == 1)
         f = jnp.where((f == 0) & trap, F["Fault_BundlePostCommit"], f)
@@ -304,7 +305,7 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     padded = np.zeros(_bucket(len(w), low=16), np.uint32)
     padded[: len(w)] = w
     st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe),
-                              jnp.bool_(hold), cfg,
+                              jnp.bool_(hold), cfg.replace(cas_seed=0),
                               _bucket(int(commit_capable(w, bool(state.block.active))), low=4),
-                              ALL_EFFECTS)
+                              ALL_EFFECTS, jnp.int64(cfg.cas_seed & 0xFFFFFFFF))
     return RunResult.from_state(st, int(executed))

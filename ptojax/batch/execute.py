@@ -43,9 +43,9 @@ class BatchResult:
         return RunResult.from_state(unstack_state(self.state, i), int(self.executed[i]))
 
 
-def _batched(states, words, lengths, pe, hold, cfg, max_commits, effects):
-    return jax.vmap(lambda s, w, n: run_stream(s, w, n, pe, hold, cfg, max_commits, effects))(
-        states, words, lengths)
+def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effects):
+    return jax.vmap(lambda s, w, n: run_stream(s, w, n, pe, hold, cfg, max_commits, effects,
+                                               cas_seed))(states, words, lengths)
 
 
 _STATIC = ("cfg", "max_commits", "effects")
@@ -132,8 +132,8 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     args = [_shard(x, n_dev) for x in (states, jnp.asarray(padded), jnp.asarray(n))]
     fn = _run_donated if donate else _run_kept
     effects = possible_effects(w, open_block_ops(states))
-    st, executed = fn(*args, jnp.int32(pe), jnp.bool_(hold), cfg=cfg, max_commits=K,
-                      effects=effects)
+    st, executed = fn(*args, jnp.int32(pe), jnp.bool_(hold), jnp.int64(cfg.cas_seed & 0xFFFFFFFF),
+                      cfg=cfg.replace(cas_seed=0), max_commits=K, effects=effects)
     if pad_b:
         st = jax.tree_util.tree_map(lambda a: a[:B], st)
         executed = executed[:B]

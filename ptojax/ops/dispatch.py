@@ -17,13 +17,13 @@ from . import mgather_cas, transport
 OP = tables.OP_ID
 
 
-def complete(state, blk, pe, cfg, enable, effects):
+def complete(state, blk, pe, cfg, enable, effects, cas_seed=0):
     code = blk.datr[0]
     cube = blk.datr_present & (code >= 21) & (code <= 26)
     zero_mask = blk.zero_seen & (blk.iot_count == 0) & (blk.ios_count == 0)
     cas = (blk.op == OP["MGATHER.CAS"]) & ~cube & ~zero_mask
     fault, addr, state = transport.complete(state, blk, pe, cfg, enable & ~cas, effects)
     if "MGATHER.CAS" in effects:
-        f, a, state = mgather_cas.complete(state, blk, pe, cfg, enable & cas)
+        f, a, state = mgather_cas.complete(state, blk, pe, cfg, enable & cas, cas_seed)
         fault, addr = jnp.where(cas, f, fault), jnp.where(cas, a, addr)
     return fault, addr, state

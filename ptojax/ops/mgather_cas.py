@@ -28,9 +28,10 @@ for _codes, _name in (((1, 18, 28), "ColumnMajor"), ((3, 8, 30), "ZN"), ((4, 9, 
 MAX_LANES = 32768
 
 
-def permuted_keys(lane, seed: int):
-    """cas_order.lane_key on a traced array of lane indices."""
-    base = (seed * cas_order.SEED_MULTIPLIER + cas_order.KEY_OFFSET) & 0xFFFFFFFF
+def permuted_keys(lane, seed):
+    """cas_order.lane_key on traced lane indices and a traced seed (mod 2^32)."""
+    seed32 = jnp.asarray(seed).astype(jnp.int64) & 0xFFFFFFFF
+    base = (seed32 * cas_order.SEED_MULTIPLIER + cas_order.KEY_OFFSET) & 0xFFFFFFFF
     return (lane.astype(jnp.int64) * cas_order.KEY_MULTIPLIER + base) & 0xFFFFFFFF
 
 
@@ -50,8 +51,12 @@ def _extend(word, bits, signed):
     return jnp.where(neg, v | ~low, v)
 
 
-def complete(state, blk, pe, cfg, enable):
-    """(fault, fault address, new state) of the MGATHER.CAS block `blk`."""
+def complete(state, blk, pe, cfg, enable, cas_seed=0):
+    """(fault, fault address, new state) of the MGATHER.CAS block `blk`.
+
+    `cas_seed` (traced) seeds the "permuted" lane order; cfg.cas_seed is not
+    read here, so seeds share one compiled function.
+    """
     W, HS = cfg.tile_words, cfg.hand_slots
     tiles = state.tiles
     rows = jnp.arange(blk.iot.shape[0]) < blk.iot_count
@@ -130,7 +135,7 @@ def complete(state, blk, pe, cfg, enable):
     elif cfg.cas_lane_order == "reverse":
         seq = jnp.maximum(n_lanes - 1 - j, 0)
     else:
-        keys = jnp.where(lane, permuted_keys(order, cfg.cas_seed), jnp.iinfo(jnp.int64).max)
+        keys = jnp.where(lane, permuted_keys(order, cas_seed), jnp.iinfo(jnp.int64).max)
         seq = jnp.lexsort((order, keys)).astype(jnp.int32)
     low = jnp.where(tbits >= 64, ~U64(0), (U64(1) << jnp.minimum(tbits, 63).astype(U64)) - U64(1))
     signed = take(DT_SIGNED, tdt)
