@@ -18,20 +18,13 @@ from . import tables
 from ._x64 import x64
 from .isa.decode_array import K, decode
 from .ops import dispatch
-from .ops.common import F, U64, gpr_value, take
+from .ops.common import F, U64, ordered_fault, gpr_value, take
 from .result import RunResult
 from .state import MAX_IOS, MAX_IOT, MachineConfig, State, _empty_block, config_of
 
 ON_FAULT = ("abandon", "hold")
 _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
 _MATRIX_FIRST = tables.OP_ID["TMATMUL"]
-
-
-def _first(*checks):
-    code = jnp.int32(0)
-    for cond, name in reversed(checks):
-        code = jnp.where(cond, F[name], code)
-    return code
 
 
 def _sel(cond, new, old):
@@ -62,7 +55,7 @@ def header_step(blk, word, gpr_row, pc):
     fp_combo_bad = ((fp["RowMaxInit"] == 1) & (fp["RowMaxEn"] == 0)) \
         | ((fp["GroupMaxEn"] == 1) != (fp["GroupNCode"] != 0)) \
         | ((fp["MaxAbsEn"] == 1) & (fp["RowMaxEn"] == 0) & (fp["GroupMaxEn"] == 0))
-    f_fpatr = _first(
+    f_fpatr = ordered_fault(
         (~active | blk.fpatr_present | (blk.op < _MATRIX_FIRST) | blk.ior_present
          | (blk.iot_count > 0) | (blk.ios_count > 0), "Fault_BundleControl"),
         (fp_combo_bad, "Fault_TileLegality"))
@@ -73,13 +66,13 @@ def header_step(blk, word, gpr_row, pc):
     ios_mismatch = ((blk.iot_count > 0) & (ios_mask != blk.iot[0, 3])) \
         | ((blk.ios_count > 0) & (ios_mask != blk.ios[0, 2]))
     # a B.IOT compares with earlier B.IOTs only (4.6); a B.IOS with both (4.7)
-    f_iot = jnp.where(d["pemode"] == 0, 0, _first(
+    f_iot = jnp.where(d["pemode"] == 0, 0, ordered_fault(
         (~active | blk.iot_closed, "Fault_BundleControl"),
         (iot_mismatch, "Fault_TileLegality"),
         (blk.iot_count >= MAX_IOT, "Fault_TileLegality")))
     ios_used = jnp.arange(MAX_IOS) < blk.ios_count
     dup_sid = jnp.any(ios_used & (blk.ios[:, 0] == d["ios_sid"]))
-    f_ios = jnp.where(d["ios_pemode"] == 0, 0, _first(
+    f_ios = jnp.where(d["ios_pemode"] == 0, 0, ordered_fault(
         (~active, "Fault_BundleControl"),
         (ios_mismatch, "Fault_TileLegality"),
         (dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))

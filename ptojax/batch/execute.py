@@ -8,7 +8,6 @@ over all of them with `jax.sharding`.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import jax

@@ -40,6 +40,15 @@ for _code, _name in {**tables.CUBE_LOAD_CODES, **tables.CUBE_STORE_CODES}.items(
 PE_POPCOUNT = np.array([bin(m).count("1") for m in range(16)], np.int32)
 
 
+def ordered_fault(*checks):
+    """Fault code of the first (condition, fault name) pair that holds, else 0:
+    an ordered check list as data."""
+    code = jnp.int32(0)
+    for cond, name in reversed(checks):
+        code = jnp.where(cond, F[name], code)
+    return code
+
+
 def take(table, i):
     """table[i] for a static numpy table and a traced index, clipped in range."""
     return jnp.asarray(table)[jnp.clip(i, 0, len(table) - 1)]

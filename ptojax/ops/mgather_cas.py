@@ -13,7 +13,8 @@ import numpy as np
 
 from .. import cas_order, tables
 from . import memory
-from .common import (DT_BITS, DT_INT, DT_SIGNED, F, PAD_WORDS, U64, destination, elem_bytes,
+from .common import (DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
+                     ordered_fault,
                      fractal_ok, gpr_value, install, ordinary_index, ordinary_shape, ordinary_slot,
                      ordinary_source_ok, valid_lanes,
                      source, take)
@@ -33,13 +34,6 @@ def permuted_keys(lane, seed):
     seed32 = jnp.asarray(seed).astype(jnp.int64) & 0xFFFFFFFF
     base = (seed32 * cas_order.SEED_MULTIPLIER + cas_order.KEY_OFFSET) & 0xFFFFFFFF
     return (lane.astype(jnp.int64) * cas_order.KEY_MULTIPLIER + base) & 0xFFFFFFFF
-
-
-def _first(*checks):
-    code = jnp.int32(0)
-    for cond, name in reversed(checks):
-        code = jnp.where(cond, F[name], code)
-    return code
 
 
 def _extend(word, bits, signed):
@@ -103,7 +97,7 @@ def complete(state, blk, pe, cfg, enable, cas_seed=0):
     dlay = take(DEST_LAYOUT, jnp.where(blk.datr_present, d[0], 0))
     recheck_bad = ~fractal_ok(dlay, drows, col, tbits)
 
-    fault = _first((schema_bad | dims_bad | datr_bad, "Fault_TileLegality"),
+    fault = ordered_fault((schema_bad | dims_bad | datr_bad, "Fault_TileLegality"),
                    (src_bad, "Fault_TileLegality"),
                    (alloc_bad, "Fault_TileAllocation"),
                    (recheck_bad, "Fault_TileLegality"))

@@ -14,22 +14,15 @@ import jax.numpy as jnp
 from .. import tables
 from ..layouts.geometry import derived, shape_legal
 from . import memory
-from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS, capacity_register,
-                     DT_CLASS, DT_SIGNED, F, PAD_WORDS, U64, destination, elem_bytes, gpr_value,
+from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS,
+                     DT_CLASS, DT_SIGNED, PAD_WORDS, U64, capacity_register, destination,
+                     elem_bytes, ordered_fault, gpr_value,
                      install, ordinary_shape, ordinary_slot, ordinary_source_ok, source, take,
                      tile_coords, valid_lanes)
 
 OP = tables.OP_ID
 LAY = tables.TILE_LAYOUT_CODE
 LOC = tables.TILE_LOCATION_CODE
-
-
-def _first(*checks):
-    """Fault code of the first (condition, fault name) pair that holds, else 0."""
-    code = jnp.int32(0)
-    for cond, name in reversed(checks):
-        code = jnp.where(cond, F[name], code)
-    return code
 
 
 def _cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
@@ -131,7 +124,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     # the CUBE path decodes the block's Function as a TLSU selector: TGEMV*
     # Functions (16..22) have none (C.5 step 2)
     no_tlsu_selector = op >= OP["TGEMV"]
-    fault = _first(
+    fault = ordered_fault(
         (zero_mask, "Fault_None"),
         (cube & no_tlsu_selector, "Fault_IllegalInstruction"),
         # CUBE path: whatever the BSTART (C.5 "selection")
