@@ -43,7 +43,7 @@ from ..result import RunResult
 from ..state import MachineConfig, State
 from .decode import decode
 from .machine import Machine
-from .run import ON_FAULT, _word_list, run_machine
+from .run import _word_list, check_args, run_machine
 
 DEFAULT_MAX_NODES = 200_000
 
@@ -76,15 +76,6 @@ class _Budget:
 # ----------------------------------------------------------------- running
 
 
-def _check_args(state, pe, on_fault) -> None:
-    if not isinstance(state, State):
-        raise TypeError(f"expected a ptojax State, got {type(state).__name__}")
-    if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
-        raise ValueError(f"pe must be 0..{tables.NUM_PES - 1}, got {pe!r}")
-    if on_fault not in ON_FAULT:
-        raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
-
-
 def _execute(state: State, stream: list, pe: int, on_fault: str, cfg, order, trace: bool):
     m = Machine(state, cfg)
     m.cas_lane_order = "row-major"
@@ -98,7 +89,7 @@ def run_in_order(state: State, words, order, pe: int = 0, *, on_fault: str = "ab
                  cfg: Optional[MachineConfig] = None) -> RunResult:
     """reference.run with the MGATHER.CAS lanes executed in the explicit `order`
     (a permutation of the row-major lane indices 0..n-1)."""
-    _check_args(state, pe, on_fault)
+    check_args(state, pe, on_fault)
     return _execute(state, _word_list(words), pe, on_fault, cfg, list(order), False)[0]
 
 
@@ -212,7 +203,7 @@ def explains(initial_state: State, words, observed_state: State, pe: int = 0, *,
              max_nodes: int = DEFAULT_MAX_NODES) -> CheckResult:
     """Does some legal serialization of the stream's MGATHER.CAS lanes produce
     exactly `observed_state`? See the module docstring for the algorithm."""
-    _check_args(initial_state, pe, on_fault)
+    check_args(initial_state, pe, on_fault)
     if not isinstance(observed_state, State):
         raise TypeError(f"observed_state must be a ptojax State, got {type(observed_state).__name__}")
     stream = _word_list(words)

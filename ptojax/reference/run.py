@@ -31,12 +31,7 @@ ON_FAULT = ("abandon", "hold")
 def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
         cfg: Optional[MachineConfig] = None) -> RunResult:
     """Execute `words` from state.pc on PE `pe`; return the new State and the fault."""
-    if not isinstance(state, State):
-        raise TypeError(f"expected a ptojax State, got {type(state).__name__}")
-    if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
-        raise ValueError(f"pe must be 0..{tables.NUM_PES - 1}, got {pe!r}")
-    if on_fault not in ON_FAULT:
-        raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
+    check_args(state, pe, on_fault)
     stream = _word_list(words)
     m = Machine(state, cfg)
     executed = run_machine(m, stream, int(pe), on_fault)
@@ -57,6 +52,16 @@ def run_machine(m: Machine, stream: list, pe: int, on_fault: str) -> int:
             return i
     m.pc = (start + 4 * len(stream)) & MASK64
     return len(stream)
+
+
+def check_args(state, pe, on_fault) -> None:
+    """API misuse is a clear TypeError/ValueError, never a fault."""
+    if not isinstance(state, State):
+        raise TypeError(f"expected a ptojax State, got {type(state).__name__}")
+    if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
+        raise ValueError(f"pe must be 0..{tables.NUM_PES - 1}, got {pe!r}")
+    if on_fault not in ON_FAULT:
+        raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
 
 
 def _word_list(words) -> list[int]:
