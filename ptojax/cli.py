@@ -628,6 +628,321 @@ def demo(config: str = DEMO_DEFAULT_CONFIG, batch: int = 1000, seed: int = 0) ->
     return 0 if ok_all else 1
 
 
+# ----------------------------------------------------------------- fuzz and replay
+
+FUZZ_DEFAULT_CONFIG = "tiny"
+FUZZ_DEFAULT_OUT = "ptojax-fuzz"
+
+
+def _shard(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not m or int(m[2]) < 1 or int(m[1]) >= int(m[2]):
+        raise CliError(f"--shard {text!r}: expected INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/4")
+    return int(m[1]), int(m[2])
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+    return Console(stderr=stderr, highlight=False, width=None if sys.stdout.isatty() else 110)
+
+
+def _distributed(args) -> tuple[int, int]:
+    """jax.distributed.initialize(...) and this process's (index, count)."""
+    import jax
+    kw = {}
+    if args.coordinator:
+        kw["coordinator_address"] = args.coordinator
+    if args.num_processes is not None:
+        kw["num_processes"] = args.num_processes
+    if args.process_id is not None:
+        kw["process_id"] = args.process_id
+    try:
+        jax.distributed.initialize(**kw)
+    except (RuntimeError, ValueError) as e:
+        raise CliError(f"--distributed: jax.distributed.initialize failed: {e}") from None
+    return jax.process_index(), jax.process_count()
+
+
+def _fuzz_progress(enabled: bool):
+    """(callback, stop) drawing a rich progress bar on stderr."""
+    if not enabled:
+        return None, lambda: None
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    prog = Progress(TextColumn("fuzz"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[rate]} cases/s"),
+                    TextColumn("{task.fields[bad]} mismatches"),
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                    console=_console(stderr=True), transient=False)
+    state = {}
+
+    def update(done, total, res):
+        if "task" not in state:
+            prog.start()
+            state["task"] = prog.add_task("fuzz", total=total, rate="-", bad=0)
+        first = min(res.cases, res.cfg.rows - 1)
+        steady = res.seconds - res.first_call_seconds
+        rate = (res.cases - first) / steady if steady > 0 and res.cases > first else res.cases_per_s
+        prog.update(state["task"], completed=done, rate=f"{rate:,.0f}",
+                    bad=res.mismatches + res.against_mismatches)
+
+    def stop():
+        if "task" in state:
+            prog.stop()
+    return update, stop
+
+
+def _write_mismatches(res, cc, args, say) -> list:
+    """Shrink the first case of each mismatch signature and write the files."""
+    from ptojax.batch import casefile, shrink
+    from ptojax.batch.campaign import JaxRunner, differences, initial_state, reference_outcome
+    mcfg = cc.machine
+    out = Path(args.out or FUZZ_DEFAULT_OUT)
+    by_sig = {}
+    for m in res.kept:
+        by_sig.setdefault(m.signature, m)
+    runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault)
+    ext = None
+    files = []
+    try:
+        for n, (sig, m) in enumerate(by_sig.items()):
+            if n >= args.max_files:
+                break
+            other = None
+            if m.against:
+                from ptojax.batch.casefile import External
+                ext = ext or External(args.against, mcfg, cc.on_fault)
+                other = ext
+            case, stats = m.case, None
+            if not args.no_shrink and n < args.shrink_limit:
+                say(f"shrinking mismatch {n + 1} (case {m.k}, {len(m.case.words)} words, "
+                    f"{', '.join(sig[:4])}) ...")
+                fails = shrink.reference_predicate(runner, cc.on_fault, mcfg, other)
+                case, stats = shrink.shrink(m.case, fails, seconds=args.shrink_seconds)
+                say(f"  -> {len(case.words)} words after {stats['kept']} kept of {stats['tried']} "
+                    f"tried changes ({stats['seconds']:.1f} s)")
+            got = runner.run([case])[0]
+            st = initial_state(case, mcfg)
+            want = other.run(case, st) if other else reference_outcome(st, case.words, case.pe,
+                                                                      cc.on_fault, mcfg)
+            names = ("jax", "external" if other else "reference")
+            diffs = differences(got, want, names)
+            if not diffs:        # flaky? keep the original then
+                case, stats = m.case, stats and dict(stats, note="shrunk case no longer differs; "
+                                                      "the original is written")
+                got = runner.run([case])[0]
+                st = initial_state(case, mcfg)
+                want = other.run(case, st) if other else reference_outcome(
+                    st, case.words, case.pe, cc.on_fault, mcfg)
+                diffs = differences(got, want, names)
+            d = casefile.repro_json(case, cfg=mcfg, config_name=cc.config, on_fault=cc.on_fault,
+                                    rows=cc.rows, campaign={"seed": cc.seed, "k": m.k, "index": m.index},
+                                    a=got, b=want, names=names, diffs=diffs, shrink=stats,
+                                    original=m.case if stats else None,
+                                    against=args.against if other else None)
+            files.append(str(casefile.write_json(out / f"mismatch-{cc.seed}-{m.k}.json", d)))
+    finally:
+        if ext is not None:
+            ext.close()
+    return files
+
+
+def _counts_text(counts: dict, limit: int = 0) -> str:
+    items = list(counts.items())
+    return "  ".join(f"{k} {v:,}" for k, v in items) or "-"
+
+
+def print_fuzz_report(rep: dict, con=None):
+    from rich import box
+    from rich.table import Table
+    con = con or _console()
+    t = Table(title="ptojax fuzz", box=box.SIMPLE_HEAD, show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("")
+    sample = rep["sample"]
+    t.add_row("cases run", f"{rep['cases']:,} (pj.batch.run, config {rep['config']}, "
+                           f"{rep['cases_per_call']} cases per call, on_fault {rep['on_fault']}, "
+                           f"PE {rep['pe']}, {rep['devices']} device(s))")
+    t.add_row("compared", f"{rep['compared']:,} with pj.reference.run "
+                          f"({'all' if sample >= 1 else f'seeded sample, fraction {sample:g}'})")
+    t.add_row("mismatches", f"{rep['mismatches']:,}")
+    if "against" in rep:
+        t.add_row("external", f"{rep['against']['compared']:,} compared with {rep['against']['command']!r}, "
+                              f"{rep['against']['mismatches']:,} mismatches")
+    t.add_row("time", f"{rep['seconds']:.1f} s ({rep['first_call_seconds']:.1f} s first call incl. "
+                      f"compile or cache load)")
+    steady = rep.get("steady_cases_per_s")
+    t.add_row("cases/s", f"{rep['cases_per_s']:,.0f} overall"
+              + (f", {steady:,.0f} after the first call" if steady else ""))
+    t.add_row("seed / ops / kinds", f"{rep['seed']} / {rep['ops'] if isinstance(rep['ops'], str) else ','.join(rep['ops'])}"
+                                    f" / {rep['kinds'] if isinstance(rep['kinds'], str) else ','.join(rep['kinds'])}")
+    if rep["shard"] != [0, 1]:
+        t.add_row("shard", f"{rep['shard'][0]} of {rep['shard'][1]}")
+    con.print(t)
+    c = Table(title="coverage (cases)", box=box.SIMPLE_HEAD, show_lines=False)
+    c.add_column("axis", style="bold", no_wrap=True)
+    c.add_column("counts")
+    c.add_column("never hit", style="yellow")
+    for axis in ("operations", "dtypes", "layouts", "faults", "kinds", "mutations"):
+        c.add_row(axis, _counts_text(rep["coverage"][axis]),
+                  ", ".join(rep["never_hit"][axis]) or "-")
+    con.print(c)
+    for f in rep.get("mismatch_files", []):
+        con.print(f"mismatch written: {f}  (ptojax replay {f})", markup=False, soft_wrap=True)
+    if rep.get("export"):
+        e = rep["export"]
+        con.print(f"exported {e['cases']:,} cases to {e['dir']}", markup=False, soft_wrap=True)
+
+
+def cmd_fuzz(args) -> int:
+    from ptojax.batch import campaign as C
+    from ptojax.batch import casefile
+    if args.count < 1:
+        raise CliError(f"--count {args.count}: expected at least 1")
+    if args.batch < 2:
+        raise CliError(f"--batch {args.batch}: expected at least 2 (cases + the filler row)")
+    if not 0.0 <= args.sample <= 1.0:
+        raise CliError(f"--sample {args.sample}: expected a fraction in 0..1")
+    if not 0 <= args.pe < tables.NUM_PES:
+        raise CliError(f"--pe {args.pe}: expected 0..{tables.NUM_PES - 1}")
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError(f"--jobs {args.jobs}: expected at least 1")
+    try:
+        ops = C.parse_ops(args.ops)
+    except ValueError as e:
+        raise CliError(f"--ops: {e}") from None
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip()) if args.kinds else None
+    shard = _shard(args.shard) if args.shard else (0, 1)
+    if args.distributed:
+        if args.shard:
+            raise CliError("--shard and --distributed exclude each other")
+        shard = _distributed(args)
+    use_compile_cache()
+    jobs = args.jobs if args.jobs is not None else max(1, min(os.cpu_count() or 1, 32))
+    cc = C.CampaignConfig(seed=args.seed, count=args.count, config=args.config, rows=args.batch,
+                          sample=args.sample, on_fault=args.on_fault, pe=args.pe, ops=ops,
+                          kinds=kinds, jobs=jobs, shard=shard)
+    mcfg = cc.machine
+    err = _console(stderr=True)
+
+    def say(text):
+        if not args.quiet:
+            err.print(text, markup=False, highlight=False)
+
+    exported = []
+    export = None
+    if args.export:
+        edir = Path(args.export)
+
+        def export(k, index, case, state, expected):
+            if args.export_limit is not None and len(exported) >= args.export_limit:
+                return False
+            d = casefile.export_json(k, index, cc.seed, case, mcfg, cc.on_fault, state, expected)
+            exported.append(str(casefile.write_json(edir / f"case-{cc.seed}-{k:07d}.json", d)))
+            return None
+    ext = None
+    if args.against:
+        try:
+            ext = casefile.External(args.against, mcfg, cc.on_fault)
+        except casefile.ExternalError as e:
+            raise CliError(str(e)) from None
+    update, stop = _fuzz_progress(not args.no_progress and not args.quiet)
+    try:
+        res = C.run_campaign(cc, progress=update, export=export, against=ext)
+    except casefile.ExternalError as e:
+        raise CliError(f"--against: {e}") from None
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    finally:
+        stop()
+        if ext is not None:
+            ext.close()
+    files = _write_mismatches(res, cc, args, say) if res.kept else []
+    extra = {"mismatch_files": files,
+             "mismatch_signatures": len({m.signature for m in res.kept})}
+    if args.against:
+        extra["against"] = {"command": args.against, "compared": res.against_compared,
+                            "mismatches": res.against_mismatches}
+    if args.export:
+        extra["export"] = {"dir": str(Path(args.export)), "cases": len(exported),
+                           "format": casefile.EXPORT_FORMAT}
+        casefile.write_json(Path(args.export) / "index.json", {
+            "format": "ptojax.fuzz-export-index.v1", "seed": cc.seed, "config": cc.config,
+            "machine": casefile.machine_json(mcfg), "on_fault": cc.on_fault, "pe": cc.pe,
+            "protocol": casefile.PROTOCOL, "cases": [Path(f).name for f in exported]})
+    rep = C.report_json(res, extra)
+    if args.out:
+        casefile.write_json(Path(args.out) / "report.json", rep)
+    if args.json:
+        print(json.dumps(rep, indent=1))
+    else:
+        print_fuzz_report(rep)
+    return 1 if res.mismatches or res.against_mismatches else 0
+
+
+def _outcome_line(o) -> str:
+    fa = f" at {o.fault_address:#x}" if o.fault in tables.MEMORY_FAULTS else ""
+    return f"{o.fault}{fa}, executed {o.executed}, pc {o.pc:#x}"
+
+
+def cmd_replay(args) -> int:
+    from ptojax.batch import casefile
+    from ptojax.batch.campaign import JaxRunner, differences, format_difference, reference_outcome
+    try:
+        rp = casefile.load_repro(args.file)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    if len(rp.words) > 16:
+        raise CliError(f"{args.file}: {len(rp.words)} words; replay runs streams of at most 16")
+    use_compile_cache()
+    rows = args.batch or rp.rows
+    got = JaxRunner(rp.cfg, rows, rp.pe, rp.on_fault).run([(rp.state, rp.words)])[0]
+    command = args.against or (rp.data.get("against") if not args.reference else None)
+    if command:
+        try:
+            with casefile.External(command, rp.cfg, rp.on_fault) as ext:
+                want = ext.run_state(rp.state, rp.words, rp.pe)
+        except casefile.ExternalError as e:
+            raise CliError(f"--against: {e}") from None
+        names = ("jax", "external")
+    else:
+        want = reference_outcome(rp.state, rp.words, rp.pe, rp.on_fault, rp.cfg)
+        names = ("jax", "reference")
+    diffs = differences(got, want, names)
+    saved = rp.data.get("differences")
+    if args.json:
+        print(json.dumps({"file": args.file, "models": list(names), "differ": bool(diffs),
+                          "differences": diffs,
+                          "results": {names[0]: {"fault": got.fault, "executed": got.executed,
+                                                 "pc": hex(got.pc)},
+                                      names[1]: {"fault": want.fault, "executed": want.executed,
+                                                 "pc": hex(want.pc)}},
+                          "saved_differences": saved}, indent=1))
+        return 1 if diffs else 0
+    out = [f"replay {args.file}: {len(rp.words)} words, PE {rp.pe}, on_fault {rp.on_fault}, "
+           f"config {rp.data.get('config', {}).get('preset', '?')}"]
+    case = rp.data.get("case")
+    if case:
+        out.append(f"case: kind {case.get('kind')}, mutations {case.get('mutations')}")
+    start = int(np.asarray(rp.state.pc))
+    mark = got.executed if got.fault != "Fault_None" else None
+    out += listing(rp.words, start, mark, f"{names[0]}: {got.fault}")
+    out.append("")
+    out.append(f"{names[0]:>9}: {_outcome_line(got)}")
+    out.append(f"{names[1]:>9}: {_outcome_line(want)}")
+    if diffs:
+        out.append(f"{len(diffs)} field(s) differ:")
+        out += ["  " + format_difference(d, names) for d in diffs]
+    else:
+        out.append("the two models agree on every State leaf, the fault and the executed count")
+    if saved is not None:
+        same = [d["field"] for d in saved] == [d["field"] for d in diffs]
+        out.append(f"saved in the file: {len(saved)} field(s) differed"
+                   + (" (the same fields now)" if same and diffs else ""))
+    print("\n".join(out))
+    return 1 if diffs else 0
+
+
 # ----------------------------------------------------------------- parser
 
 
@@ -689,6 +1004,78 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--batch", type=int, default=1000, help="bundles in the batch step (default 1000)")
     m.add_argument("--seed", type=int, default=0, help="seed of the random batch bundles")
     m.set_defaults(func=cmd_demo)
+
+    f = sub.add_parser(
+        "fuzz", help="differential campaign: pj.batch.run against the reference model",
+        description="Draw random bundle streams (legal ones and ones mutated towards each fault), "
+                    "run them in batches on pj.batch.run and on pj.reference.run, compare every "
+                    "State leaf, the fault and the executed count, shrink each mismatch to a "
+                    "minimal case and write it as a replayable JSON file; report coverage.",
+        epilog="Exit status: 0 no mismatch, 1 mismatches found (files written), 2 bad input or "
+               "a failing --against command.")
+    f.add_argument("--ops", default="all", metavar="LIST",
+                   help="operations, e.g. tload,tstore,mgather_cas (default all): keep cases with a "
+                        "BSTART of one of them, and cases with no BSTART at all")
+    f.add_argument("--kinds", metavar="PATTERNS",
+                   help="comma list of fnmatch patterns on the generator's case kind (e.g. 'cube_*')")
+    f.add_argument("--count", type=int, default=1000, help="cases to run (default 1000)")
+    f.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
+    f.add_argument("--batch", type=int, default=256,
+                   help="rows per pj.batch.run call, the last one a never-executed filler row "
+                        "that pins the compiled shape (default 256)")
+    f.add_argument("--sample", type=float, default=1.0, metavar="FRACTION",
+                   help="run this seeded fraction of the cases on the reference model too "
+                        "(default 1: all)")
+    f.add_argument("--config", choices=list(pj.PRESETS), default=FUZZ_DEFAULT_CONFIG,
+                   help=f"machine sizes (default {FUZZ_DEFAULT_CONFIG}): {configs}")
+    f.add_argument("--on-fault", choices=["abandon", "hold"], default="abandon")
+    f.add_argument("--pe", type=int, default=0, help="the current PE of every case (default 0)")
+    f.add_argument("--jobs", type=int, default=None,
+                   help="reference-model worker processes (default: one per CPU core); 1 runs "
+                        "the reference in this process, overlapping the JAX batches")
+    f.add_argument("--json", action="store_true", help="print the report as JSON")
+    f.add_argument("--out", metavar="DIR",
+                   help=f"where mismatch files and report.json go (default ./{FUZZ_DEFAULT_OUT}, "
+                        "only created for mismatches)")
+    f.add_argument("--no-shrink", action="store_true", help="write mismatches as found")
+    f.add_argument("--shrink-limit", type=int, default=3,
+                   help="shrink the first case of this many distinct mismatch kinds (default 3)")
+    f.add_argument("--shrink-seconds", type=float, default=120.0,
+                   help="time budget per shrink (default 120)")
+    f.add_argument("--max-files", type=int, default=20,
+                   help="mismatch files written at most, one per distinct kind (default 20)")
+    f.add_argument("--export", metavar="DIR",
+                   help="also write cases as initial state + words + the reference model's final "
+                        "state (pto.asl-model.arch-state.v1 envelopes)")
+    f.add_argument("--export-limit", type=int, metavar="K", help="export only the first K cases")
+    f.add_argument("--against", metavar="CMD",
+                   help="also run every case on an external command speaking the "
+                        "ptojax.fuzz-against.v1 line protocol and compare its final states")
+    f.add_argument("--shard", metavar="I/N",
+                   help="run case k only when k %% N == I (one share of the campaign)")
+    f.add_argument("--distributed", action="store_true",
+                   help="call jax.distributed.initialize() and take the share "
+                        "jax.process_index()/jax.process_count()")
+    f.add_argument("--coordinator", metavar="HOST:PORT", help="with --distributed")
+    f.add_argument("--num-processes", type=int, help="with --distributed")
+    f.add_argument("--process-id", type=int, help="with --distributed")
+    f.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f.add_argument("--quiet", action="store_true", help="no progress bar or status lines")
+    f.set_defaults(func=cmd_fuzz)
+
+    rp = sub.add_parser("replay", help="rerun a saved fuzz case on both models and show the difference",
+                        description="Rerun a mismatch file written by `ptojax fuzz` (or an exported "
+                                    "case) on pj.batch.run and on the reference model (or the "
+                                    "external command that found it) and show the difference "
+                                    "field by field.",
+                        epilog="Exit status: 0 the models agree, 1 they differ, 2 bad input.")
+    rp.add_argument("file", help="a ptojax.fuzz-case.v1 or ptojax.fuzz-export.v1 JSON file")
+    rp.add_argument("--against", metavar="CMD", help="compare with this external command")
+    rp.add_argument("--reference", action="store_true",
+                    help="compare with the reference model even if an external command found it")
+    rp.add_argument("--batch", type=int, help="rows of the compiled shape (default: the file's)")
+    rp.add_argument("--json", action="store_true", help="print the differences as JSON")
+    rp.set_defaults(func=cmd_replay)
 
     b = sub.add_parser("bench", help="run a benchmark: layouts or bundles (ARGS go to it)",
                        description="Run benchmarks/<NAME>.py from the repository; "

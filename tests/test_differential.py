@@ -32,6 +32,12 @@ import ptojax as pj
 from ptojax import tables
 from ptojax.batch import generate as G
 
+from _differential import Outcome, assert_same
+from _differential import diff as _diff
+from _differential import leaves as _leaves
+from _differential import run_batch as _run_batch
+from _differential import run_reference as _run_reference
+
 CFG = pj.MachineConfig(tile_words=512, hand_slots=2)
 GEN = G.GenConfig(machine=CFG, max_words=16)
 L = 16                       # words per row (all streams padded)
@@ -58,84 +64,20 @@ SINGLE = [i for i, c in enumerate(MAIN)
           if len(c.words) <= 16 and _commit_words(c.words) <= 4][: 5 * N_SINGLE: 5]
 
 
-# ----------------------------------------------------------------- outcomes
-
-
-class Outcome:
-    """Numpy view of one run's result: State leaves, fault name, executed."""
-
-    def __init__(self, leaves, fault: str, executed: int, state=None):
-        self.leaves = leaves
-        self.fault = fault
-        self.executed = executed
-        self.state = state
-
-    @classmethod
-    def of(cls, r: pj.RunResult) -> "Outcome":
-        return cls(_leaves(r.state), r.fault, int(r.executed), r.state)
-
-
-def _leaves(state):
-    return [(jax.tree_util.keystr(p), np.asarray(x))
-            for p, x in jax.tree_util.tree_leaves_with_path(state)]
-
-
-def _diff(got: Outcome, want: Outcome) -> list:
-    out = []
-    if got.fault != want.fault:
-        out.append(f"fault: {got.fault} != oracle {want.fault}")
-    if got.executed != want.executed:
-        out.append(f"executed: {got.executed} != oracle {want.executed}")
-    for (k, a), (k2, b) in zip(got.leaves, want.leaves):
-        assert k == k2
-        if a.shape != b.shape or a.dtype != b.dtype:
-            out.append(f"{k}: shape/dtype {a.shape} {a.dtype} != oracle {b.shape} {b.dtype}")
-        elif not np.array_equal(a, b):
-            idx = np.argwhere(a != b)
-            where = [tuple(int(v) for v in i) for i in idx[:4]]
-            vals = [(a[w], b[w]) for w in where] if a.ndim else [(a, b)]
-            out.append(f"{k}: {len(idx) or 1} differ, first at {where}: got/oracle {vals}")
-    return out
-
-
-def assert_same(what: str, case_text: str, got: Outcome, want: Outcome):
-    d = _diff(got, want)
-    assert not d, f"{what} differs from the oracle\n{case_text}\n" + "\n".join(d)
-
-
-# ----------------------------------------------------------------- runners
-
+# ----------------------------------------------------------------- outcomes and runners
 
 # Never executed (length 0), but pj.batch.run derives its static completion bound
 # and effect set from all words: 15 completing BSTARTs of every effectful op.
 FILLER = [(G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"])[k % 3] for k in range(L)]
 
 
-def _padded(streams):
-    """[B, L] words, lengths: cases in rows 0..n-1, FILLER rows after them."""
-    arr = np.tile(np.asarray(FILLER, np.uint32), (B, 1))
-    lens = np.zeros(B, np.int32)
-    for i, w in enumerate(streams):
-        assert len(w) <= L
-        arr[i, : len(w)] = w
-        lens[i] = len(w)
-    return arr, lens
-
-
 def run_batch(states, streams, on_fault: str, pe: int = 0) -> list:
     """Outcomes of pj.batch.run for up to ROWS (state, stream) pairs, one call."""
-    assert 1 <= len(states) == len(streams) <= ROWS
-    arr, lens = _padded(streams)
-    rows = list(states) + [states[0]] * (B - len(states))
-    br = pj.batch.run(pj.batch.stack_states(rows), arr, pe, lengths=lens, on_fault=on_fault,
-                      cfg=CFG)
-    batched = _leaves(br.state)
-    return [Outcome([(k, a[i]) for k, a in batched], tables.FAULTS[int(br.fault_code[i])],
-                    int(br.executed[i])) for i in range(len(streams))]
+    return _run_batch(states, streams, on_fault, pe, cfg=CFG, filler=FILLER, B=B, L=L)
 
 
 def run_reference(state, words, on_fault: str, pe: int = 0) -> Outcome:
-    return Outcome.of(pj.reference.run(state, words, pe, on_fault=on_fault, cfg=CFG))
+    return _run_reference(state, words, on_fault, pe, cfg=CFG)
 
 
 @functools.lru_cache(maxsize=None)

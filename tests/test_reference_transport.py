@@ -11,7 +11,6 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.reference import layouts as L
 from ptojax.reference import run
 
 # ----------------------------------------------------------------- encoders (encoding.md)

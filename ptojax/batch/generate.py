@@ -178,6 +178,7 @@ class GenConfig:
     p_mutate: float = 0.5          # a program kind gets mutations with this probability
     max_mutations: int = 3
     pe: int = 0                    # the current PE of every case (static in pj.batch.run)
+    cas_weight: float = 0.0        # random_case: probability of an MGATHER.CAS kind instead
 
 
 def _gen_config(cfg) -> GenConfig:
@@ -199,6 +200,17 @@ class Case:
     pc: initial PC; tile_capacity: TILE_CAPACITY register (None = config's);
     pe: current PE; kind: the program kind; mutations: the mutation labels
     applied in order; notes: free-form details (addressing modes, shapes).
+
+    setup: words that prepare the initial State (MGATHER.CAS cases load their
+    source tiles this way when the whole program does not fit max_words):
+    `build_state` runs them on the reference oracle (pj.reference.run, PE `pe`,
+    on_fault="abandon"), requires Fault_None with no block left open, and
+    then sets the PC back to `pc`; they are not part of `words` and no
+    executor under test runs them. undefine: (TileIndex, payload Word) pairs
+    whose definedness bit build_state clears after the setup (one valid
+    element each, defined_valid decremented), making that tile "not fully
+    defined", which no instruction can do. Both are empty for TLOAD/TSTORE
+    kinds.
     """
     words: list
     gm: bytes
@@ -209,6 +221,8 @@ class Case:
     tile_capacity: Optional[int] = None
     pe: int = 0
     notes: tuple = ()
+    setup: tuple = ()
+    undefine: tuple = ()
 
     @property
     def labels(self) -> tuple:
@@ -226,6 +240,13 @@ class Case:
         lines = [f"kind={self.kind} mutations={list(self.mutations)} notes={list(self.notes)}",
                  f"pc={self.pc:#x} pe={self.pe} tile_capacity={self.tile_capacity}",
                  f"gprs={regs}"]
+        if self.setup:
+            from ..isa.asm import disassemble
+            lines.append(f"setup ({len(self.setup)} words, run on the oracle by build_state):")
+            for i, (w, t) in enumerate(zip(self.setup, disassemble(list(self.setup)).splitlines())):
+                lines.append(f"  (s{i:2d}) {w:08x}  {t}")
+        if self.undefine:
+            lines.append(f"undefine (TileIndex, Word): {list(self.undefine)}")
         for i, (w, t) in enumerate(zip(self.words, self.text().splitlines())):
             lines.append(f"  [{i:2d}] {w:08x}  {t}")
         return "\n".join(lines)
@@ -264,15 +285,45 @@ def case_arrays(case: Case, cfg=None) -> dict:
 
 
 def build_state(case: Case, cfg=None) -> State:
-    """The initial State of a Case: reset, then GM, GPRs, PC and TILE_CAPACITY."""
+    """The initial State of a Case: reset, then GM, GPRs, PC and TILE_CAPACITY;
+    then, if the Case has them, its `setup` words on the reference oracle and
+    its `undefine` pokes (see Case)."""
     import jax
     import jax.numpy as jnp
-    base = _reset_leaves(_machine(cfg))
+    mcfg = _machine(cfg)
+    base = _reset_leaves(mcfg)
     a = case_arrays(case, cfg)
     with jax.enable_x64(True):
-        return base.replace(gm=jnp.asarray(a["gm"]), gpr=jnp.asarray(a["gpr"]),
-                            pc=jnp.asarray(a["pc"], jnp.uint64),
-                            tile_capacity=jnp.asarray(a["tile_capacity"], jnp.uint64))
+        state = base.replace(gm=jnp.asarray(a["gm"]), gpr=jnp.asarray(a["gpr"]),
+                             pc=jnp.asarray(a["pc"], jnp.uint64),
+                             tile_capacity=jnp.asarray(a["tile_capacity"], jnp.uint64))
+    if case.setup or case.undefine:
+        state = _prepare(state, case, mcfg)
+    return state
+
+
+def _prepare(state: State, case: Case, mcfg: MachineConfig) -> State:
+    """Run a Case's setup words on the oracle, reset the PC, apply `undefine`."""
+    import jax
+    import jax.numpy as jnp
+    from ..reference import run as reference_run
+    if case.setup:
+        r = reference_run(state, list(case.setup), case.pe, cfg=mcfg)
+        if r.fault != "Fault_None" or r.executed != len(case.setup) \
+                or bool(np.asarray(r.state.block.active)):
+            raise RuntimeError(f"setup of a {case.kind} case did not complete cleanly: {r.fault} "
+                               f"after {r.executed}/{len(case.setup)} words\n{case.describe()}")
+        state = r.state
+    leaves = {k: np.array(getattr(state.tiles, k)) for k in ("defined", "defined_valid")}
+    for index, word in case.undefine:
+        slot = mcfg.slot_of(index)
+        if slot is None or not leaves["defined"][slot, word]:
+            raise RuntimeError(f"undefine ({index}, {word}): no defined Word there")
+        leaves["defined"][slot, word] = False
+        leaves["defined_valid"][slot] -= 1
+    with jax.enable_x64(True):
+        tiles = state.tiles.replace(**{k: jnp.asarray(v) for k, v in leaves.items()})
+        return state.replace(tiles=tiles, pc=jnp.asarray(np.uint64(case.pc & MASK64), jnp.uint64))
 
 
 def random_cases(seed: int, n: int, cfg=None) -> list:
@@ -1341,6 +1392,8 @@ def _fit(rng, bundles, max_words: int) -> list:
 def random_case(rng: np.random.Generator, cfg=None) -> Case:
     """One random Case (see the module docstring)."""
     g = _gen_config(cfg)
+    if g.cas_weight > 0 and rng.random() < g.cas_weight:
+        return random_cas_case(rng, g)
     b = _Builder(rng, g)
     kind = _weighted(rng, PROGRAM_KINDS)
     bundles = PROGRAMS[kind](b)
@@ -1401,6 +1454,1008 @@ def random_words_case(rng: np.random.Generator, cfg=None, structured: bool = Tru
                 kind="structured_random" if structured else "random_words", pe=g.pe)
 
 
+# ----------------------------------------------------------------- MGATHER.CAS cases (S D, E7, E8)
+#
+# A CAS case needs three source tiles (Index, Expected, Replacement), each made
+# by an ordinary TLOAD of GM data, then the BSTART.MGATHER.CAS bundle. Three
+# loads and the CAS do not fit 16 words, so the loads normally go to the
+# Case's `setup` (run on the oracle by build_state, see Case); kind
+# "cas_in_stream" (and ~20% of the others, when it fits) keeps one of them in
+# the stream, before the CAS. GM is split in two halves: the sources' data
+# (and a round trip's TSTORE target) in one, the lane addresses in the other,
+# so later words never rewrite the lanes' memory (cas_check.explains needs
+# that).
+
+INT_DTYPES = tuple(d.code for d in tables.DATATYPES if d.is_integer)        # 10, S4X2/U4X2 too
+NONINT_DTYPES = tuple(d.code for d in tables.DATATYPES if not d.is_integer)
+PACKED_DTYPES = tuple(d for d in DTYPES if BITS[d] == 4)
+CAS_DTYPES = tuple(d for d in DTYPES if BITS[d] >= 8)                        # legal transfer dtypes
+SIGNED = {d.code: d.signed for d in tables.DATATYPES}
+# destination layout -> the B.DATR Layout codes selecting it (D; the model's
+# TileDataLayoutDestinationLayout); CUBE codes 21..26 take the CUBE path
+CAS_LAYOUT_CODES = {"RowMajor": (0, 6, 17, 27), "ColumnMajor": (1, 18, 28), "ZN": (3, 8, 30),
+                    "NZ": (4, 9, 20)}
+
+CAS_KINDS = {
+    # kind: weight
+    "cas_legal": 10,       # distinct lane addresses (repeats only when the index range forces them)
+    "cas_dup": 9,          # duplicate-heavy: many lanes on 1..3 addresses, order-dependent outcome
+    "cas_layout": 4,       # B.DATR Layout: ColumnMajor / ZN / NZ / RowMajor relayout destinations
+    "cas_in_stream": 4,    # one source TLOAD in the stream before the CAS
+    "cas_roundtrip": 3,    # the destination stored back by an ordinary TSTORE
+    "cas_twice": 3,        # the CAS bundle twice: the second sees the first's memory
+    "cas_wide": 2,         # up to 8 x 16 lanes of 8/16-bit types
+    "cas_zero_mask": 2,    # every B.IOT PEMode 000, schema otherwise illegal: strict no-op
+}
+
+# mutation label -> weight; CAS_AIMS[label] is the fault it aims at (D.4 order)
+CAS_MUTATIONS = {
+    "cas_no_ior": 3,            # D.4.3 B.IOR missing
+    "cas_ios": 2,               # D.4.3 any B.IOS (or its mask differs: at the B.IOS)
+    "cas_bindings": 4,          # D.4.3 two-B.IOT shape: one, swapped, extra, unterminated, ...
+    "cas_ior_surplus": 2,       # D.4.3 B.IOR RegSrc1/RegSrc2/RegDst nonzero
+    "cas_no_lb0": 2,            # D.4.3 LB0 missing
+    "cas_lb_zero": 3,           # D.4.3 LB0/LB1/LB2 = 0
+    "cas_vc_gt_col": 2,         # D.4.3 ValidCol > Col
+    "cas_col_not_pow2": 2,      # D.4.3 Col not a power of two (LB2, or LB2 absent and VC not)
+    "cas_mask_mismatch": 2,     # the second B.IOT's mask differs (header)
+    "cas_datr_attr": 3,         # D.4.4 B.DATR DataType/CMode/RMode/Sat/Canonicalize set
+    "cas_cube_layout": 2,       # B.DATR CUBE Layout 21..26: the CUBE path rejects Function 8
+    "cas_packed": 3,            # D.4.5 4-bit transfer dtype
+    "cas_index_float": 2,       # D.4.5 non-integer index tile
+    "cas_src_dtype": 3,         # D.4.5 Expected/Replacement dtype != transfer dtype
+    "cas_src_shape": 3,         # D.4.5 a source's valid shape != (VR, VC)
+    "cas_src_undefined": 2,     # D.4.5 a source not fully defined (Case.undefine)
+    "cas_src_unallocated": 2,   # D.4.5 a binding names an unallocated TileIndex
+    "cas_src_cube": 2,          # D.4.5 a CUBE source is not generically indexable
+    "cas_tsize": 3,             # D.4.6 TSize too small for VR rows (or rows*Col past tile_words)
+    "cas_hand_full": 2,         # D.4.6 no free slot in the destination hand
+    "cas_budget": 2,            # D.4.6 TILE_CAPACITY below the destination's charge
+    "cas_fractal": 2,           # D.4.7 ZN/NZ destination not fractal-aligned (rollback)
+    "cas_lane_oob": 4,          # D.4.8 one lane (first/middle/last) past GM or wrapped
+    "cas_lane_misaligned": 3,   # D.4.8 one lane misaligned to the element size
+    "cas_zero_mask_block": 2,   # D.4.1 every B.IOT PEMode 000
+    "cas_start_dtype": 1,       # reserved BSTART DataType (decode)
+    "cas_drop_bstop": 2,        # completion by the next BSTART, or the stream ends mid-block
+    "cas_shuffle": 2,           # header order (legal)
+    "cas_catr": 1,              # B.CATR aq/rl/atom/far: ordering only
+    "cas_catr_trap": 1,         # B.CATR trap: Fault_BundlePostCommit after the commit
+}
+CAS_AIMS = {
+    "cas_no_ior": "Fault_TileLegality", "cas_ios": "Fault_TileLegality",
+    "cas_bindings": "Fault_TileLegality", "cas_ior_surplus": "Fault_TileLegality",
+    "cas_no_lb0": "Fault_TileLegality", "cas_lb_zero": "Fault_TileLegality",
+    "cas_vc_gt_col": "Fault_TileLegality", "cas_col_not_pow2": "Fault_TileLegality",
+    "cas_mask_mismatch": "Fault_TileLegality", "cas_datr_attr": "Fault_TileLegality",
+    "cas_cube_layout": "Fault_TileLegality", "cas_packed": "Fault_TileLegality",
+    "cas_index_float": "Fault_TileLegality", "cas_src_dtype": "Fault_TileLegality",
+    "cas_src_shape": "Fault_TileLegality", "cas_src_undefined": "Fault_TileLegality",
+    "cas_src_unallocated": "Fault_TileLegality", "cas_src_cube": "Fault_TileLegality",
+    "cas_tsize": "Fault_TileAllocation", "cas_hand_full": "Fault_TileAllocation",
+    "cas_budget": "Fault_TileAllocation", "cas_fractal": "Fault_TileLegality",
+    "cas_lane_oob": "Fault_DataPage", "cas_lane_misaligned": "Fault_DataAlignment",
+    "cas_zero_mask_block": "Fault_None", "cas_start_dtype": "Fault_IllegalInstruction",
+    "cas_drop_bstop": "Fault_None", "cas_shuffle": "Fault_None", "cas_catr": "Fault_None",
+    "cas_catr_trap": "Fault_BundlePostCommit",
+}
+assert set(CAS_AIMS) == set(CAS_MUTATIONS)
+# not combined in one case (the second would be a no-op or contradict the first)
+_CAS_CONFLICTS = {frozenset(p) for p in (
+    ("cas_packed", "cas_lane_misaligned"), ("cas_index_float", "cas_lane_oob"),
+    ("cas_index_float", "cas_lane_misaligned"), ("cas_packed", "cas_fractal"),
+    ("cas_src_cube", "cas_src_undefined"), ("cas_hand_full", "cas_budget"))}
+
+
+@dataclass
+class _CasSource:
+    """One source tile and the TLOAD that makes it."""
+    role: str                     # "index" | "expected" | "replacement"
+    dt: int
+    values: list                  # rows of raw element bits (VR x VC)
+    col: int = 1                  # physical Col of the loaded tile
+    hand: int = 0
+    size: int = 1
+    pemode: int = 1
+    in_stream: bool = False
+    cube: int = 0                 # CUBE load code (21..23) instead of an ordinary load
+    index: int = -1               # TileIndex once placed
+    cube_vr: int = 0
+
+    @property
+    def vr(self) -> int:
+        return len(self.values)
+
+    @property
+    def vc(self) -> int:
+        return len(self.values[0])
+
+    @property
+    def capacity(self) -> int:
+        return 128 << (self.size - 1)
+
+
+@dataclass
+class _CasPlan:
+    td: int                       # transfer dtype (BSTART DataType)
+    idt: int                      # index dtype
+    vr: int
+    vc: int
+    col: int
+    lb: dict                      # n -> encoded LBn value (absent n: no B.DIM)
+    layout: str
+    datr: Optional[dict]          # datr() fields, None: no B.DATR
+    hand: int
+    size: int
+    pemode: int
+    base: int
+    base_mode: str
+    addrs: list                   # lane addresses, row-major
+    mem: dict                     # address -> initial raw value
+    expected: list
+    replacement: list
+    src_region: tuple
+    lane_region: tuple
+    sources: list = field(default_factory=list)
+    hand2: int = 0                # cas_twice: the second bundle's destination hand
+    hand_full: bool = False
+    budget: bool = False
+    undefine_role: Optional[str] = None
+    unallocated_role: Optional[str] = None
+
+    @property
+    def bits(self) -> int:
+        return BITS[self.td]
+
+    @property
+    def ebytes(self) -> int:
+        return _ebytes(BITS[self.td])
+
+    def source(self, role: str) -> _CasSource:
+        return next(s for s in self.sources if s.role == role)
+
+
+def _rand_bits(rng, bits: int) -> int:
+    return int(rng.integers(0, 1 << bits, dtype=np.uint64)) if bits < 64 else \
+        int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+
+
+def _rand_value(rng, bits: int) -> int:
+    """A raw element value; sometimes 0, all-ones, the sign bit, 1, max positive."""
+    if rng.random() < 0.2:
+        return _pick(rng, [0, (1 << bits) - 1, 1 << (bits - 1), 1, (1 << (bits - 1)) - 1])
+    return _rand_bits(rng, bits)
+
+
+def _representable(disp: int, dt: int) -> bool:
+    """Does an index element of dtype `dt` sign/zero-extend to this 64-bit displacement?"""
+    bits = BITS[dt]
+    disp &= MASK64
+    if bits >= 64 or dt not in INT_DTYPES:
+        return True
+    if SIGNED[dt]:
+        v = disp - (1 << 64) if disp >> 63 else disp
+        return -(1 << (bits - 1)) <= v < (1 << (bits - 1))
+    return disp < (1 << bits)
+
+
+def _cas_rows(size: int, col: int, bits: int) -> int:
+    """Derived rows of a TSize code (C.7 step 4); 0 when not derivable."""
+    cap_bits = (128 << (size - 1)) * 8
+    if col <= 0 or col & (col - 1) or cap_bits % (col * bits):
+        return 0
+    rows = cap_bits // (col * bits)
+    return rows if 1 <= rows <= 65535 else 0
+
+
+def _fractal_ok(layout: str, rows: int, col: int, bits: int) -> bool:
+    return layout not in ("ZN", "NZ") or (rows % 16 == 0 and col % max(1, 256 // bits) == 0)
+
+
+def _cas_size_ok(size, vr, vc, col, bits, W, layout="RowMajor") -> bool:
+    rows = _cas_rows(size, col, bits)
+    return (rows > 0 and vr <= rows and vc <= col and vr * vc <= (128 << (size - 1)) * 8 // bits
+            and rows * col <= W and _fractal_ok(layout, rows, col, bits))
+
+
+def _encode_elements(dt: int, row: list) -> bytes:
+    bits = BITS[dt]
+    if bits == 4:
+        nib = [v & 0xF for v in row] + [0] * (len(row) % 2)
+        return bytes(nib[i] | nib[i + 1] << 4 for i in range(0, len(nib), 2))
+    n = bits // 8
+    return b"".join((v & ((1 << bits) - 1)).to_bytes(n, "little") for v in row)
+
+
+def _cas_base(b: _Builder, idt: int, e: int, region: tuple):
+    """(base, mode, candidate lane addresses): aligned addresses in the lane region
+    whose displacement from base the index dtype can hold."""
+    rng = b.rng
+    lo, hi = region
+    allowed = {"low": 4, "mid": 3, "high": 1.5, "wrap": 1, "huge": 0.7}
+    if lo == 0:
+        allowed["zero"] = 1.2
+    for _ in range(4):
+        mode = _weighted(rng, allowed)
+        if mode == "low":
+            base = lo + int(rng.integers(0, 64))
+        elif mode == "mid":
+            base = int(rng.integers(lo, hi))
+        elif mode == "zero":
+            base = 0
+        elif mode == "high":
+            base = hi + int(rng.integers(0, 256))
+        elif mode == "wrap":
+            base = (1 << 64) - int(rng.integers(1, 2048))
+        else:
+            base = _rand_bits(rng, 64)
+        cands = [a for a in range(lo, hi - e + 1, e) if _representable(a - base, idt)]
+        if cands:
+            return base, mode, cands
+    base = lo
+    return base, "low", [a for a in range(lo, hi - e + 1, e) if _representable(a - base, idt)]
+
+
+def _cas_draw(b: _Builder, kind: str, muts: list) -> Optional[_CasPlan]:
+    """A legal plan honouring what the drawn mutations need (types, shapes)."""
+    rng = b.rng
+    W = b.m.tile_words
+    if "cas_packed" in muts:
+        td = _pick(rng, PACKED_DTYPES)
+    elif "cas_lane_misaligned" in muts:
+        td = _pick(rng, [d for d in CAS_DTYPES if BITS[d] >= 16])
+    elif kind == "cas_wide":
+        td = _pick(rng, [d for d in CAS_DTYPES if BITS[d] <= 16])
+    else:
+        td = _pick(rng, CAS_DTYPES)
+    if "cas_index_float" in muts:
+        idt = _pick(rng, NONINT_DTYPES)
+    elif "cas_lane_oob" in muts:
+        idt = _pick(rng, [d for d in INT_DTYPES if BITS[d] >= 16])
+    elif kind == "cas_wide":
+        idt = _pick(rng, [d for d in INT_DTYPES if BITS[d] <= 32])
+    else:
+        idt = _pick(rng, INT_DTYPES)
+    bits = BITS[td]
+    e = _ebytes(bits)
+    if kind == "cas_wide":
+        vr, vc = int(rng.integers(1, 9)), int(rng.integers(4, 13))
+    else:
+        vr, vc = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+    if (kind == "cas_dup" and vr * vc < 2) or ("cas_vc_gt_col" in muts and vc < 2):
+        vc = int(rng.integers(2, 9))
+    layout = "RowMajor"
+    if "cas_fractal" in muts:
+        layout = _pick(rng, ["ZN", "NZ"])
+    elif kind == "cas_layout" or rng.random() < 0.08:
+        layout = _pick(rng, ["ColumnMajor", "ZN", "NZ", "ColumnMajor", "RowMajor"])
+    code = _pick(rng, CAS_LAYOUT_CODES[layout])
+    if layout == "RowMajor" and kind != "cas_layout" and rng.random() < 0.8:
+        code = 0
+    fractal = layout in ("ZN", "NZ") and "cas_fractal" not in muts
+    col = 1 << (vc - 1).bit_length()
+    if rng.random() < 0.3:
+        col <<= int(rng.integers(1, 3))
+    if fractal:
+        col = max(col, 256 // bits)
+
+    def sizes_for(c):
+        out = [s for s in range(1, 11) if _cas_size_ok(s, vr, vc, c, bits, W, layout if fractal else "RowMajor")]
+        if "cas_fractal" in muts:
+            out = [s for s in out if not _fractal_ok(layout, _cas_rows(s, c, bits), c, bits)]
+        return out
+
+    sizes = sizes_for(col)
+    if not sizes and fractal:                  # no fractal shape fits tile_words: ColumnMajor
+        layout, fractal = "ColumnMajor", False
+        code = _pick(rng, CAS_LAYOUT_CODES[layout])
+        col = 1 << (vc - 1).bit_length()
+        sizes = sizes_for(col)
+    while not sizes and col > max(vc, 1) and not fractal:
+        col //= 2
+        sizes = sizes_for(col)
+    if not sizes:
+        return None
+    size = sizes[0] if rng.random() < 0.6 else _pick(rng, sizes)
+    lb = {0: vc}
+    if vr != 1 or rng.random() < 0.5:
+        lb[1] = vr
+    if col != vc or rng.random() < 0.4:
+        lb[2] = col
+    datr_f = None
+    if code != 0 or rng.random() < 0.5:
+        datr_f = dict(layout=code, dtype=0, pad=int(rng.integers(0, 4)), cmode=0, rmode=0, sat=0,
+                      canon=0)
+    half = b.gm_bytes // 2
+    regions = [(0, half), (half, b.gm_bytes)]
+    if rng.random() < 0.5:
+        regions.reverse()
+    src_region, lane_region = regions
+    n = vr * vc
+    if idt in INT_DTYPES:
+        base, base_mode, cands = _cas_base(b, idt, e, lane_region)
+    else:                                       # float index: the block faults before the lanes
+        base, base_mode = lane_region[0], "low"
+        cands = list(range(lane_region[0], lane_region[1] - e + 1, e))
+    mask = (1 << bits) - 1
+    if kind == "cas_dup":
+        g = 1 if n <= 3 or rng.random() < 0.4 else int(rng.integers(2, 4))
+        g = min(g, len(cands))
+        group = [int(a) for a in rng.choice(cands, g, replace=False)]
+        w = rng.dirichlet(np.ones(g) * 0.8) if g > 1 else np.ones(1)
+        addrs = [group[int(rng.choice(g, p=w))] for _ in range(n)]
+    elif len(cands) >= n and rng.random() < 0.9:
+        addrs = [int(a) for a in rng.choice(cands, n, replace=False)]
+    else:
+        addrs = [int(a) for a in rng.choice(cands, n, replace=True)]
+        b.notes.append("lanes:repeats")
+    mem = {a: _rand_value(rng, bits) for a in sorted(set(addrs))}
+    expected, replacement = [], []
+    if kind == "cas_dup":
+        alphabet = {a: [mem[a]] + [_rand_value(rng, bits) for _ in range(int(rng.integers(1, 4)))]
+                    for a in mem}
+        for a in addrs:
+            al = alphabet[a]
+            p = np.array([0.45, 0.3, 0.15, 0.1][: len(al)])
+            x = al[int(rng.choice(len(al), p=p / p.sum()))]
+            others = [v for v in al if v != x]
+            y = _pick(rng, others) if others and rng.random() < 0.85 else _rand_value(rng, bits)
+            expected.append(x)
+            replacement.append(y)
+        b.notes.append(f"dup:{len(mem)} address(es) for {n} lanes")
+    else:
+        for a in addrs:
+            u = rng.random()
+            if u < 0.5:
+                x = mem[a]
+            elif u < 0.65:
+                x = mem[a] ^ (1 << (bits - 1))            # e.g. -0.0 vs +0.0: raw bits differ
+            else:
+                x = _rand_value(rng, bits)
+            expected.append(x & mask)
+            replacement.append(_rand_value(rng, bits))
+    hand = int(rng.integers(0, 4))
+    plan = _CasPlan(td=td, idt=idt, vr=vr, vc=vc, col=col, lb=lb, layout=layout, datr=datr_f,
+                    hand=hand, size=size, pemode=int(rng.integers(1, 8)), base=base,
+                    base_mode=base_mode, addrs=addrs, mem=mem, expected=expected,
+                    replacement=replacement, src_region=src_region, lane_region=lane_region,
+                    hand2=int(rng.integers(0, 4)) if rng.random() < 0.5 else hand)
+    ibits = BITS[idt]
+    index_vals = [((a - base) & ((1 << ibits) - 1)) if idt in INT_DTYPES else _rand_bits(rng, ibits)
+                  for a in addrs]
+
+    def rows(vals):
+        return [list(vals[r * vc:(r + 1) * vc]) for r in range(vr)]
+
+    edt = rdt = td
+    if "cas_packed" in muts and rng.random() < 0.4:          # sources of some other dtype
+        edt = rdt = _pick(rng, [d for d in DTYPES if BITS[d] == 8])
+    plan.sources = [_CasSource("index", idt, rows(index_vals)),
+                    _CasSource("expected", edt, rows([v & ((1 << BITS[edt]) - 1) for v in expected])),
+                    _CasSource("replacement", rdt,
+                               rows([v & ((1 << BITS[rdt]) - 1) for v in replacement]))]
+    for s in plan.sources:
+        _size_source(rng, s, W)
+    b.notes.append(f"cas:{tables.DTYPE_BY_CODE[td].name}/{vr}x{vc}/col{col}/size{size}/"
+                   f"{layout}(code {code if datr_f else '-'})/index {tables.DTYPE_BY_CODE[idt].name}/"
+                   f"base {base_mode}")
+    return plan
+
+
+def _size_source(rng, s: _CasSource, W: int):
+    """Physical Col (a power of two >= VC, sometimes more) and a TSize that holds it."""
+    bits = BITS[s.dt]
+    s.col = 1 << (s.vc - 1).bit_length()
+    if rng.random() < 0.25 and s.vr * s.col * 2 <= W:
+        s.col *= 2
+    s.size = _size_for_bytes((s.vr * s.col * bits + 7) // 8)
+    if rng.random() < 0.2 and s.size < 10:
+        s.size += 1
+    s.pemode = int(rng.integers(1, 8))
+
+
+def _cube_source(rng, s: _CasSource, W: int) -> bool:
+    """Turn a source into a CUBE load (its dtype must have a CELL class)."""
+    if s.dt not in CUBE_DTYPES:
+        return False
+    bits = BITS[s.dt]
+    codes = []
+    for code in LOAD_CODES:
+        lay = CODE_LAYOUT[code]
+        cr, cc = CELL[(lay, bits)]
+        if lay == "N8":
+            cells = -(-s.vr // cr) * -(-s.vc // 8)
+        else:
+            if s.vr > cr:
+                continue
+            cells = -(-s.vc // cc)
+        if cells * cr * cc <= W:
+            codes.append((code, cells))
+    if not codes:
+        return False
+    s.cube, cells = _pick(rng, codes)
+    s.size = _size_for_bytes(cells * 128)
+    return True
+
+
+# ---- plan-level mutations (before placement)
+
+
+def _cp_vc_gt_col(b, plan):
+    if plan.vc < 2:
+        return False
+    plan.lb[2] = _pick(b.rng, [1 << k for k in range(8) if 1 << k < plan.vc])
+    return True
+
+
+def _cp_col_not_pow2(b, plan):
+    vc = plan.vc
+    if vc & (vc - 1) and b.rng.random() < 0.4:
+        plan.lb.pop(2, None)                      # LB2 absent: Col = ValidCol, not a power of two
+        b.notes.append("col:absent")
+        return True
+    plan.lb[2] = _pick(b.rng, [x for x in range(max(vc, 3), max(vc, 3) + 12) if x & (x - 1)])
+    return True
+
+
+def _cp_tsize(b, plan):
+    W, bits = b.m.tile_words, plan.bits
+    lay = plan.layout if plan.layout in ("ZN", "NZ") else "RowMajor"
+    ok = [s for s in range(1, 11) if _cas_size_ok(s, plan.vr, plan.vc, plan.col, bits, W, lay)]
+    small = [s for s in range(1, min(ok)) if not _cas_size_ok(s, plan.vr, plan.vc, plan.col, bits, W)] \
+        if ok else []                          # fail the allocation itself, not D.4 step 7
+    big = [s for s in range(max(ok) + 1 if ok else 1, 11)
+           if _cas_rows(s, plan.col, bits) and not _cas_size_ok(s, plan.vr, plan.vc, plan.col, bits, W)]
+    if small and (not big or b.rng.random() < 0.6):
+        plan.size = _pick(b.rng, small)
+        b.notes.append(f"tsize:small {plan.size}")
+    elif big:
+        plan.size = _pick(b.rng, big)
+        b.notes.append(f"tsize:big {plan.size}")
+    else:
+        return False
+    return True
+
+
+def _cp_hand_full(b, plan):
+    plan.hand_full = True
+    return True
+
+
+def _cp_budget(b, plan):
+    plan.budget = True
+    return True
+
+
+def _set_lane_address(plan, lane: int, address: int):
+    """Move one lane: its address and its Index element (if the Index tile is still VR x VC)."""
+    address &= MASK64
+    plan.addrs[lane] = address
+    s = plan.source("index")
+    if (s.vr, s.vc) == (plan.vr, plan.vc):
+        s.values[lane // plan.vc][lane % plan.vc] = (address - plan.base) & ((1 << BITS[s.dt]) - 1)
+
+
+def _cp_lane_oob(b, plan):
+    if plan.idt not in INT_DTYPES:
+        return False
+    rng, e, n = b.rng, plan.ebytes, len(plan.addrs)
+    where = _pick(rng, ["first", "middle", "last"])
+    lane = {"first": 0, "middle": n // 2, "last": n - 1}[where]
+    opts = [b.gm_bytes + e * k for k in range(0, 4)] + [(1 << 64) - e * k for k in range(1, 5)] \
+        + [b.gm_bytes + 4096 * int(rng.integers(1, 64))]
+    opts = [a for a in opts if a % e == 0 and _representable(a - plan.base, plan.idt)]
+    if not opts:
+        return False
+    _set_lane_address(plan, lane, _pick(rng, opts))
+    b.notes.append(f"oob:{where} lane {lane} @ {plan.addrs[lane]:#x}")
+    return True
+
+
+def _cp_lane_misaligned(b, plan):
+    if plan.idt not in INT_DTYPES or plan.ebytes < 2:
+        return False
+    rng, e, n = b.rng, plan.ebytes, len(plan.addrs)
+    where = _pick(rng, ["first", "middle", "last"])
+    lane = {"first": 0, "middle": n // 2, "last": n - 1}[where]
+    a = plan.addrs[lane]
+    opts = [(a + k) & MASK64 for k in range(1, e)] + [(a - k) & MASK64 for k in range(1, e)]
+    opts = [x for x in opts if _representable(x - plan.base, plan.idt)]
+    if not opts:
+        return False
+    _set_lane_address(plan, lane, _pick(rng, opts))
+    b.notes.append(f"misaligned:{where} lane {lane} @ {plan.addrs[lane]:#x}")
+    return True
+
+
+def _cp_src_dtype(b, plan):
+    cands = [s for s in plan.sources if s.role != "index" and not s.cube]
+    if not cands:
+        return False
+    s = _pick(b.rng, cands)
+    s.dt = _pick(b.rng, [d for d in DTYPES if d != plan.td])
+    m = (1 << BITS[s.dt]) - 1
+    s.values = [[v & m for v in row] for row in s.values]
+    _size_source(b.rng, s, b.m.tile_words)
+    b.notes.append(f"src_dtype:{s.role}={tables.DTYPE_BY_CODE[s.dt].name}")
+    return True
+
+
+def _cp_src_shape(b, plan):
+    rng = b.rng
+    cands = [s for s in plan.sources if not s.cube]
+    if not cands:
+        return False
+    s = _pick(rng, cands)
+    while True:
+        vr, vc = int(rng.integers(1, plan.vr + 2)), int(rng.integers(1, plan.vc + 2))
+        if (vr, vc) != (plan.vr, plan.vc):
+            break
+    s.values = [[_rand_bits(rng, BITS[s.dt]) for _ in range(vc)] for _ in range(vr)]
+    _size_source(rng, s, b.m.tile_words)
+    b.notes.append(f"src_shape:{s.role}={vr}x{vc}")
+    return True
+
+
+def _cp_src_undefined(b, plan):
+    cands = [s.role for s in plan.sources if not s.cube]
+    if not cands:
+        return False
+    plan.undefine_role = _pick(b.rng, cands)
+    return True
+
+
+def _cp_src_unallocated(b, plan):
+    plan.unallocated_role = _pick(b.rng, ["index", "expected", "replacement"])
+    return True
+
+
+def _cp_src_cube(b, plan):
+    roles = [s for s in plan.sources if s.dt in CUBE_DTYPES and s.role != plan.undefine_role]
+    if not roles:
+        return False
+    s = _pick(b.rng, roles)
+    if not _cube_source(b.rng, s, b.m.tile_words):
+        return False
+    b.notes.append(f"src_cube:{s.role} code {s.cube}")
+    return True
+
+
+CAS_PLAN_MUTATIONS = {
+    "cas_vc_gt_col": _cp_vc_gt_col, "cas_col_not_pow2": _cp_col_not_pow2, "cas_tsize": _cp_tsize,
+    "cas_hand_full": _cp_hand_full, "cas_budget": _cp_budget, "cas_lane_oob": _cp_lane_oob,
+    "cas_lane_misaligned": _cp_lane_misaligned, "cas_src_dtype": _cp_src_dtype,
+    "cas_src_shape": _cp_src_shape, "cas_src_undefined": _cp_src_undefined,
+    "cas_src_unallocated": _cp_src_unallocated, "cas_src_cube": _cp_src_cube,
+    # satisfied by _cas_draw itself
+    "cas_packed": None, "cas_index_float": None, "cas_fractal": None,
+}
+
+
+# ---- bundle-level mutations (the CAS bundle's header words)
+
+
+def _cas_iots(bd):
+    return bd.find("iot")
+
+
+def _cb_no_ior(b, bd):
+    if not bd.find("ior"):
+        return False
+    bd.items = [it for it in bd.items if it[0] != "ior"]
+    return True
+
+
+def _cb_ios(b, bd):
+    pm = bd.info["pemode"]
+    if b.rng.random() < 0.3:
+        pm = _pick(b.rng, [p for p in range(1, 8) if p != pm])
+    w = ios(int(b.rng.integers(0, 256)), pm, int(b.rng.integers(0, 13)))
+    bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)), ("ios", w))
+    return True
+
+
+def _cb_bindings(b, bd):
+    rng, i = b.rng, bd.info
+    pm, x, y, z = i["pemode"], i["src"][0], i["src"][1], i["src"][2]
+    dst = dict(hand=i["hand"], size=i["size"], pemode=pm)
+    variants = {
+        "one": [iot_src_dst(z, **dst)],
+        "swapped": [iot_src_dst(z, **dst, last=0), iot_src2(x, y, pm, 1)],
+        "first_with_destination": [iot_src2(x, y, pm, 0) | 1 << 15, iot_src_dst(z, **dst)],
+        "second_without_destination": [iot_src2(x, y, pm, 0), iot_src(z, pm, 1)],
+        "extra_source": [iot_src2(x, y, pm, 0), iot_src(int(rng.integers(0, 64)), pm, 0),
+                         iot_src_dst(z, **dst)],
+        "not_terminated": [iot_src2(x, y, pm, 0), iot_src_dst(z, **dst, last=0)],
+        "separate_sources": [iot_src(x, pm, 0), iot_src(y, pm, 0), iot_src_dst(z, **dst)],
+        "no_destination": [iot_src2(x, y, pm, 0), iot_src2(z, int(rng.integers(0, 64)), pm, 1)],
+    }
+    name = _pick(rng, sorted(variants))
+    first = _cas_iots(bd)[0]
+    bd.items = [it for it in bd.items if it[0] != "iot"]
+    for k, w in enumerate(variants[name]):
+        bd.items.insert(first + k, ("iot", w))
+    b.notes.append(f"bindings:{name}")
+    return True
+
+
+def _cb_ior_surplus(b, bd):
+    if not bd.find("ior"):
+        return False
+    k = bd.find("ior")[0]
+    w = bd.items[k][1]
+    w |= int(b.rng.integers(1, 24)) << _pick(b.rng, [7, 20, 27])      # RegDst / RegSrc1 / RegSrc2
+    bd.items[k] = ("ior", w)
+    return True
+
+
+def _cb_no_lb0(b, bd):
+    if not bd.find("dim0"):
+        return False
+    del bd.items[bd.find("dim0")[0]]
+    return True
+
+
+def _cb_lb_zero(b, bd):
+    n = int(b.rng.integers(0, 3))
+    tag = f"dim{n}"
+    word = b.dim_word(n, 0) if len(b.free_regs) > 2 else dim(n, 0)
+    if bd.find(tag):
+        bd.items[bd.find(tag)[0]] = (tag, word)
+    else:
+        bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)), (tag, word))
+    b.notes.append(f"lb_zero:LB{n}")
+    return True
+
+
+def _cb_mask_mismatch(b, bd):
+    k = _cas_iots(bd)[-1]
+    w = bd.items[k][1]
+    other = _pick(b.rng, [p for p in range(1, 8) if p != bd.info["pemode"]])
+    bd.items[k] = ("iot", (w & ~(7 << 9)) | other << 9)
+    return True
+
+
+def _cb_datr_attr(b, bd):
+    rng = b.rng
+    which = _pick(rng, ["dtype", "dtype_none", "cmode", "rmode", "sat", "canon"])
+    val = {"dtype": _pick(rng, list(DTYPES[1:])), "dtype_none": 31, "cmode": int(rng.integers(1, 6)),
+           "rmode": int(rng.integers(1, 8)), "sat": 1, "canon": 1}[which]
+    f = dict(bd.info.get("datr") or dict(layout=0, dtype=0, pad=int(rng.integers(0, 4))))
+    f[which if which != "dtype_none" else "dtype"] = val
+    _set_datr(bd, **f)
+    b.notes.append(f"datr_attr:{which}")
+    return True
+
+
+def _cb_cube_layout(b, bd):
+    rng = b.rng
+    _set_datr(bd, layout=_pick(rng, LOAD_CODES + STORE_CODES), dtype=_pick(rng, [31, 31, 0]),
+              pad=int(rng.integers(0, 4)), cmode=0, rmode=0, sat=0, canon=0)
+    return True
+
+
+def _cb_zero_mask_block(b, bd):
+    for k, (t, w) in enumerate(bd.items):
+        if t in ("iot", "ios"):
+            bd.items[k] = (t, w & ~(7 << 9))
+    return True
+
+
+def _cb_start_dtype(b, bd):
+    bd.start = (bd.start & 0x07FFFFFF) | _pick(b.rng, RESERVED_START_DTYPES) << 27
+    return True
+
+
+def _cb_drop_bstop(b, bd):
+    bd.stop = False
+    return True
+
+
+def _cb_shuffle(b, bd):
+    return _m_shuffle(b, [bd])
+
+
+def _cb_catr(b, bd, trap=0):
+    rng = b.rng
+    w = catr(trap=trap, dr=int(rng.integers(0, 2)), atom=int(rng.integers(0, 2)),
+             aq=int(rng.integers(0, 2)), rl=int(rng.integers(0, 2)), far=int(rng.integers(0, 2)))
+    bd.items.insert(int(rng.integers(0, len(bd.items) + 1)), ("catr", w))
+    return True
+
+
+CAS_BUNDLE_MUTATIONS = {
+    "cas_no_ior": _cb_no_ior, "cas_ios": _cb_ios, "cas_bindings": _cb_bindings,
+    "cas_ior_surplus": _cb_ior_surplus, "cas_no_lb0": _cb_no_lb0, "cas_lb_zero": _cb_lb_zero,
+    "cas_mask_mismatch": _cb_mask_mismatch, "cas_datr_attr": _cb_datr_attr,
+    "cas_cube_layout": _cb_cube_layout, "cas_zero_mask_block": _cb_zero_mask_block,
+    "cas_start_dtype": _cb_start_dtype, "cas_drop_bstop": _cb_drop_bstop,
+    "cas_shuffle": _cb_shuffle, "cas_catr": _cb_catr,
+    "cas_catr_trap": lambda b, bd: _cb_catr(b, bd, trap=1),
+}
+assert set(CAS_PLAN_MUTATIONS) | set(CAS_BUNDLE_MUTATIONS) == set(CAS_MUTATIONS)
+
+
+# ---- placement: hands, TileIndices, GM, GPRs, words
+
+
+def _place_hands(b: _Builder, plan: _CasPlan, loads: list, n_dest: int):
+    """Hands for the loads (in load order): each hand holds at most hand_slots
+    tiles, the destination hand(s) keep free slots (unless hand_full)."""
+    rng, HS = b.rng, b.m.hand_slots
+    counts = [0] * 4
+    reserve = [0] * 4
+    reserve[plan.hand] += 1
+    if n_dest > 1:
+        reserve[plan.hand2] += 1
+    if plan.hand_full:
+        # fill the destination hand: with sources first, then 1x1 filler loads
+        into = [s for s in loads if s.role != "fill"][: min(HS, 3)]
+        for s in into:
+            s.hand = plan.hand
+        counts[plan.hand] = len(into)
+        for s in loads:
+            if s.role == "fill":
+                s.hand = plan.hand
+                counts[plan.hand] += 1
+        rest = [s for s in loads if s not in into and s.role != "fill"]
+        reserve = [0] * 4
+        reserve[plan.hand] = HS                                     # nothing else goes there
+    else:
+        rest = list(loads)
+    for s in rest:
+        ok = [h for h in range(4) if counts[h] + (0 if plan.hand_full else reserve[h]) < HS
+              and not (plan.hand_full and h == plan.hand)]
+        if not ok:
+            ok = [h for h in range(4) if counts[h] < HS] or [0]
+        s.hand = _pick(rng, ok)
+        counts[s.hand] += 1
+
+
+def _source_bundle(b: _Builder, s: _CasSource, base: int, stride: int) -> Bundle:
+    rng = b.rng
+
+    def dimw(n, v):
+        return b.dim_word(n, v) if len(b.free_regs) > 6 and rng.random() < 0.5 else dim(n, v)
+
+    items = []
+    if s.cube:
+        items += [("datr", datr(s.cube, 31, int(rng.integers(0, 4)))), ("dim0", dimw(0, s.vc)),
+                  ("dim1", dimw(1, s.vr))]
+    else:
+        if s.vc != 1 or rng.random() < 0.5:
+            items.append(("dim0", dimw(0, s.vc)))
+        if s.vr != 1 or rng.random() < 0.5:
+            items.append(("dim1", dimw(1, s.vr)))
+        if s.col != s.vc or rng.random() < 0.3:
+            items.append(("dim2", dimw(2, s.col)))
+    items.append(("iot", iot_dst(s.hand, s.size, s.pemode, 1)))
+    rb = 0 if base == 0 and rng.random() < 0.5 else b.reg(base)
+    items.append(("ior", ior(rb, b.reg(stride))))
+    return Bundle(bstart("TLOAD", s.dt), items, True,
+                  dict(op="TLOAD", cube=bool(s.cube), role=s.role, index=s.index))
+
+
+def _cas_bundle(b: _Builder, plan: _CasPlan, src: tuple, hand: int, minimal: bool = False) -> Bundle:
+    rng = b.rng
+    items = []
+    if plan.datr is not None and not (minimal and plan.datr["layout"] == 0 and plan.datr["pad"] == 3):
+        items.append(("datr", datr(**plan.datr)))
+    for n in (0, 1, 2):
+        if n in plan.lb and not (minimal and n == 1 and plan.lb[1] == 1):
+            v = plan.lb[n]
+            items.append((f"dim{n}", b.dim_word(n, v) if len(b.free_regs) > 4 and not minimal
+                          else dim(n, v)))
+    pm = plan.pemode
+    items.append(("iot", iot_src2(src[0], src[1], pm, 0)))
+    items.append(("iot", iot_src_dst(src[2], hand, plan.size, pm, 1)))
+    rb = 0 if plan.base == 0 and rng.random() < 0.6 else b.reg(plan.base)
+    items.append(("ior", ior(rb)))
+    return Bundle(bstart("MGATHER.CAS", plan.td), items, True,
+                  dict(op="MGATHER.CAS", src=src, hand=hand, size=plan.size, pemode=pm,
+                       datr=plan.datr))
+
+
+def _cas_program(b: _Builder, plan: _CasPlan, kind: str, bundle_muts: list):
+    """(setup words, stream words, GM bytes, tile_capacity, undefine, applied bundle mutations)."""
+    rng, HS = b.rng, b.m.hand_slots
+    n_dest = 2 if kind == "cas_twice" else 1
+    fills = []
+    if plan.hand_full:
+        fills = [_CasSource("fill", 27, [[int(rng.integers(0, 256))]], col=1, size=1,
+                            pemode=int(rng.integers(1, 8))) for _ in range(max(0, HS - 3))]
+    order = list(plan.sources)
+    rng.shuffle(order)
+    if plan.undefine_role is not None:          # undefine pokes a tile the setup made: not last
+        order.sort(key=lambda s: s.role != plan.undefine_role)
+    loads = fills + order
+    _place_hands(b, plan, loads, n_dest)
+    if kind == "cas_in_stream" or (kind not in ("cas_twice",) and rng.random() < 0.2):
+        loads[-1].in_stream = True
+    counts = [0] * 4
+    for s in loads:
+        s.index = s.hand * tables.HAND_SLOTS + counts[s.hand]
+        counts[s.hand] += 1
+    dest_index = plan.hand * tables.HAND_SLOTS + counts[plan.hand]
+    # GM: random (or zero) bytes, lane memory, source data in the other half
+    n = b.gm_bytes
+    gm = bytearray(rng.integers(0, 256, n, dtype=np.uint8).tobytes() if rng.random() < 0.9
+                   else bytes(n))
+    e = plan.ebytes
+    for a, v in plan.mem.items():
+        gm[a:a + e] = _encode_elements(plan.td, [v])[:e]
+    lo, hi = plan.src_region
+    dense_total = sum(_rowbytes(s.vc, BITS[s.dt]) * s.vr + 8 for s in loads) + plan.vr * plan.vc * e
+    roomy = 2 * dense_total + 200 < hi - lo           # room for row gaps and spacing
+    cursor = lo + (int(rng.integers(0, 16)) if roomy else 0)
+    bundles = []
+
+    def take(nbytes, align):
+        nonlocal cursor
+        cursor += (-cursor) % align
+        at = cursor
+        cursor += nbytes + (int(rng.integers(0, 24)) if roomy else 0)
+        assert cursor <= hi, "source data does not fit its GM half"
+        return at
+
+    for s in loads:
+        bits = BITS[s.dt]
+        eb = _ebytes(bits)
+        dense = _rowbytes(s.vc, bits)
+        stride = dense + (eb * int(rng.integers(0, 4)) if roomy and rng.random() < 0.4 else 0)
+        base = take(stride * s.vr, eb)
+        for r, row in enumerate(s.values):
+            raw = _encode_elements(s.dt, row)
+            gm[base + r * stride: base + r * stride + len(raw)] = raw
+        bundles.append((s, _source_bundle(b, s, base, stride)))
+    # the CAS bundle(s)
+    by_role = {s.role: s.index for s in plan.sources}
+    src = [by_role["index"], by_role["expected"], by_role["replacement"]]
+    allocated = {s.index for s in loads}
+    if plan.unallocated_role is not None:
+        k = ("index", "expected", "replacement").index(plan.unallocated_role)
+        free = [t for t in range(64) if t not in allocated and t != dest_index]
+        src[k] = _pick(rng, free)
+        b.notes.append(f"unallocated:{plan.unallocated_role}=T{src[k]}")
+    undefine = ()
+    if plan.undefine_role is not None:
+        s = plan.source(plan.undefine_role)
+        r, c = int(rng.integers(0, s.vr)), int(rng.integers(0, s.vc))
+        undefine = ((s.index, r * s.col + c),)
+        b.notes.append(f"undefined:{s.role} ({r},{c})")
+    cas = _cas_bundle(b, plan, tuple(src), plan.hand)
+    applied = [m for m in bundle_muts if CAS_BUNDLE_MUTATIONS[m](b, cas)]
+    tail = []
+    if kind == "cas_roundtrip":
+        pm2 = int(rng.integers(1, 8))
+        stride = plan.vc * e + (e * int(rng.integers(0, 3)) if roomy and rng.random() < 0.3 else 0)
+        at = take(stride * plan.vr, e)
+        items = []
+        if rng.random() < 0.3:
+            items.append(("dim0", dim(0, plan.vc)))
+        items += [("iot", iot_src(dest_index, pm2, 1)), ("ior", ior(b.reg(at), b.reg(stride)))]
+        tail.append(Bundle(bstart("TSTORE", plan.td if rng.random() < 0.8 else _pick(rng, DTYPES)),
+                           items, True, dict(op="TSTORE")))
+        b.notes.append(f"roundtrip:TSTORE T{dest_index} -> {at:#x}/{stride}")
+    elif kind == "cas_twice":
+        tail.append(_cas_bundle(b, plan, tuple(src), plan.hand2, minimal=True))
+        b.notes.append(f"twice:second destination hand {plan.hand2}")
+    stream_loads = [bd for s, bd in bundles if s.in_stream]
+
+    def stream():
+        return _flatten(stream_loads + [cas] + tail)
+
+    while len(stream()) > b.g.max_words and stream_loads:
+        stream_loads[-1].info["moved"] = True
+        stream_loads.pop()
+    words = stream()
+    if len(words) > b.g.max_words:
+        b.notes.append(f"cut:{len(words)}->{b.g.max_words}")
+        words = words[: b.g.max_words]
+    in_stream = {id(bd) for bd in stream_loads}
+    setup = _flatten([bd for _, bd in bundles if id(bd) not in in_stream])
+    if stream_loads:
+        b.notes.append("in_stream:" + ",".join(bd.info["role"] for bd in stream_loads))
+    cap = None
+    if plan.budget:
+        charge = sum(bin(PEMODE_MASK[s.pemode]).count("1") * s.capacity for s in loads)
+        dest = bin(PEMODE_MASK[plan.pemode]).count("1") * (128 << (plan.size - 1))
+        cap = charge + dest - int(rng.integers(1, dest + 1))
+        b.notes.append(f"tile_capacity:{cap} (sources {charge}, destination {dest})")
+    return setup, words, bytes(gm), cap, undefine, applied
+
+
+def _cas_zero_mask(b: _Builder, plan: _CasPlan) -> list:
+    """A CAS block whose bindings are all PEMode 000, with an otherwise illegal
+    schema: bogus sources, missing dims/B.IOR, B.DATR attributes, B.IOS."""
+    rng = b.rng
+    items = []
+    if rng.random() < 0.5:
+        items.append(("datr", datr(int(rng.integers(0, 2)), _pick(rng, [0, 31, 27]),
+                                   int(rng.integers(0, 4)), int(rng.integers(0, 6)),
+                                   int(rng.integers(0, 8)), int(rng.integers(0, 2)))))
+    if rng.random() < 0.5:
+        items.append(("dim0", dim(0, _pick(rng, [0, 1, 3, plan.vc]))))
+    x, y, z = (int(rng.integers(0, 64)) for _ in range(3))
+    items.append(("iot", iot_src2(x, y, 0, 0)))
+    items.append(("iot", iot_src_dst(z, int(rng.integers(0, 4)), int(rng.integers(1, 11)), 0, 1)))
+    if rng.random() < 0.3:
+        items.append(("ios", ios(int(rng.integers(0, 256)), 0, int(rng.integers(0, 13)))))
+    if rng.random() < 0.5:
+        items.append(("ior", ior(int(rng.integers(0, 24)), int(rng.integers(0, 2)),
+                                 int(rng.integers(0, 2)), int(rng.integers(0, 2)))))
+    td = plan.td if rng.random() < 0.7 else _pick(rng, PACKED_DTYPES)
+    return Bundle(bstart("MGATHER.CAS", td), items, True, dict(op="MGATHER.CAS")).words()
+
+
+def random_cas_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = None,
+                    mutations: Optional[list] = None) -> Case:
+    """One random MGATHER.CAS Case (kinds CAS_KINDS, mutations CAS_MUTATIONS).
+
+    `kind` and `mutations` force the draw (labels a mutation could not be
+    applied to are left out of Case.mutations). The sources are loaded by
+    ordinary TLOADs in Case.setup (one of them sometimes in the stream);
+    build_state prepares them.
+    """
+    g = _gen_config(cfg)
+    b = _Builder(rng, g)
+    kind = _weighted(rng, CAS_KINDS) if kind is None else kind
+    if kind not in CAS_KINDS:
+        raise ValueError(f"unknown MGATHER.CAS kind {kind!r}")
+    if mutations is None:
+        mutations = []
+        if kind != "cas_zero_mask" and rng.random() < g.p_mutate:
+            k = 1 if rng.random() < 0.7 else int(rng.integers(2, g.max_mutations + 1))
+            for _ in range(8 * k):
+                if len(mutations) >= k:
+                    break
+                m = _weighted(rng, CAS_MUTATIONS)
+                if kind == "cas_roundtrip" and m == "cas_zero_mask_block":
+                    continue                  # the TSTORE would name a tile never made
+                if m not in mutations and not any(frozenset((m, x)) in _CAS_CONFLICTS for x in mutations):
+                    mutations.append(m)
+    else:
+        mutations = list(mutations)
+        unknown = set(mutations) - set(CAS_MUTATIONS)
+        if unknown:
+            raise ValueError(f"unknown MGATHER.CAS mutations {sorted(unknown)}")
+    plan = _cas_draw(b, kind, mutations)
+    if plan is None:                          # no shape for these needs: drop them
+        mutations = [m for m in mutations if m not in ("cas_fractal",)]
+        plan = _cas_draw(b, kind, mutations)
+    applied = []
+    for m in mutations:
+        f = CAS_PLAN_MUTATIONS.get(m, False)
+        if f is None:                         # satisfied by the draw
+            ok = {"cas_packed": BITS[plan.td] == 4, "cas_index_float": plan.idt not in INT_DTYPES,
+                  "cas_fractal": plan.layout in ("ZN", "NZ")}[m]
+            if ok:
+                applied.append(m)
+        elif f and f(b, plan):
+            applied.append(m)
+    bundle_muts = [m for m in mutations if m in CAS_BUNDLE_MUTATIONS]
+    if kind == "cas_zero_mask":
+        setup, words, gm, cap, undefine = [], _cas_zero_mask(b, plan), None, None, ()
+        bundle_applied = []
+        gm = rng.integers(0, 256, g.machine.gm_bytes, dtype=np.uint8).tobytes()
+    else:
+        setup, words, gm, cap, undefine, bundle_applied = _cas_program(b, plan, kind, bundle_muts)
+    applied = [m for m in mutations if m in applied or m in bundle_applied]
+    pc = 4 * int(rng.integers(0, 1 << 28)) if rng.random() < 0.2 else 0
+    b.noise_regs()
+    return Case(words=[int(w) & 0xFFFFFFFF for w in words], gm=gm,
+                gprs={pe: dict(r) for pe, r in b.gprs.items()}, kind=kind,
+                mutations=tuple(applied), pc=pc, tile_capacity=cap, pe=g.pe, notes=tuple(b.notes),
+                setup=tuple(int(w) & 0xFFFFFFFF for w in setup), undefine=tuple(undefine))
+
+
+def random_cas_cases(seed: int, n: int, cfg=None) -> list:
+    """n MGATHER.CAS Cases from one seed (case i is random_cas_case(case_rng(seed, i), cfg))."""
+    g = _gen_config(cfg)
+    ss = np.random.SeedSequence(seed)
+    return [random_cas_case(np.random.default_rng(s), g) for s in ss.spawn(n)]
+
+
 __all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random_words_case",
-           "build_state", "case_arrays", "case_rng", "PROGRAM_KINDS", "MUTATIONS",
-           "STREAM_MUTATIONS"]
+           "random_cas_case", "random_cas_cases", "build_state", "case_arrays", "case_rng",
+           "PROGRAM_KINDS", "MUTATIONS", "STREAM_MUTATIONS", "CAS_KINDS", "CAS_MUTATIONS",
+           "CAS_AIMS"]
