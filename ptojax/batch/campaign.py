@@ -1,0 +1,809 @@
+"""Differential campaigns: pj.batch.run against the pj.reference oracle (`ptojax fuzz`).
+
+A campaign draws Cases from `ptojax.batch.generate` (case number k of seed S
+is `random_case(default_rng(SeedSequence(S, spawn_key=(j,))))` for its draw
+index j, the same Case `random_cases(S, n)[j]` gives), runs them in batches
+through `pj.batch.run` and runs every case (or a seeded sample) through
+`pj.reference.run`, and compares every State leaf, the fault and the executed
+count. It counts coverage (operations by BSTART word, BSTART dtypes, B.DATR
+Layout codes, final faults, the generator's kind and mutation labels) and
+keeps the mismatching Cases for the shrinker.
+
+One compiled shape: every `pj.batch.run` call gets `rows` rows of `length`
+words. Cases fill rows 0..rows-2; the rest are filler rows of length 0 (never
+executed) whose words are BSTARTs of every effectful operation, so the static
+arguments `pj.batch.run` derives from the words (completion bound, effect
+set) are the same for every call, and a whole campaign, its shrinking and its
+replays compile `pj.batch.run` once per (config, rows).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import dataclasses
+import fnmatch
+import functools
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+import jax
+import numpy as np
+
+from .. import tables
+from ..state import MachineConfig, State
+from . import generate as G
+
+WORDS = 16                       # words per row: GenConfig.max_words, one length bucket
+REPORT_FORMAT = "ptojax.fuzz-report.v1"
+
+# ----------------------------------------------------------------- operations
+
+
+def op_token(name: str) -> str:
+    """Command-line spelling of an operation: "MGATHER.CAS" -> "mgather_cas"."""
+    return name.lower().replace(".", "_")
+
+
+OP_TOKENS = {op_token(name): name for name, _, _ in tables.OPS}
+IMPLEMENTED_OPS = ("TLOAD", "TSTORE", "MGATHER.CAS")
+NO_OP = "(no BSTART)"
+NO_DATR = "(no B.DATR)"
+
+
+def parse_ops(text: str) -> Optional[frozenset]:
+    """`tload,tstore,mgather_cas` -> {"TLOAD", ...}; "all" (or empty) -> None."""
+    toks = [t.strip().lower() for t in (text or "").split(",") if t.strip()]
+    if not toks or "all" in toks:
+        return None
+    bad = [t for t in toks if t not in OP_TOKENS]
+    if bad:
+        raise ValueError(f"unknown operation {', '.join(bad)}; expected a comma list of "
+                         f"{', '.join(OP_TOKENS)} (or all)")
+    return frozenset(OP_TOKENS[t] for t in toks)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def word_features(word: int) -> tuple:
+    """(operation named by a BSTART word or None, its DataType code or None,
+    B.DATR Layout code or None) of one word, from ptojax.isa's decoder."""
+    from ..isa.decode import decode
+    c = decode(word)
+    mn = c.mnemonic
+    if mn.startswith("BSTART."):
+        op = c.variant or mn[len("BSTART."):]
+        return op, c.fields.get("DataType"), None
+    if mn == "B.DATR":
+        return None, None, c.fields.get("Layout")
+    return None, None, None
+
+
+def case_ops(case) -> frozenset:
+    """Operations the Case's BSTART words name (decoded, legal or not)."""
+    return frozenset(f[0] for f in map(word_features, case.words) if f[0] is not None)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which drawn Cases a campaign keeps.
+
+    ops: a case is kept when one of its BSTART words names a selected
+    operation, or when none of its words is a BSTART at all (header commands
+    outside a block, random words: the block lifecycle every operation
+    shares); None keeps every case. kinds: fnmatch patterns on Case.kind
+    (None: any kind). Both must hold.
+    """
+    ops: Optional[frozenset] = None
+    kinds: Optional[tuple] = None
+
+    def __call__(self, case) -> bool:
+        if self.kinds is not None and not any(fnmatch.fnmatchcase(case.kind, p) for p in self.kinds):
+            return False
+        if self.ops is None:
+            return True
+        named = case_ops(case)
+        return not named or bool(named & self.ops)
+
+    @property
+    def everything(self) -> bool:
+        return self.ops is None and self.kinds is None
+
+
+def case_at(seed: int, index: int, gen: G.GenConfig) -> G.Case:
+    """Draw number `index` of seed `seed` (= random_cases(seed, n, gen)[index])."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
+    return G.random_case(rng, gen)
+
+
+def draw_cases(seed: int, count: int, gen: G.GenConfig, select: Selection = Selection(),
+               shard: tuple = (0, 1), max_misses: int = 20000) -> Iterator[tuple]:
+    """(k, draw index, Case) of this shard's share of the first `count` selected cases.
+
+    Case k (0-based among the selected ones) belongs to shard k % n, so the
+    shards of one seed together run exactly the single-process campaign.
+    """
+    me, n = shard
+    if select.everything:
+        for k in range(me, count, n):
+            yield k, k, case_at(seed, k, gen)
+        return
+    k = j = misses = 0
+    while k < count:
+        c = case_at(seed, j, gen)
+        if select(c):
+            if k % n == me:
+                yield k, j, c
+            k += 1
+            misses = 0
+        else:
+            misses += 1
+            if misses >= max_misses:
+                raise ValueError(f"{max_misses} draws in a row matched no selected operation/kind; "
+                                 "the generator does not produce such cases")
+        j += 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64 finalizer (deterministic per-case sampling)."""
+    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
+def sampled(seed: int, k: int, fraction: float) -> bool:
+    """Whether case k of a campaign with this seed runs on the oracle."""
+    if fraction >= 1.0:
+        return True
+    if fraction <= 0.0:
+        return False
+    return _mix64((seed * 0x100000001B3) ^ (k + 0x5A5A)) < fraction * 2.0 ** 64
+
+
+# ----------------------------------------------------------------- states and rows
+
+
+@functools.lru_cache(maxsize=8)
+def reset_leaves(cfg: MachineConfig) -> State:
+    """pj.reset(cfg) with numpy leaves (cheap to copy and stack)."""
+    from ..state import reset
+    return jax.tree_util.tree_map(np.asarray, reset(cfg))
+
+
+def initial_state(case: G.Case, cfg: MachineConfig) -> State:
+    """The Case's initial State with numpy leaves (what generate.build_state
+    builds, without a device round trip per case)."""
+    a = G.case_arrays(case, cfg)
+    return reset_leaves(cfg).replace(gm=a["gm"], gpr=a["gpr"], pc=np.asarray(a["pc"], np.uint64),
+                                     tile_capacity=np.asarray(a["tile_capacity"], np.uint64))
+
+
+def filler_words(length: int = WORDS) -> np.ndarray:
+    """The words of a filler row: BSTARTs of TLOAD/TSTORE/MGATHER.CAS in turn."""
+    starts = (G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"])
+    return np.array([starts[k % 3] for k in range(length)], np.uint32)
+
+
+def state_leaves(state: State) -> dict:
+    """{leaf path: numpy array} in tree order."""
+    return {jax.tree_util.keystr(p): np.asarray(x)
+            for p, x in jax.tree_util.tree_leaves_with_path(state)}
+
+
+def leaf_names(cfg: MachineConfig) -> list:
+    return list(state_leaves(reset_leaves(cfg)))
+
+
+def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS):
+    """(batched State, words uint32[R, length], lengths int32[R]) for rows that are
+    Cases, (State, words) pairs, or None (a filler row)."""
+    R = len(rows)
+    base = reset_leaves(cfg)
+    gm = np.zeros((R, cfg.gm_bytes), np.uint8)
+    gpr = np.zeros((R, tables.NUM_PES, tables.NUM_GPRS), np.uint64)
+    pc = np.zeros(R, np.uint64)
+    cap = np.full(R, cfg.tile_capacity, np.uint64)
+    words = np.tile(filler_words(length), (R, 1))
+    lengths = np.zeros(R, np.int32)
+    full = {}                                      # rows given as whole States
+    for r, row in enumerate(rows):
+        if row is None:
+            continue
+        if isinstance(row, G.Case):
+            a = G.case_arrays(row, cfg)
+            gm[r], gpr[r], pc[r], cap[r] = a["gm"], a["gpr"], a["pc"], a["tile_capacity"]
+            w = row.words
+        else:
+            st, w = row
+            full[r] = st
+        if len(w) > length:
+            raise ValueError(f"row {r}: {len(w)} words exceed the row length {length}")
+        words[r, : len(w)] = np.asarray(w, np.uint32)
+        lengths[r] = len(w)
+    st = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (R,) + a.shape), base)
+    st = st.replace(gm=gm, gpr=gpr, pc=pc, tile_capacity=cap)
+    if full:
+        leaves = jax.tree_util.tree_leaves(st)
+        paths = [p for p, _ in jax.tree_util.tree_leaves_with_path(st)]
+        out = [np.array(a) for a in leaves]
+        for r, s in full.items():
+            for i, x in enumerate(jax.tree_util.tree_leaves(s)):
+                out[i][r] = np.asarray(x)
+        st = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(st), out)
+        del paths
+    return st, words, lengths
+
+
+# ----------------------------------------------------------------- outcomes
+
+
+@dataclass
+class Outcome:
+    """One run's result as numpy: every State leaf, and the executed count."""
+    leaves: dict
+    executed: int
+
+    @property
+    def fault(self) -> str:
+        return tables.FAULTS[int(self.leaves[".fault"])]
+
+    @property
+    def fault_address(self) -> int:
+        return int(self.leaves[".fault_address"])
+
+    @property
+    def pc(self) -> int:
+        return int(self.leaves[".pc"])
+
+    @classmethod
+    def of(cls, result) -> "Outcome":
+        """From a RunResult (pj.run / pj.reference.run)."""
+        return cls(state_leaves(result.state), int(result.executed))
+
+    def state(self, cfg: MachineConfig) -> State:
+        """The final State (numpy leaves)."""
+        base = reset_leaves(cfg)
+        treedef = jax.tree_util.tree_structure(base)
+        return jax.tree_util.tree_unflatten(treedef, list(self.leaves.values()))
+
+    def same(self, other: "Outcome") -> bool:
+        return self.executed == other.executed and all(
+            a.shape == b.shape and np.array_equal(a, b)
+            for a, b in zip(self.leaves.values(), other.leaves.values()))
+
+
+def reference_outcome(state: State, words, pe: int, on_fault: str, cfg: MachineConfig) -> Outcome:
+    from .. import reference
+    return Outcome.of(reference.run(state, list(words), pe, on_fault=on_fault, cfg=cfg))
+
+
+class BatchOutcomes:
+    """pj.batch.run's results for the case rows of one call (numpy)."""
+
+    def __init__(self, leaves: dict, executed: np.ndarray):
+        self.leaves = leaves
+        self.executed = executed
+
+    def __len__(self) -> int:
+        return len(self.executed)
+
+    def __getitem__(self, i: int) -> Outcome:
+        return Outcome({k: v[i] for k, v in self.leaves.items()}, int(self.executed[i]))
+
+    @property
+    def fault_code(self) -> np.ndarray:
+        return self.leaves[".fault"]
+
+
+class JaxRunner:
+    """pj.batch.run at one compiled shape: `rows` rows of `length` words."""
+
+    def __init__(self, cfg: MachineConfig, rows: int, pe: int = 0, on_fault: str = "abandon",
+                 length: int = WORDS):
+        if rows < 2:
+            raise ValueError(f"a batch needs at least 2 rows (cases + the filler row), got {rows}")
+        self.cfg, self.rows, self.pe, self.on_fault, self.length = cfg, rows, pe, on_fault, length
+
+    @property
+    def capacity(self) -> int:
+        """Cases per call: every row but the last, which is always a filler row."""
+        return self.rows - 1
+
+    def run(self, items: Sequence) -> BatchOutcomes:
+        """Outcomes of up to `capacity` rows (Cases or (State, words) pairs), one call."""
+        from .execute import run as batch_run
+        n = len(items)
+        if not 1 <= n <= self.capacity:
+            raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")
+        rows = list(items) + [None] * (self.rows - n)
+        st, words, lengths = batch_arrays(rows, self.cfg, self.length)
+        res = batch_run(st, words, self.pe, lengths=lengths, on_fault=self.on_fault, cfg=self.cfg)
+        leaves = {k: v[:n] for k, v in state_leaves(res.state).items()}
+        return BatchOutcomes(leaves, np.asarray(res.executed)[:n])
+
+    def run_many(self, items: Sequence) -> list:
+        """Outcomes of any number of rows, `capacity` per call."""
+        out = []
+        for i in range(0, len(items), self.capacity):
+            b = self.run(items[i: i + self.capacity])
+            out += [b[j] for j in range(len(b))]
+        return out
+
+
+def mismatch_mask(got: BatchOutcomes, want: Sequence, rows: Sequence[int]) -> np.ndarray:
+    """bool[len(rows)]: row rows[i] of `got` differs from Outcome want[i] anywhere."""
+    if not rows:
+        return np.zeros(0, bool)
+    idx = np.asarray(rows)
+    bad = got.executed[idx] != np.array([w.executed for w in want])
+    for k, a in got.leaves.items():
+        b = np.stack([w.leaves[k] for w in want])
+        bad |= ~(a[idx] == b).reshape(len(idx), -1).all(axis=1)
+    return bad
+
+
+# ----------------------------------------------------------------- differences
+
+
+def _tile_name(slot: int, hand_slots: int) -> str:
+    return tables.tile_name((slot // hand_slots) * tables.HAND_SLOTS + slot % hand_slots)
+
+
+def _code_name(leaf: str, v: int):
+    if leaf == "dtype":
+        d = tables.DTYPE_BY_CODE.get(v)
+        return d.name if d else v
+    if leaf == "layout":
+        return tables.TILE_LAYOUTS[v] if 0 <= v < len(tables.TILE_LAYOUTS) else v
+    if leaf == "location":
+        return tables.TILE_LOCATIONS[v] if 0 <= v < len(tables.TILE_LOCATIONS) else v
+    if leaf == "mask":
+        return tables.mask_str(v)
+    if leaf == "allocated":
+        return bool(v)
+    return v
+
+
+def _ranges(idx: np.ndarray, gap: int = 0) -> list:
+    out = []
+    for i in idx.tolist():
+        if out and i - out[-1][1] <= gap:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return out
+
+
+def _py(v):
+    a = np.asarray(v)
+    if a.ndim == 0:
+        x = a.item()
+        return bool(x) if a.dtype == bool else int(x)
+    return [_py(x) for x in a]
+
+
+def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), limit: int = 8) -> list:
+    """Field-by-field differences of two outcomes, as JSON-ready dicts.
+
+    Each entry has "field" and the two values under `names`: fault,
+    executed, pc, fault_address, GM byte ranges (hex), GPRs by PE and name,
+    TILE_CAPACITY, per tile (by assembly name) each descriptor field and the
+    payload Words / defined bits that differ (slot lists, at most `limit`
+    shown with the count), and each block field.
+    """
+    x, y = names
+    out = []
+
+    def add(fieldname, va, vb, **extra):
+        out.append({"field": fieldname, **extra, x: va, y: vb})
+
+    la, lb = a.leaves, b.leaves
+    if a.fault != b.fault:
+        add("fault", a.fault, b.fault)
+    if a.executed != b.executed:
+        add("executed", a.executed, b.executed)
+    if a.pc != b.pc:
+        add("pc", hex(a.pc), hex(b.pc))
+    if a.fault_address != b.fault_address:
+        add("fault_address", hex(a.fault_address), hex(b.fault_address))
+    ga, gb = la[".gm"], lb[".gm"]
+    for s, e in _ranges(np.flatnonzero(ga != gb), gap=8):
+        add("gm", ga[s:e].tobytes().hex(), gb[s:e].tobytes().hex(), address=hex(s), length=e - s)
+    ra, rb = la[".gpr"], lb[".gpr"]
+    for pe, r in np.argwhere(ra != rb).tolist():
+        add(f"gpr PE{pe} {tables.GPR_NAMES[r]}", hex(int(ra[pe, r])), hex(int(rb[pe, r])))
+    if int(la[".tile_capacity"]) != int(lb[".tile_capacity"]):
+        add("tile_capacity", int(la[".tile_capacity"]), int(lb[".tile_capacity"]))
+    hs = la[".tiles.allocated"].shape[0] // 4
+    tile_leaves = [k for k in la if k.startswith(".tiles.")]
+    for slot in range(hs * 4):
+        name = _tile_name(slot, hs)
+        for k in tile_leaves:
+            leaf = k[len(".tiles."):]
+            va, vb = la[k][slot], lb[k][slot]
+            if np.array_equal(va, vb):
+                continue
+            if va.ndim == 0:
+                add(f"tile {name} {leaf}", _code_name(leaf, int(va)), _code_name(leaf, int(vb)))
+            else:
+                where = np.flatnonzero(va != vb)
+                shown = where[:limit].tolist()
+                fmt = (lambda v: bool(v)) if va.dtype == bool else (lambda v: f"0x{int(v):016x}")
+                add(f"tile {name} {leaf}", [fmt(va[i]) for i in shown], [fmt(vb[i]) for i in shown],
+                    slots=shown, count=int(where.size))
+    for k in la:
+        if k.startswith(".block.") and not np.array_equal(la[k], lb[k]):
+            add(f"block {k[len('.block.'):]}", _py(la[k]), _py(lb[k]))
+    return out
+
+
+def format_difference(d: dict, names: tuple = ("jax", "reference")) -> str:
+    x, y = names
+    f = d["field"]
+    if f == "gm":
+        return f"gm[{d['address']}..+{d['length']}]: {x} {d[x]} | {y} {d[y]}"
+    if "slots" in d:
+        more = f" (of {d['count']})" if d["count"] > len(d["slots"]) else ""
+        return f"{f} at slots {d['slots']}{more}: {x} {d[x]} | {y} {d[y]}"
+    return f"{f}: {x} {d[x]} | {y} {d[y]}"
+
+
+def signature(diffs: list, names: tuple = ("jax", "reference")) -> tuple:
+    """A coarse label of a mismatch: the two faults when they differ, else the
+    fault and the kinds of field that differ (gm, tile, block, gpr, ...)."""
+    x, y = names
+    for d in diffs:
+        if d["field"] == "fault":
+            return (f"{d[x]} vs {d[y]}",)
+    return ("same fault",) + tuple(sorted({d["field"].split(" ")[0] for d in diffs}))
+
+
+# ----------------------------------------------------------------- the oracle
+
+
+def _oracle_init():
+    # the oracle needs no accelerator: keep worker processes on the CPU
+    jax.config.update("jax_platforms", "cpu")
+
+
+def _oracle_chunk(cases, cfg, on_fault):
+    return [reference_outcome(initial_state(c, cfg), c.words, c.pe, on_fault, cfg) for c in cases]
+
+
+class _Done:
+    """A finished 'future' (in-process oracle)."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        return self._value
+
+
+class Oracle:
+    """pj.reference.run on lists of Cases: in this process (jobs <= 1), or in
+    `jobs` worker processes (spawned; they import ptojax and run on the CPU)."""
+
+    task_cases = 32                 # cases per worker task
+
+    def __init__(self, cfg: MachineConfig, on_fault: str, jobs: int = 1):
+        self.cfg, self.on_fault, self.jobs = cfg, on_fault, max(1, int(jobs))
+        self.pool = None
+        if self.jobs > 1:
+            self.pool = cf.ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                               initializer=_oracle_init)
+
+    def submit(self, cases: list) -> list:
+        """Futures whose results concatenate to the outcomes of `cases`, in order."""
+        if not cases:
+            return []
+        if self.pool is None:
+            return [_Done(_oracle_chunk(cases, self.cfg, self.on_fault))]
+        k = max(1, min(self.task_cases, -(-len(cases) // self.jobs)))
+        return [self.pool.submit(_oracle_chunk, cases[i: i + k], self.cfg, self.on_fault)
+                for i in range(0, len(cases), k)]
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
+
+
+# ----------------------------------------------------------------- coverage
+
+
+def _dtype_label(code: int) -> str:
+    d = tables.DTYPE_BY_CODE.get(code)
+    return d.name if d else f"reserved:{code}"
+
+
+def _layout_label(code: int) -> str:
+    return tables.LAYOUT_CODES.get(code, f"reserved:{code}")
+
+
+class Coverage:
+    """Counts per operation (cases with a BSTART of it), BSTART dtype, B.DATR
+    Layout code, final fault, and the generator's kind / mutation labels."""
+
+    AXES = ("operations", "dtypes", "layouts", "faults", "kinds", "mutations")
+
+    def __init__(self, selected_ops: Optional[frozenset] = None):
+        self.selected_ops = selected_ops
+        self.counts = {a: collections.Counter() for a in self.AXES}
+        self.fault_by_label = collections.defaultdict(collections.Counter)
+
+    def add(self, case: G.Case, fault: str):
+        ops, dts, lays = set(), set(), set()
+        for w in case.words:
+            op, dt, lay = word_features(w)
+            if op is not None:
+                ops.add(op)
+                dts.add(_dtype_label(dt))
+            if lay is not None:
+                lays.add(_layout_label(lay))
+        c = self.counts
+        c["operations"].update(ops or {NO_OP})
+        c["dtypes"].update(dts)
+        c["layouts"].update(lays or {NO_DATR})
+        c["faults"][fault] += 1
+        c["kinds"][case.kind] += 1
+        c["mutations"].update(case.mutations)
+        for label in case.labels:
+            self.fault_by_label[label][fault] += 1
+
+    def merge(self, other: "Coverage"):
+        for a in self.AXES:
+            self.counts[a].update(other.counts[a])
+        for k, v in other.fault_by_label.items():
+            self.fault_by_label[k].update(v)
+
+    def universe(self) -> dict:
+        ops = sorted(self.selected_ops) if self.selected_ops else list(IMPLEMENTED_OPS)
+        return {"operations": ops,
+                "dtypes": [d.name for d in tables.DATATYPES],
+                "layouts": list(tables.LAYOUT_CODES.values()),
+                "faults": list(tables.FAULTS),
+                "kinds": list(G.PROGRAM_KINDS),
+                "mutations": list(G.MUTATIONS)}
+
+    def never_hit(self) -> dict:
+        return {a: [v for v in vals if self.counts[a][v] == 0] for a, vals in self.universe().items()}
+
+    def to_json(self) -> dict:
+        order = self.universe()
+
+        def ordered(axis):
+            c = self.counts[axis]
+            known = [k for k in order[axis] if k in c]
+            rest = sorted(k for k in c if k not in order[axis])
+            return {k: c[k] for k in known + rest}
+
+        return {a: ordered(a) for a in self.AXES}
+
+
+# ----------------------------------------------------------------- the campaign
+
+
+@dataclass
+class Mismatch:
+    """A case whose two results differ."""
+    k: int
+    index: int
+    case: G.Case
+    diffs: list
+    against: bool = False          # found by the external command (--against)
+
+    @property
+    def signature(self) -> tuple:
+        if self.against:
+            return ("against",) + signature(self.diffs, ("jax", "external"))
+        return signature(self.diffs)
+
+
+@dataclass
+class CampaignConfig:
+    seed: int = 0
+    count: int = 1000
+    config: str = "tiny"
+    rows: int = 256
+    sample: float = 1.0
+    on_fault: str = "abandon"
+    pe: int = 0
+    ops: Optional[frozenset] = None
+    kinds: Optional[tuple] = None
+    jobs: int = 1
+    shard: tuple = (0, 1)
+    keep_mismatches: int = 50       # Mismatch records kept (all are counted)
+
+    @property
+    def machine(self) -> MachineConfig:
+        from ..state import preset
+        return preset(self.config)
+
+    @property
+    def gen(self) -> G.GenConfig:
+        return G.GenConfig(machine=self.machine, max_words=WORDS, pe=self.pe)
+
+
+@dataclass
+class CampaignResult:
+    cfg: CampaignConfig
+    cases: int = 0                  # run on pj.batch.run
+    compared: int = 0               # also run on the oracle
+    mismatches: int = 0
+    against_compared: int = 0
+    against_mismatches: int = 0
+    seconds: float = 0.0
+    first_call_seconds: float = 0.0
+    coverage: Coverage = None
+    kept: list = field(default_factory=list)
+    exported: list = field(default_factory=list)
+    devices: int = 1
+
+    @property
+    def cases_per_s(self) -> float:
+        return self.cases / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, against=None,
+                 oracle: Oracle = None) -> CampaignResult:
+    """Run a campaign; `progress(done, total, result)` after every batch.
+
+    export(k, index, case, initial_state, reference_outcome): called for cases
+    to export (it decides which; return False to stop asking).
+    against: an object with `.run_many([(case, state)]) -> [Outcome]` (the
+    external command, casefile.External); every case is compared with
+    pj.batch.run's result too.
+    """
+    mcfg, gen = cc.machine, cc.gen
+    runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault)
+    own_oracle = oracle is None
+    oracle = oracle or Oracle(mcfg, cc.on_fault, cc.jobs)
+    res = CampaignResult(cc, coverage=Coverage(cc.ops), devices=jax.local_device_count())
+    me, n_shards = cc.shard
+    total = len(range(me, cc.count, n_shards))
+    cases = draw_cases(cc.seed, cc.count, gen, Selection(cc.ops, cc.kinds), cc.shard)
+    jax_thread = cf.ThreadPoolExecutor(1, thread_name_prefix="ptojax-fuzz-jax")
+    want_export = export is not None
+
+    def chunks():
+        while True:
+            chunk = []
+            for item in cases:
+                chunk.append(item)
+                if len(chunk) == runner.capacity:
+                    break
+            if not chunk:
+                return
+            yield chunk
+
+    def finalize(chunk, jfut, ofuts, sample_rows):
+        got = jfut.result()
+        want = [o for f in ofuts for o in f.result()]
+        bad = mismatch_mask(got, want, sample_rows)
+        oracle_of = dict(zip(sample_rows, want))
+        for r, (k, j, c) in enumerate(chunk):
+            ref = oracle_of.get(r)
+            res.coverage.add(c, ref.fault if ref is not None else tables.FAULTS[int(got.fault_code[r])])
+        res.cases += len(chunk)
+        res.compared += len(sample_rows)
+        for i in np.flatnonzero(bad).tolist():
+            r = sample_rows[i]
+            res.mismatches += 1
+            if len(res.kept) < cc.keep_mismatches:
+                k, j, c = chunk[r]
+                res.kept.append(Mismatch(k, j, c, differences(got[r], want[i])))
+        nonlocal want_export
+        if want_export:
+            for r, (k, j, c) in enumerate(chunk):
+                ref = oracle_of.get(r)
+                if ref is None:
+                    ref = reference_outcome(initial_state(c, mcfg), c.words, c.pe, cc.on_fault, mcfg)
+                if export(k, j, c, initial_state(c, mcfg), ref) is False:
+                    want_export = False
+                    break
+        if against is not None:
+            exts = against.run_many([(c, initial_state(c, mcfg)) for _, _, c in chunk])
+            for r, ((k, j, c), ext) in enumerate(zip(chunk, exts)):
+                res.against_compared += 1
+                mine = got[r]
+                if not mine.same(ext):
+                    res.against_mismatches += 1
+                    if len(res.kept) < cc.keep_mismatches:
+                        res.kept.append(Mismatch(k, j, c, differences(mine, ext, ("jax", "external")),
+                                                 against=True))
+
+    t0 = time.perf_counter()
+    pending = collections.deque()
+    depth = 3 if oracle.pool is not None else 1
+    first = True
+    try:
+        for chunk in chunks():
+            sample_rows = [r for r, (k, _, _) in enumerate(chunk) if sampled(cc.seed, k, cc.sample)]
+            jfut = jax_thread.submit(runner.run, [c for _, _, c in chunk])
+            ofuts = oracle.submit([chunk[r][2] for r in sample_rows])
+            if first:
+                jfut.result()
+                res.first_call_seconds = time.perf_counter() - t0
+                first = False
+            pending.append((chunk, jfut, ofuts, sample_rows))
+            while pending and (len(pending) >= depth or all(f.done() for f in pending[0][2])
+                               and pending[0][1].done()):
+                finalize(*pending.popleft())
+                res.seconds = time.perf_counter() - t0
+                if progress:
+                    progress(res.cases, total, res)
+        while pending:
+            finalize(*pending.popleft())
+            res.seconds = time.perf_counter() - t0
+            if progress:
+                progress(res.cases, total, res)
+    finally:
+        jax_thread.shutdown(wait=True)
+        if own_oracle:
+            oracle.close()
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
+    cc = res.cfg
+    steady = res.seconds - res.first_call_seconds
+    first_cases = min(res.cases, cc.rows - 1)
+    out = {
+        "format": REPORT_FORMAT,
+        "seed": cc.seed, "count": cc.count, "config": cc.config, "batch": cc.rows,
+        "cases_per_call": cc.rows - 1, "on_fault": cc.on_fault, "pe": cc.pe,
+        "ops": sorted(op_token(o) for o in cc.ops) if cc.ops else "all",
+        "kinds": list(cc.kinds) if cc.kinds else "all",
+        "sample": cc.sample, "shard": list(cc.shard), "devices": res.devices, "jobs": cc.jobs,
+        "cases": res.cases, "compared": res.compared, "mismatches": res.mismatches,
+        "seconds": round(res.seconds, 3), "cases_per_s": round(res.cases_per_s, 1),
+        "first_call_seconds": round(res.first_call_seconds, 3),
+        "steady_cases_per_s": round((res.cases - first_cases) / steady, 1) if steady > 0 else None,
+        "coverage": res.coverage.to_json(),
+        "never_hit": res.coverage.never_hit(),
+        "fault_by_label": {k: dict(v) for k, v in sorted(res.coverage.fault_by_label.items())},
+    }
+    if res.against_compared:
+        out["against"] = {"compared": res.against_compared, "mismatches": res.against_mismatches}
+    if extra:
+        out.update(extra)
+    return out
+
+
+def merge_reports(reports: Iterable[dict]) -> dict:
+    """Combine the --json reports of the shards of one campaign (sums counts)."""
+    reports = list(reports)
+    if not reports:
+        raise ValueError("no reports to merge")
+    out = dict(reports[0])
+    for k in ("cases", "compared", "mismatches"):
+        out[k] = sum(r[k] for r in reports)
+    out["seconds"] = max(r["seconds"] for r in reports)
+    out["cases_per_s"] = round(out["cases"] / out["seconds"], 1) if out["seconds"] else 0.0
+    cov = {}
+    for r in reports:
+        for axis, counts in r["coverage"].items():
+            c = cov.setdefault(axis, collections.Counter())
+            c.update(counts)
+    out["coverage"] = {a: dict(c) for a, c in cov.items()}
+    out["never_hit"] = {a: [v for v in vals if all(v in r["never_hit"][a] for r in reports)]
+                        for a, vals in reports[0]["never_hit"].items()}
+    out["shard"] = [None, len(reports)]
+    out.pop("steady_cases_per_s", None)
+    out.pop("fault_by_label", None)
+    return out
+
+
+__all__ = ["CampaignConfig", "CampaignResult", "Coverage", "JaxRunner", "Mismatch", "Oracle",
+           "Outcome", "Selection", "batch_arrays", "case_at", "case_ops", "differences",
+           "draw_cases", "filler_words", "format_difference", "initial_state", "merge_reports",
+           "parse_ops", "reference_outcome", "report_json", "run_campaign", "sampled",
+           "state_leaves", "WORDS"]

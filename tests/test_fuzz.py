@@ -1,0 +1,373 @@
+"""`ptojax fuzz` / `ptojax replay`: differential campaigns through cli.main.
+
+Compile budget: every JAX run here is pj.batch.run on the "tiny" preset with
+64 rows of 16 words whose last row is the campaign's filler (BSTARTs of every
+effectful op, never executed), so the file compiles pj.batch.run once (JAX's
+persistent cache, tests/conftest.py, keeps it between sessions); the oracle
+runs in this process (--jobs 1) so that monkeypatching it plants a bug. The
+multi-device test compiles once more, in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import ptojax as pj
+from ptojax import cli, tables
+from ptojax.batch import campaign as C
+from ptojax.batch import casefile, shrink
+from ptojax.batch import generate as G
+from ptojax.interop import from_arch_state, validate
+
+ROWS = 64                                   # one compiled shape: [64, 16]
+BASE = ["--config", "tiny", "--batch", str(ROWS), "--jobs", "1"]
+HERE = Path(__file__).resolve().parent
+EXTERNAL = f"{sys.executable} {HERE / 'fuzz_external_reference.py'}"
+CFG = pj.preset("tiny")
+GEN = G.GenConfig(machine=CFG, max_words=C.WORDS)
+
+CI_COUNT = 20 * (ROWS - 1)                  # 1260 cases
+CI_SEED = 7
+
+
+def fuzz(capsys, *argv):
+    rc = cli.main(["fuzz", *BASE, *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def fuzz_json(capsys, *argv):
+    rc, out, err = fuzz(capsys, "--json", *argv)
+    return rc, json.loads(out), err
+
+
+def replay(capsys, *argv):
+    rc = cli.main(["replay", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def planted_alignment_bug(monkeypatch):
+    """The reference model ignores misaligned TLOAD/TSTORE addresses."""
+    from ptojax.reference import transport
+    probe = transport.probe
+
+    def no_alignment(gm_size, address, size):
+        f = probe(gm_size, address, size)
+        return None if f is not None and f.name == "Fault_DataAlignment" else f
+    monkeypatch.setattr(transport, "probe", no_alignment)
+    return monkeypatch
+
+
+# ----------------------------------------------------------------- case drawing (no JAX)
+
+
+def test_case_numbering_and_shards():
+    want = G.random_cases(11, 30, GEN)
+    for j in (0, 7, 29):
+        c = C.case_at(11, j, GEN)
+        assert (c.words, c.gm, c.gprs, c.kind, c.mutations) == \
+            (want[j].words, want[j].gm, want[j].gprs, want[j].kind, want[j].mutations)
+    full = [(k, j) for k, j, _ in C.draw_cases(11, 30, GEN)]
+    assert full == [(k, k) for k in range(30)]
+    parts = [[(k, j) for k, j, _ in C.draw_cases(11, 30, GEN, shard=(i, 3))] for i in range(3)]
+    assert sorted(sum(parts, [])) == full and all(len(p) == 10 for p in parts)
+
+
+def test_ops_selection():
+    sel = C.Selection(ops=C.parse_ops("mgather_cas"))
+    drawn = list(C.draw_cases(3, 40, GEN, sel))
+    assert len(drawn) == 40
+    for k, j, c in drawn:
+        named = C.case_ops(c)
+        assert not named or "MGATHER.CAS" in named
+    # the draw index is kept, so case k replays from (seed, index)
+    k, j, c = drawn[-1]
+    assert j >= k and C.case_at(3, j, GEN).words == c.words
+    # sharded selection: the shards split the same selected sequence
+    parts = [list(C.draw_cases(3, 40, GEN, sel, shard=(i, 2))) for i in range(2)]
+    assert sorted((k, j) for p in parts for k, j, _ in p) == [(k, j) for k, j, _ in drawn]
+    kinds = C.Selection(kinds=("cube_*",))
+    assert all(c.kind.startswith("cube_") for _, _, c in C.draw_cases(3, 20, GEN, kinds))
+    assert C.parse_ops("all") is None and C.parse_ops("TLOAD,tstore") == {"TLOAD", "TSTORE"}
+    with pytest.raises(ValueError, match="unknown operation"):
+        C.parse_ops("tload,tfoo")
+
+
+def test_sampling_is_seeded_fraction():
+    picks = [C.sampled(5, k, 0.25) for k in range(4000)]
+    assert picks == [C.sampled(5, k, 0.25) for k in range(4000)]
+    assert 0.22 < np.mean(picks) < 0.28
+    assert all(C.sampled(5, k, 1.0) for k in range(10)) and not any(C.sampled(5, k, 0) for k in range(10))
+
+
+def test_shrinker_keeps_a_change_iff_the_predicate_holds():
+    """A pure-Python 'mismatch': a BSTART.TLOAD word somewhere and GM byte 0x10 nonzero."""
+    case = next(c for c in G.random_cases(4, 50, GEN)
+                if G.bstart("TLOAD", 0) & 0x07FFFFFF in {w & 0x07FFFFFF for w in c.words}
+                and len(c.words) > 8 and c.gm[0x10])
+    tload = lambda w: (w & 0x07FFFFFF) == G.START["TLOAD"]
+
+    def fails(cands):
+        for c in cands:
+            yield any(map(tload, c.words)) and c.gm[0x10] != 0
+
+    small, stats = shrink.shrink(case, fails, seconds=60)
+    assert len(small.words) == 1 and tload(small.words[0])
+    assert np.count_nonzero(np.frombuffer(small.gm, np.uint8)) == 1 and small.gm[0x10] == case.gm[0x10]
+    assert all(not v for regs in small.gprs.values() for v in regs.values())
+    assert stats["complete"] and stats["kept"] == len(stats["steps"]) > 0
+    assert stats["words_before"] == len(case.words) and stats["words_after"] == 1
+
+
+def test_shrinker_lowers_lb_values_and_sizes():
+    words = [G.bstart("TLOAD", 27), G.dim(0, 40, 0), G.dim(1, 9, 0), G.iot_dst(0, 7, 1, 1), G.BSTOP]
+    case = G.Case(words=words, gm=bytes(CFG.gm_bytes), gprs={}, kind="ord_load")
+
+    def fails(cands):                    # "mismatch" while LB0 >= 5 and the stream has its B.IOT
+        for c in cands:
+            lb0 = [w for w in c.words if (w & 0x7F) == 0x43 and ((w >> 12) & 7) == 0]
+            yield bool(lb0) and (lb0[0] >> 20) >= 5 and any((w & 0x7F) == 0x13 for w in c.words)
+
+    small, stats = shrink.shrink(case, fails)
+    assert small.words == [G.dim(0, 5, 0), G.iot_dst(0, 1, 1, 1)], pj.asm.disassemble(small.words)
+
+
+def test_bad_options_exit_2(capsys, tmp_path):
+    assert fuzz(capsys, "--ops", "tload,tfoo")[0] == 2
+    assert fuzz(capsys, "--sample", "1.5")[0] == 2
+    assert fuzz(capsys, "--batch", "1")[0] == 2
+    assert fuzz(capsys, "--shard", "3/2")[0] == 2
+    rc, out, err = replay(capsys, str(tmp_path / "missing.json"))
+    assert rc == 2 and "cannot read" in err
+    p = tmp_path / "x.json"
+    p.write_text('{"format": "something else"}')
+    rc, out, err = replay(capsys, str(p))
+    assert rc == 2 and "not a ptojax fuzz case" in err
+
+
+# ----------------------------------------------------------------- campaigns
+
+
+def test_ci_campaign_every_op_every_fault(capsys, tmp_path):
+    """A CI-sized campaign over every implemented operation: zero mismatches, and
+    every fault of the execution model (every transport fault path) fires."""
+    rc, rep, err = fuzz_json(capsys, "--ops", "tload,tstore,mgather_cas", "--count", str(CI_COUNT),
+                             "--seed", str(CI_SEED), "--out", str(tmp_path))
+    print(json.dumps({k: rep[k] for k in ("cases", "compared", "mismatches", "seconds",
+                                          "cases_per_s", "first_call_seconds")}),
+          json.dumps(rep["coverage"]["faults"]), json.dumps(rep["never_hit"]), sep="\n")
+    assert rc == 0, err
+    assert rep["format"] == C.REPORT_FORMAT
+    assert rep["cases"] == rep["compared"] == CI_COUNT and rep["mismatches"] == 0
+    assert rep["ops"] == ["mgather_cas", "tload", "tstore"]
+    cov = rep["coverage"]
+    for op in C.IMPLEMENTED_OPS:
+        assert cov["operations"].get(op, 0) > 0, op
+    assert rep["never_hit"]["faults"] == [], rep["never_hit"]["faults"]
+    assert set(cov["faults"]) == set(tables.FAULTS)
+    assert sum(cov["faults"].values()) == CI_COUNT
+    assert sum(cov["kinds"].values()) == CI_COUNT
+    assert rep["never_hit"]["operations"] == []
+    for axis in ("dtypes", "layouts", "mutations"):
+        assert len(cov[axis]) > 10, axis
+    # the never-hit lists are exactly the zero counts of each axis's universe
+    assert set(rep["never_hit"]["mutations"]) == set(G.MUTATIONS) - set(cov["mutations"])
+    assert set(rep["never_hit"]["kinds"]) == set(G.PROGRAM_KINDS) - set(cov["kinds"])
+    assert rep["cases_per_s"] > 0 and rep["first_call_seconds"] > 0
+    assert json.loads((tmp_path / "report.json").read_text())["cases"] == CI_COUNT
+    assert not list(tmp_path.glob("mismatch-*.json"))
+
+
+def test_planted_bug_is_caught_shrunk_written_and_replayed(capsys, tmp_path, planted_alignment_bug):
+    out_dir = tmp_path / "out"
+    rc, out, err = fuzz(capsys, "--count", str(2 * (ROWS - 1)), "--seed", "0", "--shrink-limit", "1",
+                        "--max-files", "1", "--out", str(out_dir))
+    assert rc == 1, err
+    assert "fuzz" in err                                  # the progress bar (stderr)
+    assert "shrinking mismatch 1" in err
+    rep = json.loads((out_dir / "report.json").read_text())
+    assert rep["mismatches"] > 0 and len(rep["mismatch_files"]) == 1
+    path = Path(rep["mismatch_files"][0])
+    assert f"ptojax replay {path}" in out
+    d = json.loads(path.read_text())
+    assert d["format"] == casefile.CASE_FORMAT
+    # shrunk to a minimal case: a TLOAD or TSTORE bundle with a misaligned address
+    assert len(d["words"]) <= 5, d["disassembly"]
+    assert d["shrink"]["words_after"] == len(d["words"]) < d["shrink"]["words_before"]
+    assert d["shrink"]["kept"] > 0 and d["shrink"]["steps"]
+    assert d["disassembly"][0].startswith(("BSTART.TLOAD", "BSTART.TSTORE"))
+    assert d["case"]["gm_nonzero_bytes"] < CFG.gm_bytes
+    fields = {x["field"]: x for x in d["differences"]}
+    assert fields["fault"]["jax"] == "Fault_DataAlignment"
+    assert fields["fault"]["reference"] != "Fault_DataAlignment"
+    assert d["results"]["jax"]["fault"] == "Fault_DataAlignment"
+    for env in (d["initial"], d["results"]["jax"]["final"], d["results"]["reference"]["final"]):
+        validate(env)
+    # replay (the bug still planted) shows the difference field by field
+    rc, out, err = replay(capsys, str(path))
+    assert rc == 1, err
+    assert "fault: jax Fault_DataAlignment | reference " in out
+    assert "<- jax: Fault_DataAlignment" in out and "executed: jax" in out
+    rc, out, _ = replay(capsys, str(path), "--json")
+    j = json.loads(out)
+    assert rc == 1 and j["differ"] and [x["field"] for x in j["differences"]] == list(fields)
+    # without the planted bug the two models agree on the written case
+    planted_alignment_bug.undo()
+    rc, out, err = replay(capsys, str(path))
+    assert rc == 0, out
+    assert "the two models agree" in out
+
+
+def test_export_files_validate_and_hold_the_oracle_result(capsys, tmp_path):
+    edir = tmp_path / "export"
+    rc, rep, err = fuzz_json(capsys, "--count", str(ROWS - 1), "--seed", "3", "--export", str(edir),
+                             "--export-limit", "12", "--out", str(tmp_path / "out"))
+    assert rc == 0, err
+    assert rep["export"]["cases"] == 12
+    index = json.loads((edir / "index.json").read_text())
+    assert index["protocol"] == casefile.PROTOCOL and len(index["cases"]) == 12
+    for name in index["cases"]:
+        d = json.loads((edir / name).read_text())
+        assert d["format"] == casefile.EXPORT_FORMAT
+        validate(d["initial"])
+        validate(d["expected"]["final"])
+        assert d["initial"]["kind"] == "initial_state"
+        case = C.case_at(3, d["campaign"]["index"], GEN)
+        assert d["words"] == case.words and d["kind"] == case.kind
+        cfg = casefile.machine_from(d["config"])
+        start = from_arch_state(d["initial"], cfg)
+        assert C.Outcome(C.state_leaves(start), 0).same(
+            C.Outcome(C.state_leaves(C.initial_state(case, cfg)), 0))
+        want = C.reference_outcome(start, d["words"], d["pe"], d["on_fault"], cfg)
+        got = from_arch_state(d["expected"]["final"], cfg)
+        assert C.Outcome(C.state_leaves(got), want.executed).same(want)
+        assert d["expected"]["fault"] == want.fault and d["expected"]["executed"] == want.executed
+    # an export file replays like a mismatch file (the models agree on it)
+    rc, out, _ = replay(capsys, str(edir / index["cases"][0]))
+    assert rc == 0 and "the two models agree" in out
+
+
+def test_against_external_reference_command(capsys, tmp_path):
+    rc, rep, err = fuzz_json(capsys, "--count", str(ROWS - 1), "--seed", "5", "--sample", "0",
+                             "--against", EXTERNAL, "--out", str(tmp_path))
+    assert rc == 0, err
+    assert rep["compared"] == 0 and rep["cases"] == ROWS - 1
+    assert rep["against"] == {"command": EXTERNAL, "compared": ROWS - 1, "mismatches": 0}
+
+
+def test_against_finds_a_broken_external_command(capsys, tmp_path):
+    broken = EXTERNAL + " --break-alignment"
+    rc, rep, err = fuzz_json(capsys, "--count", str(ROWS - 1), "--seed", "0", "--sample", "0",
+                             "--against", broken, "--no-shrink", "--max-files", "1",
+                             "--out", str(tmp_path))
+    assert rc == 1, err
+    assert rep["against"]["mismatches"] > 0 and rep["mismatches"] == 0
+    d = json.loads(Path(rep["mismatch_files"][0]).read_text())
+    assert d["against"] == broken and "external" in d["results"]
+    assert any(x["field"] == "fault" and x["jax"] == "Fault_DataAlignment" for x in d["differences"])
+    # replay reruns the recorded external command ...
+    rc, out, _ = replay(capsys, Path(rep["mismatch_files"][0]).as_posix())
+    assert rc == 1 and "fault: jax Fault_DataAlignment | external" in out
+    # ... or the reference model, which agrees with pj.batch.run
+    rc, out, _ = replay(capsys, Path(rep["mismatch_files"][0]).as_posix(), "--reference")
+    assert rc == 0
+
+
+def test_against_protocol_errors_exit_2(capsys, tmp_path):
+    rc, out, err = fuzz(capsys, "--count", "4", "--sample", "0", "--quiet",
+                        "--against", f"{sys.executable} -c \"import sys; sys.stdin.readline(); "
+                                     f"print('not json', flush=True); sys.stdin.read()\"")
+    assert rc == 2 and "not JSON" in err
+
+
+def test_shard_option(capsys, tmp_path):
+    rc, rep, err = fuzz_json(capsys, "--count", "20", "--seed", "2", "--shard", "1/2", "--quiet")
+    assert rc == 0, err
+    assert rep["shard"] == [1, 2] and rep["cases"] == rep["compared"] == 10
+    merged = C.merge_reports([rep, rep])
+    assert merged["cases"] == 20 and sum(merged["coverage"]["kinds"].values()) == 20
+
+
+def test_hold_mode_campaign(capsys, tmp_path):
+    rc, rep, err = fuzz_json(capsys, "--count", str(ROWS - 1), "--seed", "9", "--on-fault", "hold",
+                             "--pe", "2", "--quiet")
+    assert rc == 0, err
+    assert rep["on_fault"] == "hold" and rep["pe"] == 2 and rep["mismatches"] == 0
+
+
+# ----------------------------------------------------------------- several devices
+
+_SHARDED = textwrap.dedent("""
+    import os, sys
+    import jax
+    cache = os.environ.get("PTOJAX_TEST_JAX_CACHE")
+    if cache:
+        jax.config.update("jax_compilation_cache_dir", cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    import numpy as np
+    import ptojax as pj
+    from ptojax.batch import campaign as C
+    assert jax.local_device_count() == 4, jax.local_devices()
+    cfg = pj.preset("tiny")
+    gen = C.CampaignConfig(config="tiny").gen
+    rows = [None] + [C.case_at(21, k, gen) for k in range({rows} - 1)]
+    out = {{}}
+    for tag, n in (("all", {rows}), ("part", {rows} - 2)):      # 62 rows: padded to 64
+        st, w, lens = C.batch_arrays(rows[:n], cfg)
+        res = pj.batch.run(st, w, 0, lengths=lens, cfg=cfg)
+        assert len(res.state.gm.sharding.device_set) == 4, res.state.gm.sharding
+        for k, v in C.state_leaves(res.state).items():
+            out[tag + k] = v
+        out[tag + "executed"] = res.executed
+    np.savez(sys.argv[1], **out)
+""")
+
+
+def test_four_devices_give_the_one_device_results(tmp_path):
+    """pj.batch.run sharded over 4 (forced host) devices equals the 1-device run, every leaf."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env.setdefault("PTOJAX_TEST_JAX_CACHE", jax.config.jax_compilation_cache_dir or "")
+    dest = tmp_path / "sharded.npz"
+    p = subprocess.run([sys.executable, "-c", _SHARDED.format(rows=ROWS), str(dest)], env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = np.load(dest)
+    assert jax.local_device_count() == 1
+    gen = C.CampaignConfig(config="tiny").gen
+    rows = [None] + [C.case_at(21, k, gen) for k in range(ROWS - 1)]
+    st, w, lens = C.batch_arrays(rows, CFG)
+    res = pj.batch.run(st, w, 0, lengths=lens, cfg=CFG)
+    one = C.state_leaves(res.state)
+    assert len(one) == len([k for k in got.files if k.startswith("all.")])
+    for tag, n in (("all", ROWS), ("part", ROWS - 2)):
+        for k, v in one.items():
+            a = got[tag + k]
+            assert a.dtype == v.dtype and a.shape == (n,) + v.shape[1:], k
+            assert np.array_equal(a, v[:n]), f"{tag}{k} differs between 4 devices and 1"
+        assert np.array_equal(got[tag + "executed"], res.executed[:n])
+    # and the batch did real work: faults of several kinds, words executed
+    assert len(set(res.fault_code[1:].tolist())) > 2 and res.executed.sum() > 100
+
+
+# ----------------------------------------------------------------- slow
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("on_fault,count", [("abandon", 20000), ("hold", 5000)])
+def test_long_campaign(capsys, tmp_path, on_fault, count):
+    rc, rep, err = fuzz_json(capsys, "--count", str(count), "--seed", "12345", "--on-fault", on_fault,
+                             "--out", str(tmp_path))
+    print(json.dumps({k: rep[k] for k in ("cases", "mismatches", "seconds", "cases_per_s")}))
+    assert rc == 0 and rep["mismatches"] == 0, rep.get("mismatch_files")
+    assert rep["never_hit"]["faults"] == []
