@@ -805,6 +805,8 @@ def cmd_fuzz(args) -> int:
         raise CliError(f"--sample {args.sample}: expected a fraction in 0..1")
     if not 0 <= args.pe < tables.NUM_PES:
         raise CliError(f"--pe {args.pe}: expected 0..{tables.NUM_PES - 1}")
+    if args.cas_weight is not None and not 0.0 <= args.cas_weight <= 1.0:
+        raise CliError(f"--cas-weight {args.cas_weight}: expected a probability in 0..1")
     if args.jobs is not None and args.jobs < 1:
         raise CliError(f"--jobs {args.jobs}: expected at least 1")
     try:
@@ -821,7 +823,7 @@ def cmd_fuzz(args) -> int:
     jobs = args.jobs if args.jobs is not None else max(1, min(os.cpu_count() or 1, 32))
     cc = C.CampaignConfig(seed=args.seed, count=args.count, config=args.config, rows=args.batch,
                           sample=args.sample, on_fault=args.on_fault, pe=args.pe, ops=ops,
-                          kinds=kinds, jobs=jobs, shard=shard)
+                          kinds=kinds, jobs=jobs, shard=shard, cas_weight=args.cas_weight)
     mcfg = cc.machine
     err = _console(stderr=True)
 
@@ -1018,6 +1020,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "BSTART of one of them, and cases with no BSTART at all")
     f.add_argument("--kinds", metavar="PATTERNS",
                    help="comma list of fnmatch patterns on the generator's case kind (e.g. 'cube_*')")
+    f.add_argument("--cas-weight", type=float, metavar="P",
+                   help="probability that a drawn case is an MGATHER.CAS kind (default: 0 without "
+                        "mgather_cas in --ops, 1 when it is the only op, else 1/3)")
     f.add_argument("--count", type=int, default=1000, help="cases to run (default 1000)")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
     f.add_argument("--batch", type=int, default=256,

@@ -84,6 +84,21 @@ def test_case_numbering_and_shards():
     assert sorted(sum(parts, [])) == full and all(len(p) == 10 for p in parts)
 
 
+def test_initial_state_is_build_state():
+    """The campaign's numpy initial States equal generate.build_state's, also for
+    MGATHER.CAS cases whose sources come from setup words and undefined Words."""
+    cc = C.CampaignConfig(config="tiny", ops=C.parse_ops("tload,mgather_cas"))
+    assert 0 < cc.cas < 1 and C.CampaignConfig(config="tiny", ops=C.parse_ops("tload")).cas == 0
+    prepared = 0
+    for _, _, c in C.draw_cases(1, 24, cc.gen, C.Selection(cc.ops)):
+        a, b = C.state_leaves(C.initial_state(c, CFG)), C.state_leaves(G.build_state(c, CFG))
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+        prepared += bool(c.setup or c.undefine)
+    assert prepared > 0
+
+
 def test_ops_selection():
     sel = C.Selection(ops=C.parse_ops("mgather_cas"))
     drawn = list(C.draw_cases(3, 40, GEN, sel))
@@ -237,22 +252,25 @@ def test_export_files_validate_and_hold_the_oracle_result(capsys, tmp_path):
     assert rep["export"]["cases"] == 12
     index = json.loads((edir / "index.json").read_text())
     assert index["protocol"] == casefile.PROTOCOL and len(index["cases"]) == 12
+    kinds = set()
     for name in index["cases"]:
         d = json.loads((edir / name).read_text())
         assert d["format"] == casefile.EXPORT_FORMAT
         validate(d["initial"])
         validate(d["expected"]["final"])
         assert d["initial"]["kind"] == "initial_state"
-        case = C.case_at(3, d["campaign"]["index"], GEN)
+        case = C.case_at(3, d["campaign"]["index"], C.CampaignConfig(config="tiny").gen)
         assert d["words"] == case.words and d["kind"] == case.kind
         cfg = casefile.machine_from(d["config"])
         start = from_arch_state(d["initial"], cfg)
         assert C.Outcome(C.state_leaves(start), 0).same(
             C.Outcome(C.state_leaves(C.initial_state(case, cfg)), 0))
+        kinds.add(case.kind)
         want = C.reference_outcome(start, d["words"], d["pe"], d["on_fault"], cfg)
         got = from_arch_state(d["expected"]["final"], cfg)
         assert C.Outcome(C.state_leaves(got), want.executed).same(want)
         assert d["expected"]["fault"] == want.fault and d["expected"]["executed"] == want.executed
+    assert any(k.startswith("cas_") for k in kinds), kinds     # tiles made by setup words too
     # an export file replays like a mismatch file (the models agree on it)
     rc, out, _ = replay(capsys, str(edir / index["cases"][0]))
     assert rc == 0 and "the two models agree" in out

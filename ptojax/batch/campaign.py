@@ -173,12 +173,25 @@ def reset_leaves(cfg: MachineConfig) -> State:
     return jax.tree_util.tree_map(np.asarray, reset(cfg))
 
 
+def _prepared(case) -> bool:
+    """Whether the Case's initial State needs more than its GM/GPR/PC/capacity
+    fields (setup words run on the oracle, undefined Words: generate.Case)."""
+    return bool(getattr(case, "setup", ()) or getattr(case, "undefine", ()))
+
+
 def initial_state(case: G.Case, cfg: MachineConfig) -> State:
-    """The Case's initial State with numpy leaves (what generate.build_state
-    builds, without a device round trip per case)."""
+    """The Case's initial State with numpy leaves: what generate.build_state
+    builds (it runs a Case's setup words on the oracle), without a device
+    round trip per case when there is no setup. Raises RuntimeError when the
+    setup does not complete (a shrinking candidate can break it)."""
     a = G.case_arrays(case, cfg)
-    return reset_leaves(cfg).replace(gm=a["gm"], gpr=a["gpr"], pc=np.asarray(a["pc"], np.uint64),
-                                     tile_capacity=np.asarray(a["tile_capacity"], np.uint64))
+    st = reset_leaves(cfg).replace(gm=a["gm"], gpr=a["gpr"], pc=np.asarray(a["pc"], np.uint64),
+                                   tile_capacity=np.asarray(a["tile_capacity"], np.uint64))
+    if _prepared(case):
+        prepare = getattr(G, "_prepare", None)     # build_state's second half
+        st = prepare(st, case, cfg) if prepare else G.build_state(case, cfg)
+        st = jax.tree_util.tree_map(np.asarray, st)
+    return st
 
 
 def filler_words(length: int = WORDS) -> np.ndarray:
@@ -212,6 +225,8 @@ def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS):
     for r, row in enumerate(rows):
         if row is None:
             continue
+        if isinstance(row, G.Case) and _prepared(row):
+            row = (initial_state(row, cfg), row.words)
         if isinstance(row, G.Case):
             a = G.case_arrays(row, cfg)
             gm[r], gpr[r], pc[r], cap[r] = a["gm"], a["gpr"], a["pc"], a["tile_capacity"]
@@ -226,14 +241,11 @@ def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS):
     st = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (R,) + a.shape), base)
     st = st.replace(gm=gm, gpr=gpr, pc=pc, tile_capacity=cap)
     if full:
-        leaves = jax.tree_util.tree_leaves(st)
-        paths = [p for p, _ in jax.tree_util.tree_leaves_with_path(st)]
-        out = [np.array(a) for a in leaves]
+        out = [np.array(a) for a in jax.tree_util.tree_leaves(st)]
         for r, s in full.items():
             for i, x in enumerate(jax.tree_util.tree_leaves(s)):
                 out[i][r] = np.asarray(x)
         st = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(st), out)
-        del paths
     return st, words, lengths
 
 
@@ -469,8 +481,14 @@ def _oracle_init():
     jax.config.update("jax_platforms", "cpu")
 
 
-def _oracle_chunk(cases, cfg, on_fault):
-    return [reference_outcome(initial_state(c, cfg), c.words, c.pe, on_fault, cfg) for c in cases]
+def _oracle_chunk(items, cfg, on_fault):
+    """Reference outcomes of [Case or (Case, initial State)]."""
+    out = []
+    for item in items:
+        c, st = item if isinstance(item, tuple) else (item, None)
+        st = initial_state(c, cfg) if st is None else st
+        out.append(reference_outcome(st, c.words, c.pe, on_fault, cfg))
+    return out
 
 
 class _Done:
@@ -500,7 +518,8 @@ class Oracle:
                                                initializer=_oracle_init)
 
     def submit(self, cases: list) -> list:
-        """Futures whose results concatenate to the outcomes of `cases`, in order."""
+        """Futures whose results concatenate to the outcomes of `cases` (Cases,
+        or (Case, initial State) pairs), in order."""
         if not cases:
             return []
         if self.pool is None:
@@ -533,8 +552,9 @@ class Coverage:
 
     AXES = ("operations", "dtypes", "layouts", "faults", "kinds", "mutations")
 
-    def __init__(self, selected_ops: Optional[frozenset] = None):
+    def __init__(self, selected_ops: Optional[frozenset] = None, cas_weight: float = 0.0):
         self.selected_ops = selected_ops
+        self.cas_weight = cas_weight
         self.counts = {a: collections.Counter() for a in self.AXES}
         self.fault_by_label = collections.defaultdict(collections.Counter)
 
@@ -569,8 +589,13 @@ class Coverage:
                 "dtypes": [d.name for d in tables.DATATYPES],
                 "layouts": list(tables.LAYOUT_CODES.values()),
                 "faults": list(tables.FAULTS),
-                "kinds": list(G.PROGRAM_KINDS),
-                "mutations": list(G.MUTATIONS)}
+                "kinds": self._labels("PROGRAM_KINDS", "CAS_KINDS"),
+                "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS")}
+
+    def _labels(self, transport: str, cas: str) -> list:
+        """The labels the generator can draw with this campaign's CAS weight."""
+        out = list(getattr(G, transport)) if self.cas_weight < 1 else []
+        return out + (list(getattr(G, cas, {})) if self.cas_weight > 0 else [])
 
     def never_hit(self) -> dict:
         return {a: [v for v in vals if self.counts[a][v] == 0] for a, vals in self.universe().items()}
@@ -619,6 +644,7 @@ class CampaignConfig:
     kinds: Optional[tuple] = None
     jobs: int = 1
     shard: tuple = (0, 1)
+    cas_weight: Optional[float] = None     # share of MGATHER.CAS kinds; None: from `ops`
     keep_mismatches: int = 50       # Mismatch records kept (all are counted)
 
     @property
@@ -627,8 +653,23 @@ class CampaignConfig:
         return preset(self.config)
 
     @property
+    def cas(self) -> float:
+        """The generator's probability of an MGATHER.CAS kind: as given, else 0
+        without MGATHER.CAS among the ops, 1 when it is the only op, 1/3 otherwise."""
+        if self.cas_weight is not None:
+            return float(self.cas_weight)
+        if "cas_weight" not in {f.name for f in dataclasses.fields(G.GenConfig)}:
+            return 0.0
+        if self.ops is not None and "MGATHER.CAS" not in self.ops:
+            return 0.0
+        if self.ops == frozenset({"MGATHER.CAS"}):
+            return 1.0
+        return 1.0 / 3.0
+
+    @property
     def gen(self) -> G.GenConfig:
-        return G.GenConfig(machine=self.machine, max_words=WORDS, pe=self.pe)
+        kw = {"cas_weight": self.cas} if self.cas > 0 else {}
+        return G.GenConfig(machine=self.machine, max_words=WORDS, pe=self.pe, **kw)
 
 
 @dataclass
@@ -665,7 +706,7 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
     runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault)
     own_oracle = oracle is None
     oracle = oracle or Oracle(mcfg, cc.on_fault, cc.jobs)
-    res = CampaignResult(cc, coverage=Coverage(cc.ops), devices=jax.local_device_count())
+    res = CampaignResult(cc, coverage=Coverage(cc.ops, cc.cas), devices=jax.local_device_count())
     me, n_shards = cc.shard
     total = len(range(me, cc.count, n_shards))
     cases = draw_cases(cc.seed, cc.count, gen, Selection(cc.ops, cc.kinds), cc.shard)
@@ -683,7 +724,10 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
                 return
             yield chunk
 
-    def finalize(chunk, jfut, ofuts, sample_rows):
+    def start_of(c, prepared, r):
+        return prepared[r] if r in prepared else initial_state(c, mcfg)
+
+    def finalize(chunk, prepared, jfut, ofuts, sample_rows):
         got = jfut.result()
         want = [o for f in ofuts for o in f.result()]
         bad = mismatch_mask(got, want, sample_rows)
@@ -703,13 +747,14 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
         if want_export:
             for r, (k, j, c) in enumerate(chunk):
                 ref = oracle_of.get(r)
+                st = start_of(c, prepared, r)
                 if ref is None:
-                    ref = reference_outcome(initial_state(c, mcfg), c.words, c.pe, cc.on_fault, mcfg)
-                if export(k, j, c, initial_state(c, mcfg), ref) is False:
+                    ref = reference_outcome(st, c.words, c.pe, cc.on_fault, mcfg)
+                if export(k, j, c, st, ref) is False:
                     want_export = False
                     break
         if against is not None:
-            exts = against.run_many([(c, initial_state(c, mcfg)) for _, _, c in chunk])
+            exts = against.run_many([(c, start_of(c, prepared, r)) for r, (_, _, c) in enumerate(chunk)])
             for r, ((k, j, c), ext) in enumerate(zip(chunk, exts)):
                 res.against_compared += 1
                 mine = got[r]
@@ -726,15 +771,18 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
     try:
         for chunk in chunks():
             sample_rows = [r for r, (k, _, _) in enumerate(chunk) if sampled(cc.seed, k, cc.sample)]
-            jfut = jax_thread.submit(runner.run, [c for _, _, c in chunk])
-            ofuts = oracle.submit([chunk[r][2] for r in sample_rows])
+            # initial States that need setup words run: built once, for both sides
+            prepared = {r: initial_state(c, mcfg) for r, (_, _, c) in enumerate(chunk) if _prepared(c)}
+            rows = [(prepared[r], c.words) if r in prepared else c for r, (_, _, c) in enumerate(chunk)]
+            jfut = jax_thread.submit(runner.run, rows)
+            ofuts = oracle.submit([(chunk[r][2], prepared.get(r)) for r in sample_rows])
             if first:
                 jfut.result()
                 res.first_call_seconds = time.perf_counter() - t0
                 first = False
-            pending.append((chunk, jfut, ofuts, sample_rows))
-            while pending and (len(pending) >= depth or all(f.done() for f in pending[0][2])
-                               and pending[0][1].done()):
+            pending.append((chunk, prepared, jfut, ofuts, sample_rows))
+            while pending and (len(pending) >= depth or all(f.done() for f in pending[0][3])
+                               and pending[0][2].done()):
                 finalize(*pending.popleft())
                 res.seconds = time.perf_counter() - t0
                 if progress:
@@ -762,7 +810,8 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "cases_per_call": cc.rows - 1, "on_fault": cc.on_fault, "pe": cc.pe,
         "ops": sorted(op_token(o) for o in cc.ops) if cc.ops else "all",
         "kinds": list(cc.kinds) if cc.kinds else "all",
-        "sample": cc.sample, "shard": list(cc.shard), "devices": res.devices, "jobs": cc.jobs,
+        "sample": cc.sample, "cas_weight": round(cc.cas, 4), "shard": list(cc.shard),
+        "devices": res.devices, "jobs": cc.jobs,
         "cases": res.cases, "compared": res.compared, "mismatches": res.mismatches,
         "seconds": round(res.seconds, 3), "cases_per_s": round(res.cases_per_s, 1),
         "first_call_seconds": round(res.first_call_seconds, 3),

@@ -97,7 +97,9 @@ def case_json(case: G.Case) -> dict:
     return {"kind": case.kind, "mutations": list(case.mutations), "notes": list(case.notes),
             "pc": hex(case.pc), "tile_capacity": case.tile_capacity, "pe": case.pe,
             "gprs": {pe: r for pe, r in regs.items() if r},
-            "gm_nonzero_bytes": int(np.count_nonzero(np.frombuffer(bytes(case.gm), np.uint8)))}
+            "gm_nonzero_bytes": int(np.count_nonzero(np.frombuffer(bytes(case.gm), np.uint8))),
+            "setup": words_hex(getattr(case, "setup", ())),
+            "undefine": [list(x) for x in getattr(case, "undefine", ())]}
 
 
 def repro_json(case: G.Case, *, cfg: MachineConfig, config_name: str, on_fault: str, rows: int,

@@ -285,18 +285,31 @@ def _same(a, b) -> bool:
 
 def reference_predicate(runner, on_fault: str, cfg, other=None) -> Callable:
     """fails(cases): pj.batch.run (through `runner`, `capacity` candidates per
-    call) against pj.reference.run, or against `other.run(case, state)`."""
+    call) against pj.reference.run, or against `other.run(case, state)`. A
+    candidate whose initial State cannot be built (its setup words no longer
+    complete) does not fail."""
     from .campaign import initial_state, reference_outcome
 
     def fails(cands) -> Iterator[bool]:
         for i in range(0, len(cands), runner.capacity):
             part = cands[i: i + runner.capacity]
-            got = runner.run(part)
+            states = []
+            for c in part:
+                try:
+                    states.append(initial_state(c, cfg))
+                except RuntimeError:
+                    states.append(None)
+            ok = [r for r, st in enumerate(states) if st is not None]
+            got = runner.run([(states[r], part[r].words) for r in ok]) if ok else None
+            row = {r: n for n, r in enumerate(ok)}
             for r, c in enumerate(part):
-                st = initial_state(c, cfg)
+                if states[r] is None:
+                    yield False
+                    continue
+                st = states[r]
                 want = (other.run(c, st) if other is not None
                         else reference_outcome(st, c.words, c.pe, on_fault, cfg))
-                yield not got[r].same(want)
+                yield not got[row[r]].same(want)
     return fails
 
 
