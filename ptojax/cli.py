@@ -669,11 +669,27 @@ def _fuzz_progress(enabled: bool):
         return None, lambda: None
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
+    con = _console(stderr=True)
+    if not con.is_terminal:                 # a log file: one plain line every 30 s
+        last = {"t": 0.0}
+
+        def plain(done, total, res):
+            now = time.perf_counter()
+            if now - last["t"] < 30 and done < total:
+                return
+            last["t"] = now
+            rate = res.cases_per_s
+            eta = (total - done) / rate if rate > 0 else float("nan")
+            con.print(f"fuzz: {done:,}/{total:,} cases, {rate:,.0f} cases/s, "
+                      f"{res.mismatches + res.against_mismatches:,} mismatches, "
+                      f"{res.seconds:,.0f} s, eta {eta:,.0f} s", markup=False, highlight=False,
+                      soft_wrap=True)
+        return plain, lambda: None
     prog = Progress(TextColumn("fuzz"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[rate]} cases/s"),
                     TextColumn("{task.fields[bad]} mismatches"),
                     TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                    console=_console(stderr=True), transient=False)
+                    console=con, transient=False)
     state = {}
 
     def update(done, total, res):
