@@ -7,10 +7,15 @@
     ptojax disasm FILE|- [--addresses]   hex words -> assembly text
     ptojax demo [--config NAME] [--batch N]
     ptojax bench layouts|bundles [ARGS]  the benchmarks of the repository's benchmarks/
+    ptojax fuzz [--ops LIST] [--count N] [--seed S] [--batch B] [--sample F]
+                [--config tiny|small|asl] [--on-fault abandon|hold] [--json] [--out DIR]
+                [--export DIR] [--against CMD] [--shard I/N | --distributed] ...
+    ptojax replay FILE [--against CMD | --reference] [--json]
 
 Exit status: 0 when the command did its work (a program that stops at an
 architectural fault still ran: the fault is data and is reported), 2 for bad
-input (malformed assembly, unreadable file, bad option value).
+input (malformed assembly, unreadable file, bad option value). `fuzz` and
+`replay` exit 1 when the two models differ (docs/fuzzing.md).
 """
 
 from __future__ import annotations
