@@ -1,0 +1,89 @@
+"""Shared helpers of the differential tests (test_differential*.py).
+
+`Outcome` is a numpy view of one run (every State leaf, the fault name, the
+executed count); `assert_same` compares two leaf by leaf. `run_batch` runs up
+to B-1 (State, stream) pairs through ONE pj.batch.run call of shape [B, L]:
+the rows after the cases hold a filler stream of length 0 (never executed)
+whose words fix the data-dependent static arguments of pj.batch.run (the
+completion bound from its completing BSTARTs, the effect set from the ops
+they start), so every call with the same filler, config and shape reuses one
+compiled function.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+import ptojax as pj
+from ptojax import tables
+
+
+class Outcome:
+    """Numpy view of one run's result: State leaves, fault name, executed."""
+
+    def __init__(self, leaves, fault: str, executed: int, state=None):
+        self.leaves = leaves
+        self.fault = fault
+        self.executed = executed
+        self.state = state
+
+    @classmethod
+    def of(cls, r: pj.RunResult) -> "Outcome":
+        return cls(leaves(r.state), r.fault, int(r.executed), r.state)
+
+
+def leaves(state):
+    return [(jax.tree_util.keystr(p), np.asarray(x))
+            for p, x in jax.tree_util.tree_leaves_with_path(state)]
+
+
+def diff(got: Outcome, want: Outcome) -> list:
+    out = []
+    if got.fault != want.fault:
+        out.append(f"fault: {got.fault} != oracle {want.fault}")
+    if got.executed != want.executed:
+        out.append(f"executed: {got.executed} != oracle {want.executed}")
+    for (k, a), (k2, b) in zip(got.leaves, want.leaves):
+        assert k == k2
+        if a.shape != b.shape or a.dtype != b.dtype:
+            out.append(f"{k}: shape/dtype {a.shape} {a.dtype} != oracle {b.shape} {b.dtype}")
+        elif not np.array_equal(a, b):
+            idx = np.argwhere(a != b)
+            where = [tuple(int(v) for v in i) for i in idx[:4]]
+            vals = [(a[w], b[w]) for w in where] if a.ndim else [(a, b)]
+            out.append(f"{k}: {len(idx) or 1} differ, first at {where}: got/oracle {vals}")
+    return out
+
+
+def assert_same(what: str, case_text: str, got: Outcome, want: Outcome):
+    d = diff(got, want)
+    assert not d, f"{what} differs from the oracle\n{case_text}\n" + "\n".join(d)
+
+
+def padded(streams, filler, B: int, L: int):
+    """[B, L] words, lengths: cases in rows 0..n-1, filler rows (length 0) after them."""
+    arr = np.tile(np.asarray(filler, np.uint32), (B, 1))
+    lens = np.zeros(B, np.int32)
+    for i, w in enumerate(streams):
+        assert len(w) <= L, f"stream of {len(w)} words > {L}"
+        arr[i, : len(w)] = w
+        lens[i] = len(w)
+    return arr, lens
+
+
+def run_batch(states, streams, on_fault: str, pe: int = 0, *, cfg, filler, B: int = 64,
+              L: int = 16) -> list:
+    """Outcomes of pj.batch.run for up to B-1 (state, stream) pairs, one call."""
+    assert 1 <= len(states) == len(streams) <= B - 1
+    arr, lens = padded(streams, filler, B, L)
+    rows = list(states) + [states[0]] * (B - len(states))
+    br = pj.batch.run(pj.batch.stack_states(rows), arr, pe, lengths=lens, on_fault=on_fault,
+                      cfg=cfg)
+    batched = leaves(br.state)
+    return [Outcome([(k, a[i]) for k, a in batched], tables.FAULTS[int(br.fault_code[i])],
+                    int(br.executed[i])) for i in range(len(streams))]
+
+
+def run_reference(state, words, on_fault: str, pe: int = 0, *, cfg) -> Outcome:
+    return Outcome.of(pj.reference.run(state, words, pe, on_fault=on_fault, cfg=cfg))
