@@ -1,13 +1,19 @@
-"""Bundles/s of pj.batch.run against the reference model, per TLOAD/TSTORE bundle.
+"""Bundles/s of pj.batch.run against the reference model, per TLOAD/TSTORE/MGATHER.CAS bundle.
 
 Each bundle is a real instruction stream (BSTART .. BSTOP, 6-7 words) that
 moves a full 16x16 tile (32x8 for CUBE_M32, which needs 32 rows) between GM
-and a Local tile, on the "tiny" config preset (256 payload Words per tile, so
-that 65536 States fit in about 1.6 GB):
+and a Local tile, or runs a 4x4 MGATHER.CAS, on the "tiny" config preset (256
+payload Words per tile, so that 65536 States fit in about 1.6 GB):
 
 * ordinary TLOAD / TSTORE of U32 and FP16 (RowMajor tiles);
 * CUBE TLOAD ND2M16 / ND2N8 / ND2M32 and TSTORE M162ND / N82ND / M322ND of
-  FP16; a store's source tile is loaded beforehand (reference model).
+  FP16; a store's source tile is loaded beforehand (reference model);
+* BSTART.MGATHER.CAS U32 over 4x4 lanes: 16 distinct addresses (half of the
+  compares succeed), and a duplicate-heavy variant (16 lanes on 2 addresses,
+  lane i expecting i//2 and writing i//2+1, so in the default row-major lane
+  order every compare succeeds and each lane sees the previous one's write);
+  the Index/Expected/Replacement tiles are loaded beforehand (reference
+  model, ordinary TLOADs).
 
 For every bundle and batch size one run measures, side by side:
 
@@ -57,7 +63,11 @@ BUNDLES = {
     "TSTORE M162ND FP16 16x16": ("TSTORE", "M162ND", "FP16", 16, 16, 3, "M"),
     "TSTORE N82ND FP16 16x16":  ("TSTORE", "N82ND", "FP16", 16, 16, 3, "N"),
     "TSTORE M322ND FP16 32x8":  ("TSTORE", "M322ND", "FP16", 32, 8, 3, "M"),
+    "MGATHER.CAS U32 4x4":      ("MGATHER.CAS", None, "U32", 4, 4, 1, "U"),
+    "MGATHER.CAS U32 4x4 dup":  ("MGATHER.CAS", None, "U32", 4, 4, 1, "U"),
 }
+# MGATHER.CAS lane addresses: "distinct" or "dup" (see the module docstring)
+CAS_LANES = {"MGATHER.CAS U32 4x4": "distinct", "MGATHER.CAS U32 4x4 dup": "dup"}
 LOAD_OF = {"M162ND": "ND2M16", "N82ND": "ND2N8", "M322ND": "ND2M32", None: None}
 
 
@@ -66,7 +76,12 @@ def _elem_bytes(dtype):
 
 
 def program(op, layout, dtype, rows, cols, size, hand):
-    """Assembly text of one bundle (base in a0, row stride in a1)."""
+    """Assembly text of one bundle (base in a0, row stride in a1; MGATHER.CAS:
+    Index T#1, Expected T#2, Replacement M#1, base a0)."""
+    if op == "MGATHER.CAS":
+        return "\n".join([f"BSTART.MGATHER.CAS {dtype}", f"B.DIM zero, {cols}, ->LB0",
+                          f"B.DIM zero, {rows}, ->LB1", "B.IOT T#1, T#2, mask=1000",
+                          f"B.IOT M#1, mask=1000, last, ->{hand}<{size}>", "B.IOR a0", "BSTOP"])
     lines = [f"BSTART.{op} {dtype}"]
     if layout:
         lines.append(f"B.DATR {{{layout}, DTYPE_NONE, Zero}}")
@@ -83,6 +98,8 @@ def start_state(pj, cfg, name, rng):
     """The State a bundle runs on: GM holds a random matrix at SRC; a store's
     source tile is loaded from it first (reference model), then a0 = DST."""
     op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
+    if op == "MGATHER.CAS":
+        return cas_state(pj, cfg, name, rng)
     eb = _elem_bytes(dtype)
     data = rng.integers(0, 256, rows * cols * eb, dtype=np.uint8)
     if dtype == "FP16":   # finite values only, so the bytes are ordinary numbers
@@ -96,6 +113,36 @@ def start_state(pj, cfg, name, rng):
             raise RuntimeError(f"{name}: loading the source tile faulted: {r.fault}")
         s = pj.write_gpr(r.state, "a0", DST)
     return s, data
+
+
+def cas_state(pj, cfg, name, rng):
+    """An MGATHER.CAS bundle's State: Index (T#1), Expected (T#2) and
+    Replacement (M#1) U32 tiles loaded by ordinary TLOADs (reference model)
+    from GM at SRC, lane memory at DST, a0 = DST."""
+    _, _, dtype, rows, cols, _, _ = BUNDLES[name]
+    n = rows * cols
+    u32 = np.uint32
+    if CAS_LANES[name] == "dup":                 # 2 addresses, chains i//2 -> i//2+1
+        disp = (np.arange(n) % 2 * 4).astype(u32)
+        memory = np.zeros(2, u32)
+        expected = (np.arange(n) // 2).astype(u32)
+        replacement = expected + u32(1)
+    else:                                        # 16 distinct words, every other compare hits
+        disp = (rng.permutation(n) * 4).astype(u32)
+        memory = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(u32)
+        expected = np.where(np.arange(n) % 2 == 0, memory[disp // 4],
+                            rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(u32))
+        replacement = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(u32)
+    s = pj.reset(cfg)
+    for values, hand in ((disp, "T"), (expected, "T"), (replacement, "M")):
+        s = pj.write_gpr(pj.write_gpr(pj.write_memory(s, SRC, values.astype("<u4").view(np.uint8)),
+                                      "a0", SRC), "a1", cols * 4)
+        r = pj.reference.run(s, pj.asm.assemble(program("TLOAD", None, dtype, rows, cols, 1, hand)))
+        if r.fault != "Fault_None":
+            raise RuntimeError(f"{name}: loading a source tile faulted: {r.fault}")
+        s = r.state
+    s = pj.write_memory(s, DST, memory.astype("<u4").view(np.uint8))
+    return pj.write_gpr(s, "a0", DST), memory
 
 
 def _leaves(s):
@@ -246,6 +293,7 @@ def main(argv=None):
         s, data = start_state(pj, cfg, name, rng)
         starts[name] = (s, words)
         bundles.append({"bundle": name, "op": op, "layout": layout or "NORM", "dtype": dtype,
+                        **({"lanes": CAS_LANES[name]} if op == "MGATHER.CAS" else {}),
                         "shape": [rows, cols], "size_code": size,
                         "words": [f"0x{w:08x}" for w in words],
                         "text": pj.asm.disassemble(words).splitlines()})
