@@ -853,16 +853,15 @@ def cmd_fuzz(args) -> int:
             err.print(text, markup=False, highlight=False)
 
     exported = []
-    export = None
-    if args.export:
-        edir = Path(args.export)
 
-        def export(k, index, case, state, expected):
-            if args.export_limit is not None and len(exported) >= args.export_limit:
-                return False
-            d = casefile.export_json(k, index, cc.seed, case, mcfg, cc.on_fault, state, expected)
-            exported.append(str(casefile.write_json(edir / f"case-{cc.seed}-{k:07d}.json", d)))
-            return None
+    def export_case(k, index, case, state, expected):
+        if args.export_limit is not None and len(exported) >= args.export_limit:
+            return False
+        d = casefile.export_json(k, index, cc.seed, case, mcfg, cc.on_fault, state, expected)
+        name = f"case-{cc.seed}-{k:07d}.json"
+        exported.append(str(casefile.write_json(Path(args.export) / name, d)))
+        return None
+    export = export_case if args.export else None
     ext = None
     if args.against:
         try:
@@ -900,10 +899,17 @@ def cmd_fuzz(args) -> int:
         print(json.dumps(rep, indent=1))
     else:
         print_fuzz_report(rep)
-    return 1 if res.mismatches or res.against_mismatches else 0
+    if res.mismatches or res.against_mismatches:
+        return 1
+    if res.interrupted:
+        say("interrupted: the report covers the cases finished before Ctrl-C")
+        return 130
+    return 0
 
 
 def _outcome_line(o) -> str:
+    if o.error is not None:
+        return f"raised {o.error}"
     fa = f" at {o.fault_address:#x}" if o.fault in tables.MEMORY_FAULTS else ""
     return f"{o.fault}{fa}, executed {o.executed}, pc {o.pc:#x}"
 

@@ -244,6 +244,28 @@ def test_planted_bug_is_caught_shrunk_written_and_replayed(capsys, tmp_path, pla
     assert "the two models agree" in out
 
 
+def test_an_oracle_exception_is_a_finding(capsys, tmp_path, monkeypatch):
+    """A model that raises on a case is reported, shrunk and written like a mismatch."""
+    from ptojax.reference import transport
+    probe = transport.probe
+
+    def raising(gm_size, address, size):
+        if address % size:
+            raise AssertionError(f"planted: misaligned {address:#x}")
+        return probe(gm_size, address, size)
+    monkeypatch.setattr(transport, "probe", raising)
+    rc, rep, err = fuzz_json(capsys, "--count", str(ROWS - 1), "--seed", "0", "--shrink-limit", "1",
+                             "--max-files", "1", "--quiet", "--out", str(tmp_path))
+    assert rc == 1 and rep["mismatches"] > 0, err
+    assert rep["coverage"]["faults"].get("(exception)", 0) == rep["mismatches"]
+    d = json.loads(Path(rep["mismatch_files"][0]).read_text())
+    assert d["results"]["reference"] == {"error": d["differences"][0]["reference"]}
+    assert d["differences"][0]["field"] == "exception" and "planted" in d["differences"][0]["reference"]
+    assert len(d["words"]) <= 5
+    rc, out, _ = replay(capsys, rep["mismatch_files"][0])
+    assert rc == 1 and "reference: raised AssertionError: planted" in out
+
+
 def test_export_files_validate_and_hold_the_oracle_result(capsys, tmp_path):
     edir = tmp_path / "export"
     rc, rep, err = fuzz_json(capsys, "--count", str(ROWS - 1), "--seed", "3", "--export", str(edir),

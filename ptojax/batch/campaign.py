@@ -25,7 +25,6 @@ import dataclasses
 import fnmatch
 import functools
 import multiprocessing
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Sequence
@@ -254,42 +253,58 @@ def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS):
 
 @dataclass
 class Outcome:
-    """One run's result as numpy: every State leaf, and the executed count."""
+    """One run's result as numpy: every State leaf, and the executed count.
+    `error` holds the exception a model raised instead of a result (leaves empty)."""
     leaves: dict
     executed: int
+    error: Optional[str] = None
 
     @property
     def fault(self) -> str:
+        if self.error is not None:
+            return "(exception)"
         return tables.FAULTS[int(self.leaves[".fault"])]
 
     @property
     def fault_address(self) -> int:
-        return int(self.leaves[".fault_address"])
+        return int(self.leaves[".fault_address"]) if self.error is None else 0
 
     @property
     def pc(self) -> int:
-        return int(self.leaves[".pc"])
+        return int(self.leaves[".pc"]) if self.error is None else 0
 
     @classmethod
     def of(cls, result) -> "Outcome":
         """From a RunResult (pj.run / pj.reference.run)."""
         return cls(state_leaves(result.state), int(result.executed))
 
+    @classmethod
+    def failed(cls, e: BaseException) -> "Outcome":
+        return cls({}, -1, f"{type(e).__name__}: {e}")
+
     def state(self, cfg: MachineConfig) -> State:
         """The final State (numpy leaves)."""
+        if self.error is not None:
+            raise ValueError(f"no State: the run raised {self.error}")
         base = reset_leaves(cfg)
         treedef = jax.tree_util.tree_structure(base)
         return jax.tree_util.tree_unflatten(treedef, list(self.leaves.values()))
 
     def same(self, other: "Outcome") -> bool:
+        if self.error is not None or other.error is not None:
+            return False
         return self.executed == other.executed and all(
             a.shape == b.shape and np.array_equal(a, b)
             for a, b in zip(self.leaves.values(), other.leaves.values()))
 
 
 def reference_outcome(state: State, words, pe: int, on_fault: str, cfg: MachineConfig) -> Outcome:
+    """pj.reference.run's result; an exception it raises is an Outcome too (a finding)."""
     from .. import reference
-    return Outcome.of(reference.run(state, list(words), pe, on_fault=on_fault, cfg=cfg))
+    try:
+        return Outcome.of(reference.run(state, list(words), pe, on_fault=on_fault, cfg=cfg))
+    except Exception as e:                   # noqa: BLE001 - reported as a mismatch
+        return Outcome.failed(e)
 
 
 class BatchOutcomes:
@@ -350,9 +365,10 @@ def mismatch_mask(got: BatchOutcomes, want: Sequence, rows: Sequence[int]) -> np
     if not rows:
         return np.zeros(0, bool)
     idx = np.asarray(rows)
-    bad = got.executed[idx] != np.array([w.executed for w in want])
+    failed = np.array([w.error is not None for w in want])
+    bad = failed | (got.executed[idx] != np.array([w.executed for w in want]))
     for k, a in got.leaves.items():
-        b = np.stack([w.leaves[k] for w in want])
+        b = np.stack([a[r] if f else w.leaves[k] for r, f, w in zip(idx, failed, want)])
         bad |= ~(a[idx] == b).reshape(len(idx), -1).all(axis=1)
     return bad
 
@@ -412,6 +428,10 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
     def add(fieldname, va, vb, **extra):
         out.append({"field": fieldname, **extra, x: va, y: vb})
 
+    if a.error is not None or b.error is not None:
+        add("exception", a.error, b.error)
+        return out
+
     la, lb = a.leaves, b.leaves
     if a.fault != b.fault:
         add("fault", a.fault, b.fault)
@@ -468,6 +488,8 @@ def signature(diffs: list, names: tuple = ("jax", "reference")) -> tuple:
     fault and the kinds of field that differ (gm, tile, block, gpr, ...)."""
     x, y = names
     for d in diffs:
+        if d["field"] == "exception":
+            return ("exception",)
         if d["field"] == "fault":
             return (f"{d[x]} vs {d[y]}",)
     return ("same fault",) + tuple(sorted({d["field"].split(" ")[0] for d in diffs}))
@@ -686,6 +708,7 @@ class CampaignResult:
     kept: list = field(default_factory=list)
     exported: list = field(default_factory=list)
     devices: int = 1
+    interrupted: bool = False       # stopped by Ctrl-C: the counts cover the cases finished
 
     @property
     def cases_per_s(self) -> float:
@@ -765,39 +788,46 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
                                                  against=True))
 
     t0 = time.perf_counter()
-    pending = collections.deque()
-    depth = 3 if oracle.pool is not None else 1
-    first = True
     try:
-        for chunk in chunks():
-            sample_rows = [r for r, (k, _, _) in enumerate(chunk) if sampled(cc.seed, k, cc.sample)]
-            # initial States that need setup words run: built once, for both sides
-            prepared = {r: initial_state(c, mcfg) for r, (_, _, c) in enumerate(chunk) if _prepared(c)}
-            rows = [(prepared[r], c.words) if r in prepared else c for r, (_, _, c) in enumerate(chunk)]
-            jfut = jax_thread.submit(runner.run, rows)
-            ofuts = oracle.submit([(chunk[r][2], prepared.get(r)) for r in sample_rows])
-            if first:
-                jfut.result()
-                res.first_call_seconds = time.perf_counter() - t0
-                first = False
-            pending.append((chunk, prepared, jfut, ofuts, sample_rows))
-            while pending and (len(pending) >= depth or all(f.done() for f in pending[0][3])
-                               and pending[0][2].done()):
-                finalize(*pending.popleft())
-                res.seconds = time.perf_counter() - t0
-                if progress:
-                    progress(res.cases, total, res)
-        while pending:
-            finalize(*pending.popleft())
-            res.seconds = time.perf_counter() - t0
-            if progress:
-                progress(res.cases, total, res)
+        _loop(chunks, finalize, runner, oracle, jax_thread, res, progress, total, cc, mcfg, t0)
+    except KeyboardInterrupt:
+        res.interrupted = True
     finally:
         jax_thread.shutdown(wait=True)
         if own_oracle:
             oracle.close()
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _loop(chunks, finalize, runner, oracle, jax_thread, res, progress, total, cc, mcfg, t0):
+    """Batches in flight: pj.batch.run in `jax_thread`, the oracle in its
+    workers (or this thread); finished in order, `depth` at most pending."""
+    pending = collections.deque()
+    depth = 3 if oracle.pool is not None else 1
+
+    def finish_one():
+        finalize(*pending.popleft())
+        res.seconds = time.perf_counter() - t0
+        if progress:
+            progress(res.cases, total, res)
+
+    for chunk in chunks():
+        sample_rows = [r for r, (k, _, _) in enumerate(chunk) if sampled(cc.seed, k, cc.sample)]
+        # initial States that need setup words run: built once, for both sides
+        prepared = {r: initial_state(c, mcfg) for r, (_, _, c) in enumerate(chunk) if _prepared(c)}
+        rows = [(prepared[r], c.words) if r in prepared else c for r, (_, _, c) in enumerate(chunk)]
+        jfut = jax_thread.submit(runner.run, rows)
+        ofuts = oracle.submit([(chunk[r][2], prepared.get(r)) for r in sample_rows])
+        if res.first_call_seconds == 0.0:
+            jfut.result()
+            res.first_call_seconds = time.perf_counter() - t0
+        pending.append((chunk, prepared, jfut, ofuts, sample_rows))
+        while pending and (len(pending) >= depth
+                           or (pending[0][2].done() and all(f.done() for f in pending[0][3]))):
+            finish_one()
+    while pending:
+        finish_one()
 
 
 def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
@@ -819,6 +849,7 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "coverage": res.coverage.to_json(),
         "never_hit": res.coverage.never_hit(),
         "fault_by_label": {k: dict(v) for k, v in sorted(res.coverage.fault_by_label.items())},
+        "interrupted": res.interrupted,
     }
     if res.against_compared:
         out["against"] = {"compared": res.against_compared, "mismatches": res.against_mismatches}

@@ -84,11 +84,16 @@ def envelope(state: State, cfg: MachineConfig, pe: int, kind: str = "state_snaps
 
 
 def outcome_json(o: Outcome, cfg: MachineConfig, pe: int) -> dict:
+    if o.error is not None:
+        return {"error": o.error}
     fa = o.fault_address
-    return {"fault": o.fault,
-            "fault_address": hex(fa) if o.fault in tables.MEMORY_FAULTS else None,
-            "executed": o.executed, "pc": hex(o.pc),
-            "final": envelope(o.state(cfg), cfg, pe)}
+    d = {"fault": o.fault, "fault_address": hex(fa) if o.fault in tables.MEMORY_FAULTS else None,
+         "executed": o.executed, "pc": hex(o.pc)}
+    try:
+        d["final"] = envelope(o.state(cfg), cfg, pe)
+    except ValueError as e:          # a State the envelope cannot express (a finding too)
+        d["final"], d["final_error"] = None, str(e)
+    return d
 
 
 def case_json(case: G.Case) -> dict:

@@ -33,7 +33,6 @@ import numpy as np
 
 from .. import tables
 from ..isa import forms
-from . import generate as G
 
 MASK64 = (1 << 64) - 1
 
