@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Optional
 
 import jax
 import numpy as np

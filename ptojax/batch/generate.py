@@ -19,6 +19,17 @@ fields, reserved fields, truncated streams, ...). `Case.kind` and
 labels say what was aimed at, not what the run must give (an earlier check
 may fire first).
 
+MGATHER.CAS (state-and-transport.md D): `random_cas_case(rng, cfg)` /
+`random_cas_cases(seed, n, cfg)` draw from `CAS_KINDS` (legal bundles over
+every transfer and index dtype, duplicate-heavy index tiles, ColumnMajor/ZN/
+NZ destinations, a source load in the stream, TSTORE round trips, two CAS
+bundles, wide tiles, zero-mask blocks) with mutations `CAS_MUTATIONS`, one
+per D.4 check; `CAS_AIMS[label]` is the fault each aims at. The three source
+tiles come from ordinary TLOAD bundles that do not fit the 16-word stream, so
+a CAS Case carries them in `Case.setup`: build_state runs those words on the
+reference oracle before the case (see Case). `GenConfig.cas_weight` > 0 lets
+random_case draw CAS kinds too (0, the default, leaves its draws unchanged).
+
 Words are encoded here from the digests (encoding.md 4), independently of
 `ptojax.isa`; `Case.text()` disassembles them for reports.
 """
@@ -1559,7 +1570,6 @@ class _CasSource:
     in_stream: bool = False
     cube: int = 0                 # CUBE load code (21..23) instead of an ordinary load
     index: int = -1               # TileIndex once placed
-    cube_vr: int = 0
 
     @property
     def vr(self) -> int:
@@ -2434,8 +2444,7 @@ def random_cas_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = No
             applied.append(m)
     bundle_muts = [m for m in mutations if m in CAS_BUNDLE_MUTATIONS]
     if kind == "cas_zero_mask":
-        setup, words, gm, cap, undefine = [], _cas_zero_mask(b, plan), None, None, ()
-        bundle_applied = []
+        setup, words, cap, undefine, bundle_applied = [], _cas_zero_mask(b, plan), None, (), []
         gm = rng.integers(0, 256, g.machine.gm_bytes, dtype=np.uint8).tobytes()
     else:
         setup, words, gm, cap, undefine, bundle_applied = _cas_program(b, plan, kind, bundle_muts)
