@@ -1041,7 +1041,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "State leaf, the fault and the executed count, shrink each mismatch to a "
                     "minimal case and write it as a replayable JSON file; report coverage.",
         epilog="Exit status: 0 no mismatch, 1 mismatches found (files written), 2 bad input or "
-               "a failing --against command.")
+               "a failing --against command, 130 interrupted (the report covers the cases run).")
     f.add_argument("--ops", default="all", metavar="LIST",
                    help="operations, e.g. tload,tstore,mgather_cas (default all): keep cases with a "
                         "BSTART of one of them, and cases with no BSTART at all")

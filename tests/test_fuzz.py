@@ -158,6 +158,37 @@ def test_shrinker_lowers_lb_values_and_sizes():
     assert small.words == [G.dim(0, 5, 0), G.iot_dst(0, 1, 1, 1)], pj.asm.disassemble(small.words)
 
 
+def test_differences_field_by_field():
+    """differences() on hand-made outcomes: every kind of field, and leaves whose
+    shapes differ (a model that grew GM) are reported instead of crashing."""
+    base = C.state_leaves(C.reset_leaves(CFG))
+    a = C.Outcome(dict(base), 3)
+    leaves = {k: v.copy() for k, v in base.items()}
+    leaves[".gm"][0x20:0x24] = [1, 2, 3, 4]
+    leaves[".gpr"][1, 2] = 0x10
+    leaves[".fault"] = np.int32(tables.FAULTS.index("Fault_DataPage"))
+    leaves[".tiles.allocated"][5] = True
+    leaves[".tiles.words"][5, 7] = 9
+    leaves[".block.lb"][1] = 4
+    b = C.Outcome(leaves, 2)
+    d = {x["field"]: x for x in C.differences(a, b)}
+    assert d["fault"] == {"field": "fault", "jax": "Fault_None", "reference": "Fault_DataPage"}
+    assert d["executed"]["jax"] == 3 and d["gm"]["address"] == "0x20" and d["gm"]["reference"] == "01020304"
+    assert "gpr PE1 a0" in d and d["tile M#2 allocated"]["reference"] is True
+    assert d["tile M#2 words"]["slots"] == [7] and d["block lb"]["reference"] == [0, 4, 0]
+    assert C.signature(list(d.values())) == ("Fault_None vs Fault_DataPage",)
+    grown = dict(base, **{".gm": np.zeros(CFG.gm_bytes + 2, np.uint8)})
+    c = C.Outcome(grown, 3)
+    d2 = C.differences(a, c)
+    assert d2 == [{"field": "shape gm", "jax": f"uint8[{CFG.gm_bytes}]",
+                   "reference": f"uint8[{CFG.gm_bytes + 2}]"}]
+    assert not a.same(c) and a.same(C.Outcome(dict(base), 3))
+    batch = C.BatchOutcomes({k: v[None] for k, v in base.items()}, np.array([3]))
+    assert C.mismatch_mask(batch, [c], [0]).tolist() == [True]
+    assert C.mismatch_mask(batch, [a], [0]).tolist() == [False]
+    assert C.mismatch_mask(batch, [C.Outcome.failed(RuntimeError("x"))], [0]).tolist() == [True]
+
+
 def test_bad_options_exit_2(capsys, tmp_path):
     assert fuzz(capsys, "--ops", "tload,tfoo")[0] == 2
     assert fuzz(capsys, "--sample", "1.5")[0] == 2
@@ -401,6 +432,37 @@ def test_four_devices_give_the_one_device_results(tmp_path):
 
 
 # ----------------------------------------------------------------- slow
+
+
+@pytest.mark.slow
+def test_distributed_processes_split_one_campaign(tmp_path):
+    """Two processes with --distributed (jax.distributed.initialize on localhost) run
+    disjoint shares whose merged report is the one-process campaign's."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.setdefault("PTOJAX_JAX_CACHE", jax.config.jax_compilation_cache_dir or "")
+    common = [sys.executable, "-m", "ptojax.cli", "fuzz", *BASE, "--count", "80", "--seed", "4",
+              "--json", "--quiet", "--distributed", "--coordinator", f"localhost:{port}",
+              "--num-processes", "2"]
+    procs = [subprocess.Popen(common + ["--process-id", str(i)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    reps = [json.loads(out) for out, _ in outs]
+    assert [r["shard"] for r in reps] == [[0, 2], [1, 2]] and [r["cases"] for r in reps] == [40, 40]
+    merged = C.merge_reports(reps)
+    one = cli.main(["fuzz", *BASE, "--count", "80", "--seed", "4", "--json", "--quiet",
+                    "--out", str(tmp_path)])
+    assert one == 0
+    single = json.loads((tmp_path / "report.json").read_text())
+    assert merged["cases"] == single["cases"] == 80 and merged["mismatches"] == 0
+    for axis in ("operations", "faults", "kinds", "mutations", "dtypes", "layouts"):
+        assert merged["coverage"][axis] == single["coverage"][axis], axis
+
 
 
 @pytest.mark.slow

@@ -366,6 +366,10 @@ def mismatch_mask(got: BatchOutcomes, want: Sequence, rows: Sequence[int]) -> np
         return np.zeros(0, bool)
     idx = np.asarray(rows)
     failed = np.array([w.error is not None for w in want])
+    # a leaf of another shape or dtype (a model that grew GM, say) differs too
+    for k, a in got.leaves.items():
+        failed |= np.array([w.error is None and (w.leaves[k].shape != a.shape[1:]
+                                                 or w.leaves[k].dtype != a.dtype) for w in want])
     bad = failed | (got.executed[idx] != np.array([w.executed for w in want]))
     for k, a in got.leaves.items():
         b = np.stack([a[r] if f else w.leaves[k] for r, f, w in zip(idx, failed, want)])
@@ -432,25 +436,32 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
         add("exception", a.error, b.error)
         return out
 
-    la, lb = a.leaves, b.leaves
-    if a.fault != b.fault:
+    la, lb = dict(a.leaves), dict(b.leaves)
+    for k in list(la):
+        if la[k].shape != lb[k].shape or la[k].dtype != lb[k].dtype:
+            add(f"shape {k[1:]}", f"{la[k].dtype}{list(la[k].shape)}", f"{lb[k].dtype}{list(lb[k].shape)}")
+            la[k], lb[k] = None, None          # compared no further
+    scalar = lambda k: la[k] is not None
+    if scalar(".fault") and a.fault != b.fault:
         add("fault", a.fault, b.fault)
     if a.executed != b.executed:
         add("executed", a.executed, b.executed)
-    if a.pc != b.pc:
+    if scalar(".pc") and a.pc != b.pc:
         add("pc", hex(a.pc), hex(b.pc))
-    if a.fault_address != b.fault_address:
+    if scalar(".fault_address") and a.fault_address != b.fault_address:
         add("fault_address", hex(a.fault_address), hex(b.fault_address))
     ga, gb = la[".gm"], lb[".gm"]
-    for s, e in _ranges(np.flatnonzero(ga != gb), gap=8):
-        add("gm", ga[s:e].tobytes().hex(), gb[s:e].tobytes().hex(), address=hex(s), length=e - s)
+    if ga is not None:
+        for s, e in _ranges(np.flatnonzero(ga != gb), gap=8):
+            add("gm", ga[s:e].tobytes().hex(), gb[s:e].tobytes().hex(), address=hex(s), length=e - s)
     ra, rb = la[".gpr"], lb[".gpr"]
-    for pe, r in np.argwhere(ra != rb).tolist():
-        add(f"gpr PE{pe} {tables.GPR_NAMES[r]}", hex(int(ra[pe, r])), hex(int(rb[pe, r])))
-    if int(la[".tile_capacity"]) != int(lb[".tile_capacity"]):
+    if ra is not None:
+        for pe, r in np.argwhere(ra != rb).tolist():
+            add(f"gpr PE{pe} {tables.GPR_NAMES[r]}", hex(int(ra[pe, r])), hex(int(rb[pe, r])))
+    if la[".tile_capacity"] is not None and int(la[".tile_capacity"]) != int(lb[".tile_capacity"]):
         add("tile_capacity", int(la[".tile_capacity"]), int(lb[".tile_capacity"]))
-    hs = la[".tiles.allocated"].shape[0] // 4
-    tile_leaves = [k for k in la if k.startswith(".tiles.")]
+    tile_leaves = [k for k in la if k.startswith(".tiles.") and la[k] is not None]
+    hs = (la[tile_leaves[0]].shape[0] // 4) if tile_leaves else 0
     for slot in range(hs * 4):
         name = _tile_name(slot, hs)
         for k in tile_leaves:
@@ -467,7 +478,7 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
                 add(f"tile {name} {leaf}", [fmt(va[i]) for i in shown], [fmt(vb[i]) for i in shown],
                     slots=shown, count=int(where.size))
     for k in la:
-        if k.startswith(".block.") and not np.array_equal(la[k], lb[k]):
+        if k.startswith(".block.") and la[k] is not None and not np.array_equal(la[k], lb[k]):
             add(f"block {k[len('.block.'):]}", _py(la[k]), _py(lb[k]))
     return out
 
@@ -490,6 +501,8 @@ def signature(diffs: list, names: tuple = ("jax", "reference")) -> tuple:
     for d in diffs:
         if d["field"] == "exception":
             return ("exception",)
+        if d["field"].startswith("shape "):
+            return ("shape",)
         if d["field"] == "fault":
             return (f"{d[x]} vs {d[y]}",)
     return ("same fault",) + tuple(sorted({d["field"].split(" ")[0] for d in diffs}))
