@@ -119,6 +119,8 @@ class Machine:
         # (cas_check.py) may force an explicit order and record each CAS's lanes
         self.cas_lane_order = cfg.cas_lane_order if cfg is not None else "row-major"
         self.cas_seed = cfg.cas_seed if cfg is not None else 0
+        # numeric profile of the matrix family ("portable" raw words / "ieee")
+        self.profile = cfg.profile if cfg is not None else "portable"
         self.cas_forced_order: Optional[list] = None
         self.cas_trace: Optional[list] = None
         self.gm = bytearray(leaves["gm"].astype(np.uint8).tobytes())

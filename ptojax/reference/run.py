@@ -3,9 +3,10 @@
 `run(state, words, pe=0, *, on_fault="abandon", cfg=None)` executes 32-bit
 command words one by one: decode (encoding.md 1), the header commands
 (encoding.md 3-4), block completion at BSTOP or at the next BSTART, and the
-TLOAD/TSTORE completions of transport.py and the MGATHER.CAS completion of
-mgather_cas.py. The first fault stops the stream at that word. Plain Python
-throughout; one function per spec rule.
+TLOAD/TSTORE completions of transport.py, the MGATHER.CAS completion of
+mgather_cas.py and the TMATMUL/TGEMV completion of matmul.py. The first
+fault stops the stream at that word. Plain Python throughout; one function
+per spec rule.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from .. import tables
 from ..result import RunResult
 from ..state import MAX_IOS, MAX_IOT, MachineConfig, State
-from . import mgather_cas, transport
+from . import matmul, mgather_cas, transport
 from .decode import Decoded, decode
 from .machine import MASK64, Binding, Block, Machine
 from .transport import BUNDLE_CONTROL, ILLEGAL, TILE_LEGALITY, Fault
@@ -169,8 +170,10 @@ def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
     name = op[0]
     if name == "MGATHER.CAS":
         return mgather_cas.mgather_cas(m, b, pe)
+    if op[1] == "CUBE":
+        return matmul.matmul(m, b, name, pe)    # TMATMUL* / TGEMV* (matmul-decisions.md)
     if name not in ("TLOAD", "TSTORE"):
-        return UNIMPLEMENTED                    # matrix family, TSTORE.SPART
+        return UNIMPLEMENTED                    # TSTORE.SPART
     if b.ios:
         return UNIMPLEMENTED                    # Shared-tile TLOAD/TSTORE
     if name == "TLOAD":

@@ -1,0 +1,504 @@
+"""TMATMUL / TGEMV completion of the reference model, All-Local operands.
+
+`matmul(m, b, op_name, pe)` runs the ordered completion checks of
+docs/matmul-decisions.md (spec/matrix.md B.6, the ASL's
+ExecuteBundleTMATMULOperation) and, when they pass, computes and publishes D.
+Like transport.py it returns None or a Fault and installs nothing before the
+last check passed, so a fault leaves every tile untouched.
+
+Two numeric profiles (MachineConfig.profile, kept by the Machine):
+- "portable": spec/matrix.md C.1, raw 64-bit carrier words mod 2^64;
+- "ieee": decoded values, exact products rounded once to binary32, binary32
+  accumulation over ascending k (matmul-decisions.md "Profile ieee"); integer
+  classes wrap mod 2^32.
+Plain Python per-element loops: clarity over speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .. import numerics, tables
+from . import layouts
+from .machine import MASK64, Block, Machine, Tile
+from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, UNIMPLEMENTED, Fault,
+                        allocate, binding_well_formed, budget_ok, cube_descriptor_legal,
+                        free_slot, ordinary_source_legal)
+
+# ----------------------------------------------------------------- type classes (matrix.md A.5)
+
+FLOATING_INPUTS = frozenset({"FP32", "TF32", "HF32", "FP16", "BF16", "HiF8", "E4M3", "E5M2",
+                             "E3M2", "E2M3", "E2M1X2", "E1M2X2"})
+SIGNED_INPUTS = frozenset({"S16", "S8", "S4X2"})
+UNSIGNED_INPUTS = frozenset({"U16", "U8", "U4X2"})
+MX_INPUTS = frozenset({"FP16", "BF16", "E4M3", "E5M2", "E2M1X2", "E1M2X2"})
+MX_SCALED = frozenset({"E4M3", "E5M2", "E2M1X2", "E1M2X2"})     # need an E8M0 scale tile
+
+# B.FPATR PreQuantMode (encoding.md 5.9)
+VECTOR_MODES = frozenset({2, 4, 12, 18, 20, 23, 28, 33, 36, 37, 38, 39})
+SCALAR_MODES = frozenset({3, 5, 13, 17, 19, 24, 25, 26, 27, 32, 34, 35})
+S32_MODES = frozenset({2, 3, 4, 5, 12, 13, 17, 18, 19, 20, 35, 39})
+FP32_MODES = frozenset({1, 16, 23, 24, 25, 26, 27, 28, 32, 33, 34, 36, 37, 38})
+
+SCALE_BLOCK = 32           # MX: one E8M0 scale per 32 consecutive k
+MASK32 = (1 << 32) - 1
+
+
+# ----------------------------------------------------------------- block fields
+
+
+@dataclass(frozen=True)
+class Form:
+    """One of the 12 matrix operations (matrix.md A.1)."""
+    name: str
+    bias: bool
+    acc: bool
+    mx: bool
+    gemv: bool
+
+
+def form_of(op_name: str) -> Form:
+    return Form(name=op_name, bias=op_name.endswith(".BIAS"), acc=op_name.endswith(".ACC"),
+                mx="MX" in op_name, gemv=op_name.startswith("TGEMV"))
+
+
+@dataclass(frozen=True)
+class Fpatr:
+    """B.FPATR fields (encoding.md 4.8)."""
+    trans_a: bool
+    trans_b: bool
+    max_abs: bool
+    row_max_init: bool
+    group_max: bool
+    row_max: bool
+    group_n: int
+    relu: int
+    pre_quant: int
+
+    @staticmethod
+    def of(word: int) -> "Fpatr":
+        return Fpatr(trans_a=bool(word >> 7 & 1), trans_b=bool(word >> 8 & 1),
+                     max_abs=bool(word >> 15 & 1), row_max_init=bool(word >> 16 & 1),
+                     group_max=bool(word >> 17 & 1), row_max=bool(word >> 18 & 1),
+                     group_n=word >> 19 & 0xF, relu=word >> 23 & 0x7, pre_quant=word >> 26 & 0x3F)
+
+
+def source_stream(b: Block) -> list[int]:
+    """Local sources in stream order: each binding's SrcTile0 then SrcTile1."""
+    out = []
+    for x in b.iots:
+        if x.src0_valid:
+            out.append(x.src0)
+        if x.src1_valid:
+            out.append(x.src1)
+    return out
+
+
+def destinations(b: Block) -> list:
+    """Bindings carrying a destination, in stream order."""
+    return [x for x in b.iots if x.dst_valid]
+
+
+def operand_types(b: Block) -> tuple[Optional[tables.DataType], Optional[tables.DataType]]:
+    """AType = BSTART DataType; BType = B.DATR DataType when present and not
+    DTYPE_NONE (31 keeps the BSTART type: matrix.md F.9), else AType."""
+    a = tables.DTYPE_BY_CODE.get(b.dtype)
+    if b.datr_present and b.datr[1] != tables.DTYPE_NONE:
+        return a, tables.DTYPE_BY_CODE.get(b.datr[1])
+    return a, a
+
+
+def types_legal(f: Form, a: Optional[tables.DataType], bt: Optional[tables.DataType]) -> bool:
+    """MX: each side in the MX set; ordinary: both in one class (A.5)."""
+    if a is None or bt is None:
+        return False
+    if f.mx:
+        return a.name in MX_INPUTS and bt.name in MX_INPUTS
+    return any(a.name in c and bt.name in c for c in (FLOATING_INPUTS, SIGNED_INPUTS,
+                                                      UNSIGNED_INPUTS))
+
+
+def accumulator_type(f: Form, a: tables.DataType) -> tables.DataType:
+    """S32 for a signed AType, U32 for unsigned, else FP32; MX always FP32."""
+    if not f.mx and a.name in SIGNED_INPUTS:
+        return tables.DTYPE_BY_NAME["S32"]
+    if not f.mx and a.name in UNSIGNED_INPUTS:
+        return tables.DTYPE_BY_NAME["U32"]
+    return tables.DTYPE_BY_NAME["FP32"]
+
+
+def scaled(f: Form, d: tables.DataType) -> bool:
+    """An MX side of this type has an E8M0 scale tile in the stream (A.7)."""
+    return f.mx and d.name in MX_SCALED
+
+
+def mathematical_sources(f: Form, a: tables.DataType, bt: tables.DataType) -> int:
+    """[C] + A + [sA] + B + [sB] + [Bias] (all Local)."""
+    return int(f.acc) + 1 + int(scaled(f, a)) + 1 + int(scaled(f, bt)) + int(f.bias)
+
+
+def post_process_sources(p: Fpatr) -> int:
+    """RowMaxIn + vector quant parameters + vector PReLU parameters."""
+    return int(p.row_max and p.row_max_init) + int(p.pre_quant in VECTOR_MODES) + int(p.relu == 3)
+
+
+def dimensions(b: Block) -> Optional[tuple[int, int, int]]:
+    """(M, N, K) = LB0, LB1, LB2; absent = 1; a present value outside 1..65535 is illegal."""
+    out = []
+    for n in range(3):
+        if not b.lb_present[n]:
+            out.append(1)
+        elif 1 <= b.lb[n] <= 65535:
+            out.append(b.lb[n])
+        else:
+            return None
+    return out[0], out[1], out[2]
+
+
+# ----------------------------------------------------------------- step 3
+
+
+def stream_legal(f: Form, b: Block, p: Fpatr, a: tables.DataType, bt: tables.DataType) -> bool:
+    """Step 3 stream: no B.IOS for TGEMV; Local source count = mathematical +
+    post-process; destination count = 1 + RowMaxEn + GroupMaxEn; closed."""
+    if b.ios:
+        return False
+    if len(source_stream(b)) != mathematical_sources(f, a, bt) + post_process_sources(p):
+        return False
+    if len(destinations(b)) != 1 + int(p.row_max) + int(p.group_max):
+        return False
+    return b.iot_closed
+
+
+def ior_legal(b: Block, p: Fpatr) -> bool:
+    """Step 3 B.IOR schema: RegDst 0; RegSrc_i 0 for i >= the scalar parameter count."""
+    if not b.ior_present:
+        return True
+    n_scalar = int(p.pre_quant in SCALAR_MODES) + int(p.relu == 2)
+    reg_dst, *reg_src = b.ior
+    return reg_dst == 0 and all(r == 0 for r in reg_src[n_scalar:])
+
+
+def datr_legal(b: Block) -> bool:
+    """Step 3 B.DATR: Layout, PadValue, CMode, Canonicalize zero (RMode, Sat free)."""
+    if not b.datr_present:
+        return True
+    layout, _dtype, pad, cmode, _rmode, _sat, canon = b.datr
+    return layout == 0 and pad == 0 and cmode == 0 and canon == 0
+
+
+def masks_legal(b: Block) -> bool:
+    """Step 3 masks: at least one binding, all masks equal (and encodable fields)."""
+    return (bool(b.iots) and len({x.mask for x in b.iots}) == 1
+            and all(binding_well_formed(x) for x in b.iots))
+
+
+def gate_legal(f: Form, b: Block, p: Fpatr) -> bool:
+    """Step 3: the one combined TileLegality gate."""
+    a, bt = operand_types(b)
+    if not types_legal(f, a, bt):
+        return False
+    return (stream_legal(f, b, p, a, bt) and ior_legal(b, p) and datr_legal(b)
+            and dimensions(b) is not None and masks_legal(b))
+
+
+# ----------------------------------------------------------------- step 6
+
+
+def mode_matches_accumulator(mode: int, acc: tables.DataType) -> bool:
+    """PreQuantMode 0 takes any accumulator; the others need S32 or FP32."""
+    if mode == 0:
+        return True
+    if mode in S32_MODES:
+        return acc.name == "S32"
+    return mode in FP32_MODES and acc.name == "FP32"
+
+
+def post_processing(p: Fpatr) -> bool:
+    """Any conversion, activation or reduction: not modelled (Fault_Unimplemented)."""
+    return p.pre_quant != 0 or p.relu != 0 or p.row_max or p.group_max
+
+
+# ----------------------------------------------------------------- step 7
+
+
+@dataclass
+class Operands:
+    """TileIndices of the Local mathematical sources (None when absent)."""
+    c: Optional[int]
+    a: int
+    sa: Optional[int]
+    b: int
+    sb: Optional[int]
+    bias: Optional[int]
+
+
+def operands_of(f: Form, b: Block, a: tables.DataType, bt: tables.DataType) -> Operands:
+    """Walk the source stream: C, A, sA, B, sB, Bias (matrix.md A.3)."""
+    stream = iter(source_stream(b))
+    c = next(stream) if f.acc else None
+    ai = next(stream)
+    sa = next(stream) if scaled(f, a) else None
+    bi = next(stream)
+    sb = next(stream) if scaled(f, bt) else None
+    bias = next(stream) if f.bias else None
+    return Operands(c, ai, sa, bi, sb, bias)
+
+
+def m_layout_legal(layout: Optional[str], rows: int) -> bool:
+    """CUBE_M16 holds M <= 16 rows, CUBE_M32 M <= 32."""
+    return (layout == "CUBE_M16" and rows <= 16) or (layout == "CUBE_M32" and rows <= 32)
+
+
+def primary_legal(m: Machine, index: int, vr: int, vc: int, d: tables.DataType,
+                  layout: Optional[str]) -> bool:
+    """A, B, C: a legal CUBE descriptor (B.6, Matrix location, derived fields
+    consistent), contents defined, valid shape, dtype and layout exact."""
+    t = m.tile_at(index)
+    return (m.slot_of(index) is not None and cube_descriptor_legal(m, t) and t.contents_defined
+            and (t.valid_rows, t.valid_cols) == (vr, vc) and t.dtype == d.code
+            and t.layout_name == layout)
+
+
+def auxiliary_legal(m: Machine, index: int, vr: int, vc: int, d: tables.DataType) -> bool:
+    """Bias and scales: an ordinary RowMajor source (the ASL's
+    TileSourceContentsDefined: configured, generically indexable, defined)
+    of the exact valid shape and dtype; location is not checked."""
+    t = m.tile_at(index)
+    return (m.slot_of(index) is not None and ordinary_source_legal(m, t)
+            and t.layout_name == "RowMajor" and (t.valid_rows, t.valid_cols) == (vr, vc)
+            and t.dtype == d.code)
+
+
+def sources_legal(m: Machine, ops: Operands, a: tables.DataType, bt: tables.DataType,
+                  acc: tables.DataType, dims: tuple[int, int, int], d_tsize: int) -> bool:
+    """Step 7, stream order C, A, sA, B, sB, Bias (all Fault_TileLegality)."""
+    M, N, K = dims
+    kb = -(-K // SCALE_BLOCK)
+    a_layout = m.tile_at(ops.a).layout_name
+    e8m0 = tables.DTYPE_BY_NAME["E8M0"]
+    if ops.c is not None:
+        # PreQuantMode != 0 never gets here (post-processing is unimplemented)
+        if not primary_legal(m, ops.c, M, N, acc, a_layout) or m.tile_at(ops.c).capacity != d_tsize:
+            return False
+    if not m_layout_legal(a_layout, M) or not primary_legal(m, ops.a, M, K, a, a_layout):
+        return False
+    if ops.sa is not None and not auxiliary_legal(m, ops.sa, M, kb, e8m0):
+        return False
+    if not primary_legal(m, ops.b, K, N, bt, "CUBE_N8"):
+        return False
+    if ops.sb is not None and not auxiliary_legal(m, ops.sb, kb, N, e8m0):
+        return False
+    if ops.bias is not None and not auxiliary_legal(m, ops.bias, 1, N, acc):
+        return False
+    return True
+
+
+# ----------------------------------------------------------------- operand reads
+
+
+def cube_reader(m: Machine, index: int):
+    """(row, col) -> the raw 64-bit Word of a CUBE source at logical (row, col)."""
+    t = m.tile_at(index)
+    words, _ = m.payload(m.slot_of(index))
+    at = layouts.index_function(t.layout_name, tables.DTYPE_BY_CODE[t.dtype],
+                                t.valid_rows, t.valid_cols)
+    return lambda r, c: words[at(r, c)]
+
+
+def row_major_reader(m: Machine, index: int):
+    """(row, col) -> the raw Word of an ordinary RowMajor source."""
+    t = m.tile_at(index)
+    words, _ = m.payload(m.slot_of(index))
+    return lambda r, c: words[r * t.cols + c]
+
+
+@dataclass
+class Readers:
+    a: object
+    b: object
+    c: object = None
+    sa: object = None
+    sb: object = None
+    bias: object = None
+
+
+def readers_of(m: Machine, ops: Operands) -> Readers:
+    return Readers(a=cube_reader(m, ops.a), b=cube_reader(m, ops.b),
+                   c=cube_reader(m, ops.c) if ops.c is not None else None,
+                   sa=row_major_reader(m, ops.sa) if ops.sa is not None else None,
+                   sb=row_major_reader(m, ops.sb) if ops.sb is not None else None,
+                   bias=row_major_reader(m, ops.bias) if ops.bias is not None else None)
+
+
+# ----------------------------------------------------------------- arithmetic: portable
+
+
+def portable_element(rd: Readers, i: int, j: int, K: int) -> int:
+    """matrix.md C.1: acc = C or 0; acc += A*B (MX: (A*sA)*(B*sB)) mod 2^64 over
+    ascending k on the raw carrier words; Bias once at the end."""
+    acc = rd.c(i, j) if rd.c is not None else 0
+    for k in range(K):
+        left, right = rd.a(i, k), rd.b(k, j)
+        if rd.sa is not None:
+            left = (left * rd.sa(i, k // SCALE_BLOCK)) & MASK64
+        if rd.sb is not None:
+            right = (right * rd.sb(k // SCALE_BLOCK, j)) & MASK64
+        acc = (acc + left * right) & MASK64
+    if rd.bias is not None:
+        acc = (acc + rd.bias(0, j)) & MASK64
+    return acc
+
+
+# ----------------------------------------------------------------- arithmetic: ieee
+
+
+def float_value(name: str, word: int) -> float:
+    """Exact value of a floating element (or E8M0 scale 2^(e-127), 0xFF NaN)
+    from the low bits of its carrier word (ptojax.numerics)."""
+    return float(numerics.decode_float(name, np.array([word], np.uint64))[0])
+
+
+def int_value(name: str, word: int) -> int:
+    """S16/S8/S4X2 sign-extended from their width, U* unsigned (ptojax.numerics)."""
+    return int(numerics.decode_int(name, np.array([word], np.uint64))[0])
+
+
+def binary32(word: int) -> np.float32:
+    """The low 32 bits of a Word (C, Bias) as a binary32 value."""
+    return np.float32(numerics.fp32_value(np.array([word & MASK32], np.uint64))[0])
+
+
+def ieee_float_element(rd: Readers, i: int, j: int, K: int, a: tables.DataType,
+                       bt: tables.DataType) -> int:
+    """FP32 accumulator: p = round32(exact product) (MX: the scaled operands,
+    an absent scale side = 1); acc = round32(acc + p) over ascending k from C
+    (binary32) or +0.0; Bias added with one rounding; NaN results canonical.
+    The Word is the binary32 pattern zero-extended."""
+    with np.errstate(all="ignore"):
+        acc = binary32(rd.c(i, j)) if rd.c is not None else np.float32(0.0)
+        for k in range(K):
+            left, right = float_value(a.name, rd.a(i, k)), float_value(bt.name, rd.b(k, j))
+            if rd.sa is not None:
+                left *= float_value("E8M0", rd.sa(i, k // SCALE_BLOCK))
+            if rd.sb is not None:
+                right *= float_value("E8M0", rd.sb(k // SCALE_BLOCK, j))
+            # every factor and both partial products are exact in float64, so
+            # the float32 conversion is the one rounding of the exact product
+            product = np.float32(np.float64(left) * np.float64(right))
+            acc = np.float32(acc + product)                     # binary32 add, RNE
+        if rd.bias is not None:
+            acc = np.float32(acc + binary32(rd.bias(0, j)))
+        return int(numerics.round_fp32_bits(np.float64(acc)))
+
+
+def ieee_int_element(rd: Readers, i: int, j: int, K: int, a: tables.DataType,
+                     bt: tables.DataType, acc_type: tables.DataType) -> int:
+    """S32/U32 accumulator: exact products, sums wrapped mod 2^32 after each add;
+    C and Bias from their low 32 bits. Word: S32 sign-extended, U32 zero-extended."""
+    acc = rd.c(i, j) & MASK32 if rd.c is not None else 0
+    for k in range(K):
+        acc = (acc + int_value(a.name, rd.a(i, k)) * int_value(bt.name, rd.b(k, j))) & MASK32
+    if rd.bias is not None:
+        acc = (acc + rd.bias(0, j)) & MASK32
+    if acc_type.signed and acc >> 31:
+        return acc | (MASK64 ^ MASK32)
+    return acc
+
+
+def compute(m: Machine, rd: Readers, dims: tuple[int, int, int], a: tables.DataType,
+            bt: tables.DataType, acc: tables.DataType) -> list[list[int]]:
+    """D's M x N valid Words under the Machine's profile."""
+    M, N, K = dims
+    out = []
+    for i in range(M):
+        row = []
+        for j in range(N):
+            if m.profile == "ieee" and acc.name == "FP32":
+                row.append(ieee_float_element(rd, i, j, K, a, bt))
+            elif m.profile == "ieee":
+                row.append(ieee_int_element(rd, i, j, K, a, bt, acc))
+            else:
+                row.append(portable_element(rd, i, j, K))
+        out.append(row)
+    return out
+
+
+# ----------------------------------------------------------------- completion
+
+
+def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
+    """The ordered checks of docs/matmul-decisions.md, then compute and publish D.
+    (The CUBE-transport dispatch and the zero-mask no-op, steps "pre" and 0,
+    run before this in run.tile_operation.)"""
+    f = form_of(op_name)
+    # 1. B.FPATR is mandatory
+    if not b.fpatr_present:
+        return BUNDLE_CONTROL
+    # 1b. Shared (B.IOS) operands of TMATMUL*: issue 5
+    if b.ios and not f.gemv:
+        return UNIMPLEMENTED
+    p = Fpatr.of(b.fpatr)
+    # 3. the combined gate: types, stream, B.IOR, B.DATR, dimensions, masks
+    if not gate_legal(f, b, p):
+        return TILE_LEGALITY
+    a, bt = operand_types(b)
+    dims = dimensions(b)
+    M, N, K = dims
+    # 4. TGEMV is M = 1
+    if f.gemv and M != 1:
+        return TILE_LEGALITY
+    # 5. TransA/TransB need a Shared primary (never, All-Local)
+    if p.trans_a or p.trans_b:
+        return TILE_LEGALITY
+    # 6. PreQuantMode vs the accumulator class, then post-processing is not modelled
+    acc = accumulator_type(f, a)
+    if not mode_matches_accumulator(p.pre_quant, acc):
+        return TILE_LEGALITY
+    if post_processing(p):
+        return UNIMPLEMENTED
+    # 7. Local sources C, A, sA, B, sB, Bias
+    ops = operands_of(f, b, a, bt)
+    dest = destinations(b)[0]
+    tsize = tables.size_code_bytes(dest.size_code)
+    if not sources_legal(m, ops, a, bt, acc, dims, tsize):
+        return TILE_LEGALITY
+    # 8. ACC: C's raw 6-bit source index against D's 2-bit hand
+    if f.acc and ops.c == dest.dst_hand:
+        return TILE_LEGALITY
+    # (9. D's M layout = A's layout, legal for M: established by step 7)
+    layout = m.tile_at(ops.a).layout_name
+    # 10. destination: free slot, Core budget, CUBE geometry for the TSize
+    slot = free_slot(m, dest.dst_hand)
+    if slot is None or not budget_ok(m, dest.mask, tsize):
+        return TILE_ALLOCATION
+    if not layouts.legal(layout, acc, M, N, tsize, m.tile_capacity, m.tile_words):
+        return TILE_ALLOCATION
+    # 11. compute from the sources, then publish D
+    result = compute(m, readers_of(m, ops), dims, a, bt, acc)
+    publish(m, slot, layout, acc, M, N, tsize, dest.mask, result)
+    return None
+
+
+def publish(m: Machine, slot: int, layout: str, acc: tables.DataType, M: int, N: int,
+            tsize: int, mask: int, result: list[list[int]]) -> Tile:
+    """A new CUBE Matrix descriptor as a CUBE TLOAD derives it for (M, N); the
+    valid Words get the results and are defined. Every other payload Word
+    keeps its old value and is undefined (the ASL configures D without
+    touching its payload and writes only the valid region)."""
+    g = layouts.geometry(layout, acc, M, N)
+    tile = allocate(m, slot, dtype=acc.code, layout=tables.TILE_LAYOUT_CODE[layout],
+                    location=tables.TILE_LOCATION_CODE["Matrix"], capacity=tsize,
+                    rows=g["storage_rows"], cols=g["storage_cols"], valid_rows=M, valid_cols=N,
+                    k_repeat=g["k_repeat"], n_repeat=g["n_repeat"], cell_count=g["cell_count"],
+                    storage_bytes=g["required_bytes"], mask=mask & 0xF, defined_valid=M * N)
+    words, defined = m.payload(slot)
+    at = layouts.index_function(layout, acc, M, N)
+    for i in range(M):
+        for j in range(N):
+            words[at(i, j)] = result[i][j]
+            defined[at(i, j)] = True
+    return tile
