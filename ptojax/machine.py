@@ -120,7 +120,7 @@ def header_step(blk, word, gpr_row, pc):
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects"))
 def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
-               effects: frozenset = frozenset({"TLOAD", "TSTORE", "MGATHER.CAS"}), cas_seed=0):
+               effects: frozenset | None = None, cas_seed=0):
     """Run words[:length] on one State (jit; vmap it for a batch).
 
     Phase 1 scans the words through decode and the block header, stopping at
@@ -132,6 +132,7 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
     Returns (state, executed).
     """
     L = words.shape[0]
+    effects = ALL_EFFECTS if effects is None else effects
     st = st.replace(fault=jnp.int32(0), fault_address=U64(0))
     gpr_row = st.gpr[pe]
     empty = _empty_block()
@@ -189,17 +190,26 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
     return st, executed
 
 
-_EFFECT_STARTS = {"TLOAD": 0x00011181, "TSTORE": 0x00111181, "MGATHER.CAS": 0x00811181}
+# effect group -> the BSTART matches (bits 26:0) of the operations it covers
+_EFFECT_STARTS = {
+    "TLOAD": (0x00011181,), "TSTORE": (0x00111181,), "MGATHER.CAS": (0x00811181,),
+    "MATMUL": tuple(0x00031181 | (fn << 20) for fn in (0, 1, 2, 4, 5, 6, 16, 17, 18, 20, 21, 22)),
+}
+_EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE",), "MGATHER.CAS": ("MGATHER.CAS",),
+               "MATMUL": tuple(n for n, e, _ in tables.OPS if e == "CUBE")}
 ALL_EFFECTS = frozenset(_EFFECT_STARTS)
+# what pj.run always traces; the matrix family only when a run can reach it
+_RUN_EFFECTS = frozenset({"TLOAD", "TSTORE", "MGATHER.CAS"})
 
 
 def possible_effects(words, open_ops=()) -> frozenset:
-    """Operations whose effects a run can have: a BSTART of them in the words,
-    or a block of them already open in the starting State(s)."""
+    """Effect groups a run can have: a BSTART of them in the words, or a block
+    of them already open in the starting State(s)."""
     w = np.asarray(words).astype(np.uint32) & np.uint32(0x07FFFFFF)
-    out = {op for op, match in _EFFECT_STARTS.items() if np.any(w == match)}
-    out |= {op for op in _EFFECT_STARTS if tables.OP_ID[op] in set(np.asarray(open_ops).ravel().tolist())}
-    return frozenset(out)
+    opened = set(np.asarray(open_ops).ravel().tolist())
+    return frozenset(e for e, matches in _EFFECT_STARTS.items()
+                     if np.any(np.isin(w, np.asarray(matches, np.uint32)))
+                     or any(tables.OP_ID[o] in opened for o in _EFFECT_OPS[e]))
 
 
 def open_block_ops(state: State) -> np.ndarray:
@@ -300,5 +310,6 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe),
                               jnp.bool_(hold), cfg.replace(cas_seed=0),
                               _bucket(int(commit_capable(w, bool(state.block.active))), low=4),
-                              ALL_EFFECTS, jnp.int64(cfg.cas_seed & 0xFFFFFFFF))
+                              _RUN_EFFECTS | possible_effects(w, open_block_ops(state)),
+                              jnp.int64(cfg.cas_seed & 0xFFFFFFFF))
     return RunResult.from_state(st, int(executed))

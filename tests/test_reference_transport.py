@@ -829,7 +829,7 @@ def test_c7_5_preflight(base, stride, fault, addr):
     [bstart("TLOAD", "U16"), ios(7, 7, 1), BSTOP],                       # Shared destination
     [bstart("TSTORE", "U16"), ios(7, 7), BSTOP],
     [bstart("TSTORE.SPART", "U16"), ios(7, 3), BSTOP],
-    [bstart("TMATMUL", "FP16"), FPATR0, iot_src2(0, 1), BSTOP],
+    [bstart("TMATMUL", "FP16"), FPATR0, ios(9), iot_src(0), BSTOP],       # Shared matrix operand
 ])
 def test_unimplemented_operations(words):
     s = small()

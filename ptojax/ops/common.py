@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..layouts.geometry import CELL_SHAPES
+from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
 
 F = tables.FAULT_CODE
 U64 = jnp.uint64
@@ -229,3 +229,38 @@ def install(tiles, slot, do, fields: dict, words, defined):
     upd["words"] = tiles.words.at[slot].set(jnp.where(do, words, tiles.words[slot]))
     upd["defined"] = tiles.defined.at[slot].set(jnp.where(do, defined, tiles.defined[slot]))
     return tiles.replace(**upd)
+
+
+# ---------------------------------------------------------------- CUBE descriptors
+
+
+def cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
+    """Cell shape, derived geometry and B.6 shape legality for a traced CUBE
+    layout index `lay` (CUBE_ORDER) and width class `cls`."""
+    cr, cc = take(CELL_R.reshape(-1), lay * 4 + cls), take(CELL_C.reshape(-1), lay * 4 + cls)
+    outs = []
+    for name in CUBE_ORDER:
+        g = derived(name, cr, cc, vr, vc)
+        ok = shape_legal(name, cr, cc, vr, vc, capacity, tile_capacity, tile_words)
+        outs.append((g, ok))
+    pick = lambda k: jnp.select([lay == i for i in range(3)], [o[0][k] for o in outs])
+    g = {k: pick(k) for k in outs[0][0]}
+    ok = jnp.select([lay == i for i in range(3)], [o[1] for o in outs]).astype(bool) & (cls >= 0)
+    return cr, cc, g, ok
+
+
+def cube_descriptor(s, tile_capacity, W: int):
+    """A tile descriptor `s` as a CUBE source: (legal, layout index, cell rows, cell cols).
+
+    Legal = CUBE layout at Matrix location, B.6 shape legal for its capacity
+    and every derived field exactly consistent (the model's TileCubeDescriptorLegal).
+    """
+    lay = jnp.select([s["layout"] == CUBE_TILE_LAYOUT[i] for i in range(3)], [0, 1, 2], -1)
+    cr, cc, g, shape_ok = cube_geometry(jnp.maximum(lay, 0), take(DT_CLASS, s["dtype"]),
+                                        s["valid_rows"], s["valid_cols"], s["capacity"],
+                                        capacity_register(tile_capacity), W)
+    legal = (lay >= 0) & (s["location"] == tables.TILE_LOCATION_CODE["Matrix"]) & shape_ok \
+        & (s["rows"] == g["storage_rows"]) & (s["cols"] == g["storage_cols"]) \
+        & (s["k_repeat"] == g["k_repeat"]) & (s["n_repeat"] == g["n_repeat"]) \
+        & (s["cell_count"] == g["cell_count"]) & (s["storage_bytes"] == g["required_bytes"])
+    return legal, lay, cr, cc

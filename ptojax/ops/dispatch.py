@@ -2,9 +2,9 @@
 
 The zero-mask no-op and the CUBE-transport selection (S C.5: a B.DATR
 Layout 21..26 selects the CUBE path whatever the BSTART) come first and live
-in transport.complete; MGATHER.CAS blocks that pass them go to mgather_cas.
-Each family's effects are gated by its own enable, so composing them in
-sequence applies exactly one.
+in transport.complete; MGATHER.CAS and matrix-family blocks that pass them go
+to their own modules. Each family's effects are gated by its own enable, so
+composing them in sequence applies exactly one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import tables
-from . import mgather_cas, transport
+from . import matmul, mgather_cas, transport
 
 OP = tables.OP_ID
 
@@ -21,9 +21,14 @@ def complete(state, blk, pe, cfg, enable, effects, cas_seed=0):
     code = blk.datr[0]
     cube = blk.datr_present & (code >= 21) & (code <= 26)
     zero_mask = blk.zero_seen & (blk.iot_count == 0) & (blk.ios_count == 0)
-    cas = (blk.op == OP["MGATHER.CAS"]) & ~cube & ~zero_mask
-    fault, addr, state = transport.complete(state, blk, pe, cfg, enable & ~cas, effects)
+    routed = ~cube & ~zero_mask
+    cas = (blk.op == OP["MGATHER.CAS"]) & routed
+    mat = (blk.op >= matmul.FIRST) & (blk.op <= matmul.LAST) & routed
+    fault, addr, state = transport.complete(state, blk, pe, cfg, enable & ~cas & ~mat, effects)
     if "MGATHER.CAS" in effects:
         f, a, state = mgather_cas.complete(state, blk, pe, cfg, enable & cas, cas_seed)
         fault, addr = jnp.where(cas, f, fault), jnp.where(cas, a, addr)
+    if "MATMUL" in effects:
+        f, a, state = matmul.complete(state, blk, pe, cfg, enable & mat)
+        fault, addr = jnp.where(mat, f, fault), jnp.where(mat, a, addr)
     return fault, addr, state

@@ -12,10 +12,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import tables
-from ..layouts.geometry import derived, shape_legal
 from . import memory
 from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS,
-                     DT_CLASS, DT_SIGNED, PAD_WORDS, U64, capacity_register, destination,
+                     DT_CLASS, DT_SIGNED, PAD_WORDS, U64, capacity_register, cube_descriptor,
+                     cube_geometry, destination,
                      elem_bytes, ordered_fault, gpr_value,
                      install, ordinary_shape, ordinary_slot, ordinary_source_ok, source, take,
                      tile_coords, valid_lanes)
@@ -23,20 +23,6 @@ from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT,
 OP = tables.OP_ID
 LAY = tables.TILE_LAYOUT_CODE
 LOC = tables.TILE_LOCATION_CODE
-
-
-def _cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
-    """Derived geometry and B.6 shape legality for a traced CUBE layout index."""
-    cr, cc = take(CELL_R.reshape(-1), lay * 4 + cls), take(CELL_C.reshape(-1), lay * 4 + cls)
-    outs = []
-    for i, name in enumerate(CUBE_ORDER):
-        g = derived(name, cr, cc, vr, vc)
-        ok = shape_legal(name, cr, cc, vr, vc, capacity, tile_capacity, tile_words)
-        outs.append((g, ok))
-    pick = lambda k: jnp.select([lay == i for i in range(3)], [o[0][k] for o in outs])
-    g = {k: pick(k) for k in outs[0][0]}
-    ok = jnp.select([lay == i for i in range(3)], [o[1] for o in outs]) & (cls >= 0)
-    return cr, cc, g, ok
 
 
 def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})):
@@ -89,7 +75,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
 
     # CUBE destination geometry: VR = LB1, VC = LB0
     vr_c, vc_c = lb[1], lb[0]
-    cr, cc, g, shape_ok = _cube_geometry(cube_lay, cls, vr_c, vc_c, tsize,
+    cr, cc, g, shape_ok = cube_geometry(cube_lay, cls, vr_c, vc_c, tsize,
                                          capacity_register(state.tile_capacity), W)
 
     # ordinary destination: effective dtype (F.3), dims with defaults (C.2)
@@ -104,15 +90,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
 
     # ---------------- TSTORE source
     sslot, s_alloc, s, s_defined = source(tiles, iot0[6], HS)
-    s_cls = take(DT_CLASS, s["dtype"])
-    s_lay = jnp.select([s["layout"] == CUBE_TILE_LAYOUT[i] for i in range(3)], [0, 1, 2], -1)
-    scr, scc, sg, s_shape_ok = _cube_geometry(jnp.maximum(s_lay, 0), s_cls, s["valid_rows"],
-                                              s["valid_cols"], s["capacity"],
-                                              capacity_register(state.tile_capacity), W)
-    s_cube_legal = (s_lay >= 0) & (s["location"] == LOC["Matrix"]) & s_shape_ok \
-        & (s["rows"] == sg["storage_rows"]) & (s["cols"] == sg["storage_cols"]) \
-        & (s["k_repeat"] == sg["k_repeat"]) & (s["n_repeat"] == sg["n_repeat"]) \
-        & (s["cell_count"] == sg["cell_count"]) & (s["storage_bytes"] == sg["required_bytes"])
+    s_cube_legal, s_lay, scr, scc = cube_descriptor(s, state.tile_capacity, W)
     cube_src_bad = ~(s_alloc & s_cube_legal & s_defined & (s["dtype"] == bdt)
                      & (s_lay == cube_lay) & (s["valid_rows"] == lb[1])
                      & (s["valid_cols"] == lb[0]) & ((s["mask"] & bind_mask) == bind_mask))

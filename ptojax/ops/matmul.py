@@ -1,0 +1,318 @@
+"""TMATMUL / TGEMV completion with All-Local CUBE operands (ADR 0071).
+
+`complete(state, blk, pe, cfg, enable)` evaluates the ordered check list of
+matrix.md B.6 (docs/matmul-decisions.md) as booleans, picks the first
+failing one, and only when every check passes and `enable` holds publishes
+the newly allocated D. The product is one loop over K (ascending, so the
+`ieee` profile's binary32 accumulation order is the documented one) whose
+lanes are D's payload slots: lane j holds output (i, n), reads A[i][k] and
+B[k][n] from their CUBE slots and accumulates.
+
+Profiles (MachineConfig.profile, static): `portable` is the model's raw
+64-bit multiply-accumulate mod 2^64; `ieee` decodes each element to its
+exact value (ptojax.numerics), rounds each product once to binary32 and
+adds in binary32 (integers: mod 2^32).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import tables
+from . import binary32
+from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, capacity_register,
+                     cube_descriptor, cube_geometry, destination, install, log2, ordered_fault,
+                     ordinary_source_ok, source, take, tile_coords)
+
+OP = tables.OP_ID
+DT = {d.name: d.code for d in tables.DATATYPES}
+LOC = tables.TILE_LOCATION_CODE
+ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
+FIRST, LAST = OP["TMATMUL"], OP["TGEMVMX.ACC"]
+
+# per operation id: (uses MX, uses C, uses Bias, is TGEMV)
+_FORM = np.zeros((len(tables.OPS), 4), bool)
+for _name, _i in OP.items():
+    if FIRST <= _i <= LAST:
+        _FORM[_i] = ("MX" in _name, _name.endswith(".ACC"), _name.endswith(".BIAS"),
+                     _name.startswith("TGEMV"))
+
+# ordinary input classes (matrix.md A.5): 0 floating, 1 signed, 2 unsigned
+MATRIX_CLASS = np.full(32, -1, np.int32)
+for _n in ("FP32", "TF32", "HF32", "FP16", "BF16", "HiF8", "E4M3", "E5M2", "E3M2", "E2M3",
+           "E2M1X2", "E1M2X2"):
+    MATRIX_CLASS[DT[_n]] = 0
+for _n in ("S16", "S8", "S4X2"):
+    MATRIX_CLASS[DT[_n]] = 1
+for _n in ("U16", "U8", "U4X2"):
+    MATRIX_CLASS[DT[_n]] = 2
+ACC_TYPE = np.array([DT["FP32"], DT["S32"], DT["U32"]], np.int32)
+MX_TYPE = np.zeros(32, bool)
+MX_SCALED = np.zeros(32, bool)
+for _n in ("FP16", "BF16", "E4M3", "E5M2", "E2M1X2", "E1M2X2"):
+    MX_TYPE[DT[_n]] = True
+for _n in ("E4M3", "E5M2", "E2M1X2", "E1M2X2"):
+    MX_SCALED[DT[_n]] = True
+
+# B.FPATR PreQuantMode sets (encoding.md 5.9)
+_VECTOR_MODES = (2, 4, 12, 18, 20, 23, 28, 33, 36, 37, 38, 39)
+_SCALAR_MODES = (3, 5, 13, 17, 19, 24, 25, 26, 27, 32, 34, 35)
+_S32_MODES = (2, 3, 4, 5, 12, 13, 17, 18, 19, 20, 35, 39)
+_FP32_MODES = (1, 16, 23, 24, 25, 26, 27, 28, 32, 33, 34, 36, 37, 38)
+
+
+def _member(x, values):
+    return jnp.any(jnp.asarray(x)[..., None] == jnp.asarray(values, jnp.int32), axis=-1)
+
+
+def _fpatr(w):
+    """B.FPATR fields of the raw (uint32) word (encoding.md 4.8)."""
+    bit = lambda n: ((w >> n) & 1).astype(jnp.int32)
+    return dict(trans_a=bit(7), trans_b=bit(8), max_abs=bit(15), row_max_init=bit(16),
+                group_max=bit(17), row_max=bit(18), relu=((w >> 23) & 7).astype(jnp.int32),
+                mode=((w >> 26) & 63).astype(jnp.int32))
+
+
+def _source_stream(blk):
+    """Flattened Local source TileIndex stream: (indices[2*MAX_IOT], valid[2*MAX_IOT])."""
+    rows = jnp.arange(blk.iot.shape[0]) < blk.iot_count
+    idx = jnp.stack([blk.iot[:, 6], blk.iot[:, 7]], axis=1).reshape(-1)
+    ok = jnp.stack([rows & (blk.iot[:, 4] == 1), rows & (blk.iot[:, 5] == 1)], axis=1).reshape(-1)
+    return idx, ok
+
+
+def _source_at(idx, ok, n):
+    """TileIndex of the n-th source of the stream (0 when there is none)."""
+    pos = jnp.cumsum(ok) - 1
+    hit = ok & (pos == n)
+    return jnp.where(jnp.any(hit), idx[jnp.argmax(hit)], 0)
+
+
+# ---------------------------------------------------------------- element values
+
+
+@functools.lru_cache(maxsize=None)
+def _val8() -> np.ndarray:
+    """[dtype code, raw code] -> exact value of the <= 8-bit float formats."""
+    from .. import numerics          # imported only when the ieee profile is traced
+    out = np.zeros((32, 256), np.float64)
+    for n in ("HiF8", "E4M3", "E5M2", "E3M2", "E2M3", "E2M1X2", "E1M2X2", "E8M0"):
+        t = numerics.value_table(n)
+        out[DT[n], : len(t)] = t
+    return out
+
+
+def _float_value(dtype, word):
+    """Exact value (float64) of a floating element from its carrier word."""
+    lo32 = word & U64(0xFFFFFFFF)
+    f32 = binary32.decode(lo32, 8, 23)
+    tf32 = binary32.decode(lo32 & U64(0xFFFFE000), 8, 23)     # bits below the 10-bit mantissa ignored
+    hf32 = binary32.decode(lo32 & U64(0xFFFFF000), 8, 23)     # below the 11-bit mantissa
+    f16 = binary32.decode(word & U64(0xFFFF), 5, 10)
+    bf16 = binary32.decode((word & U64(0xFFFF)) << U64(16), 8, 23)
+    bits = take(DT_BITS, dtype)
+    code = (word & jnp.where(bits == 4, U64(0xF), U64(0xFF))).astype(jnp.int32)
+    small = jnp.asarray(_val8())[jnp.clip(dtype, 0, 31), code]
+    return jnp.select([dtype == DT["FP32"], dtype == DT["TF32"], dtype == DT["HF32"],
+                       dtype == DT["FP16"], dtype == DT["BF16"]], [f32, tf32, hf32, f16, bf16], small)
+
+
+def _int_value(dtype, word):
+    """Integer element as a wrapped uint64 (signed types sign-extended from their width)."""
+    bits = take(DT_BITS, dtype)
+    shift = (64 - bits).astype(U64)
+    signed = take(DT_SIGNED, dtype) | (dtype == DT["S4X2"])
+    as_signed = ((word << shift).astype(jnp.int64) >> shift.astype(jnp.int64)).astype(U64)
+    as_unsigned = (word << shift) >> shift
+    return jnp.where(signed, as_signed, as_unsigned)
+
+
+# ---------------------------------------------------------------- completion
+
+
+def complete(state, blk, pe, cfg, enable):
+    """Complete matrix block `blk`: (fault, fault address, new state)."""
+    tiles = state.tiles
+    W, HS = cfg.tile_words, cfg.hand_slots
+    op = jnp.clip(blk.op, 0, len(tables.OPS) - 1)
+    form = jnp.asarray(_FORM)[op]
+    is_mx, is_acc, is_bias, is_gemv = form[0], form[1], form[2], form[3]
+    fp = _fpatr(blk.fpatr)
+    lb = jnp.where(blk.lb_present, blk.lb, 1)
+    M, N, K = lb[0], lb[1], lb[2]
+
+    a_type = blk.dtype
+    b_type = jnp.where(blk.datr_present & (blk.datr[1] != tables.DTYPE_NONE), blk.datr[1], a_type)
+    a_cls, b_cls = take(MATRIX_CLASS, a_type), take(MATRIX_CLASS, b_type)
+    types_ok = jnp.where(is_mx, take(MX_TYPE, a_type) & take(MX_TYPE, b_type),
+                         (a_cls >= 0) & (a_cls == b_cls))
+    acc_type = jnp.where(is_mx, DT["FP32"], take(ACC_TYPE, jnp.maximum(a_cls, 0)))
+    sa_on = is_mx & take(MX_SCALED, a_type)
+    sb_on = is_mx & take(MX_SCALED, b_type)
+
+    # ---- binding stream (step 3)
+    idx, ok = _source_stream(blk)
+    rows = jnp.arange(blk.iot.shape[0]) < blk.iot_count
+    n_src = jnp.sum(ok)
+    dst_rows = rows & (blk.iot[:, 0] == 1)
+    n_dst = jnp.sum(dst_rows)
+    drow = blk.iot[jnp.argmax(dst_rows)]
+    mask = blk.iot[0, 3]
+    vector_mode, scalar_mode = _member(fp["mode"], _VECTOR_MODES), _member(fp["mode"], _SCALAR_MODES)
+    n_math = is_acc.astype(jnp.int32) + 2 + sa_on + sb_on + is_bias
+    n_post = (fp["row_max"] & fp["row_max_init"]) + vector_mode + (fp["relu"] == 3)
+    n_scalar = scalar_mode.astype(jnp.int32) + (fp["relu"] == 2)
+    ior = blk.ior
+    ior_bad = blk.ior_present & ((ior[0] != 0) | ((n_scalar < 1) & (ior[1] != 0))
+                                 | ((n_scalar < 2) & (ior[2] != 0)) | (ior[3] != 0))
+    # fields a decoded B.IOT can hold (only a hand-made block State holds others)
+    iot = blk.iot
+    bindings_encodable = jnp.all(~rows | (_member(iot[:, 3], tables.PEMODE_MASK[1:])
+                                          & (iot[:, 1] >= 0) & (iot[:, 1] <= 3)
+                                          & ((iot[:, 0] == 0) | ((iot[:, 2] >= 1) & (iot[:, 2] <= 10)))
+                                          & (iot[:, 6] >= 0) & (iot[:, 6] < 64)
+                                          & (iot[:, 7] >= 0) & (iot[:, 7] < 64)))
+    datr_bad = blk.datr_present & ((blk.datr[0] != 0) | (blk.datr[2] != 0) | (blk.datr[3] != 0)
+                                   | (blk.datr[6] != 0))
+    dims_bad = jnp.any(blk.lb_present & (blk.lb == 0))
+    gate_bad = ~types_ok | (is_gemv & (blk.ios_count > 0)) | (n_src != n_math + n_post) \
+        | (n_dst != 1 + fp["row_max"] + fp["group_max"]) | ~blk.iot_closed | ior_bad | datr_bad \
+        | dims_bad | (blk.iot_count == 0) | ~bindings_encodable
+
+    post = (fp["mode"] != 0) | (fp["relu"] != 0) | (fp["row_max"] == 1) | (fp["group_max"] == 1)
+    mode_class_bad = jnp.where(_member(fp["mode"], _S32_MODES), acc_type != DT["S32"],
+                               _member(fp["mode"], _FP32_MODES) & (acc_type != DT["FP32"]))
+
+    # ---- Local sources (step 7), in stream order C, A, sA, B, sB, Bias
+    o_a = is_acc.astype(jnp.int32)
+    o_sa = o_a + 1
+    o_b = o_sa + sa_on
+    o_sb = o_b + 1
+    o_bias = o_sb + sb_on
+    c_idx, a_idx, sa_idx, b_idx, sb_idx, bias_idx = (
+        _source_at(idx, ok, o) for o in (0, o_a, o_sa, o_b, o_sb, o_bias))
+    tcap = state.tile_capacity
+    d_hand, d_size = drow[1], drow[2]
+    dslot, found, tsize, budget_ok = destination(state, d_hand, d_size, mask, HS)
+
+    def cube_operand(index, vr, vc, dtype):
+        slot, alloc, s, defined = source(tiles, index, HS)
+        legal, lay, cr, cc = cube_descriptor(s, tcap, W)
+        good = alloc & legal & defined & (s["valid_rows"] == vr) & (s["valid_cols"] == vc) \
+            & (s["dtype"] == dtype)
+        return slot, good, lay, cr, cc, s
+
+    a_slot, a_ok, a_lay, a_cr, a_cc, a_s = cube_operand(a_idx, M, K, a_type)
+    a_ok = a_ok & (((a_lay == 0) & (M <= 16)) | ((a_lay == 1) & (M <= 32)))
+    b_slot, b_ok, b_lay, b_cr, b_cc, b_s = cube_operand(b_idx, K, N, b_type)
+    b_ok = b_ok & (b_lay == 2)
+    c_slot, c_ok, c_lay, _, _, c_s = cube_operand(c_idx, M, N, acc_type)
+    c_ok = c_ok & (c_lay == a_lay) & ((fp["mode"] != 0) | (c_s["capacity"] == tsize))
+
+    def row_major(index, vr, vc, dtype):
+        # Bias and scales: legal, fully defined ordinary RowMajor tiles (TileSourceContentsDefined)
+        slot, alloc, s, defined = source(tiles, index, HS)
+        good = ordinary_source_ok(s, alloc, defined, tcap, W) & (s["layout"] == ROW_MAJOR) \
+            & (s["dtype"] == dtype) & (s["valid_rows"] == vr) & (s["valid_cols"] == vc)
+        return slot, good, s
+
+    kb = (K + 31) // 32
+    sa_slot, sa_ok, sa_s = row_major(sa_idx, M, kb, DT["E8M0"])
+    sb_slot, sb_ok, sb_s = row_major(sb_idx, kb, N, DT["E8M0"])
+    bias_slot, bias_ok, _ = row_major(bias_idx, 1, N, acc_type)
+    sources_bad = ~a_ok | ~b_ok | (is_acc & ~c_ok) | (sa_on & ~sa_ok) | (sb_on & ~sb_ok) \
+        | (is_bias & ~bias_ok)
+
+    # ---- destination (step 10): A's M layout, accumulator type, valid M x N
+    d_cls = take(DT_CLASS, acc_type)
+    d_cr, d_cc, d_g, d_shape_ok = cube_geometry(jnp.clip(a_lay, 0, 1), d_cls, M, N, tsize,
+                                                capacity_register(tcap), W)
+
+    fault = ordered_fault(
+        (~blk.fpatr_present, "Fault_BundleControl"),
+        (~is_gemv & (blk.ios_count > 0), "Fault_Unimplemented"),       # Shared operands: issue 5
+        (gate_bad, "Fault_TileLegality"),
+        (is_gemv & (M != 1), "Fault_TileLegality"),
+        ((fp["trans_a"] == 1) | (fp["trans_b"] == 1), "Fault_TileLegality"),
+        (mode_class_bad, "Fault_TileLegality"),
+        (post, "Fault_Unimplemented"),                                  # post-process not modelled
+        (sources_bad, "Fault_TileLegality"),
+        (is_acc & (c_idx == d_hand), "Fault_TileLegality"),
+        (~found | ~budget_ok | ~d_shape_ok, "Fault_TileAllocation"),
+    )
+    do = enable & (fault == 0)
+
+    # ---- product: lanes = D's payload slots
+    r, c = tile_coords(True, jnp.clip(a_lay, 0, 1), d_cr, d_cc, False, 0, 1, W)
+    lane_ok = (r < M) & (c < N) & (jnp.arange(W) < d_g["cell_count"] * d_cr * d_cc)
+    a_words, b_words = tiles.words[a_slot], tiles.words[b_slot]
+    sa_words, sb_words = tiles.words[sa_slot], tiles.words[sb_slot]
+    la_cr, la_cc, lb_cr = log2(a_cr), log2(a_cc), log2(b_cr)
+    a_b4_m16 = (take(DT_BITS, a_type) == 4) & (a_lay == 0)
+    b_krep = jnp.maximum(b_s["k_repeat"], 1)
+    ri, ci = jnp.clip(r, 0, 31), c
+
+    def a_slot_of(k):
+        q = k & (a_cc - 1)
+        q = jnp.where(a_b4_m16, q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
+        return jnp.clip(((k >> la_cc) << (la_cr + la_cc)) + (ri << la_cc) + q, 0, W - 1)
+
+    def b_slot_of(k):
+        cell = (ci >> 3) * b_krep + (k >> lb_cr)
+        return jnp.clip((cell << (lb_cr + 3)) + ((ci & 7) << lb_cr) + (k & (b_cr - 1)), 0, W - 1)
+
+    def scale_words(k):
+        sa = sa_words[jnp.clip(ri * sa_s["cols"] + (k >> 5), 0, W - 1)]
+        sb = sb_words[jnp.clip((k >> 5) * sb_s["cols"] + ci, 0, W - 1)]
+        return jnp.where(sa_on, sa, U64(1)), jnp.where(sb_on, sb, U64(1))
+
+    c_words = tiles.words[c_slot]           # C has D's layout and shape: same slots
+    bias_words = tiles.words[bias_slot][jnp.clip(c, 0, W - 1)]
+    ieee = cfg.profile == "ieee"
+
+    if not ieee:
+        def body(k, acc):
+            a, b = a_words[a_slot_of(k)], b_words[b_slot_of(k)]
+            sa, sb = scale_words(k)
+            return acc + (a * sa) * (b * sb)
+        acc = jax.lax.fori_loop(0, jnp.where(do, K, 0), body, jnp.where(is_acc, c_words, U64(0)))
+        d_words = acc + jnp.where(is_bias, bias_words, U64(0))
+    else:
+        is_float = acc_type == DT["FP32"]
+        scale = lambda w: jnp.where(w == U64(0xFF), jnp.nan,
+                                    jnp.ldexp(jnp.float64(1), (w & U64(0xFF)).astype(jnp.int32) - 127))
+
+        def body(k, carry):
+            acc_i, acc_f = carry
+            a, b = a_words[a_slot_of(k)], b_words[b_slot_of(k)]
+            sa, sb = scale_words(k)
+            va = _float_value(a_type, a) * jnp.where(sa_on, scale(sa), 1.0)
+            vb = _float_value(b_type, b) * jnp.where(sb_on, scale(sb), 1.0)
+            # the exact product rounded once, then a binary32 add (both via float64)
+            acc_f = binary32.round_value(acc_f + binary32.round_value(va * vb))
+            acc_i = acc_i + _int_value(a_type, a) * _int_value(b_type, b)
+            return acc_i, acc_f
+
+        init = (jnp.where(is_acc, c_words, U64(0)),
+                jnp.where(is_acc, binary32.value(c_words), jnp.float64(0)))
+        acc_i, acc_f = jax.lax.fori_loop(0, jnp.where(do, K, 0), body, init)
+        acc_f = jnp.where(is_bias, acc_f + binary32.value(bias_words), acc_f)
+        acc_i = (acc_i + jnp.where(is_bias, bias_words, U64(0))) & U64(0xFFFFFFFF)
+        acc_i = jnp.where(acc_type == DT["S32"],
+                          acc_i.astype(jnp.uint32).astype(jnp.int32).astype(jnp.int64).astype(U64), acc_i)
+        d_words = jnp.where(is_float, binary32.round_bits(acc_f), acc_i)
+
+    # D's other payload Words keep their old values, undefined (the model configures
+    # the descriptor and writes only the valid M x N Words)
+    new_words = jnp.where(lane_ok, d_words, tiles.words[dslot])
+    vals = dict(dtype=acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(a_lay, 0, 1)),
+                location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
+                cols=d_g["storage_cols"], valid_rows=M, valid_cols=N, k_repeat=d_g["k_repeat"],
+                n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
+                storage_bytes=d_g["required_bytes"], mask=mask, defined_valid=M * N)
+    tiles = install(tiles, dslot, do, vals, new_words, lane_ok)
+    return fault, U64(0), state.replace(tiles=tiles)
