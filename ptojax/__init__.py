@@ -10,8 +10,9 @@ from .isa import asm
 from . import batch
 from . import reference
 from . import interop
+from . import ops
 
 __all__ = ["MachineConfig", "PRESETS", "State", "preset", "reset", "write_memory", "read_memory",
            "write_gpr", "read_gpr", "read_tile", "TileView", "RunResult", "run", "layouts",
-           "asm", "batch", "reference", "interop", "tables"]
+           "asm", "batch", "reference", "interop", "tables", "ops"]
 __version__ = "0.1.0"

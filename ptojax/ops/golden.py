@@ -1,0 +1,323 @@
+"""`pj.ops.matmul`: golden matrix products computed by running the real bundles.
+
+For compiler pipelines: numpy matrices in, numpy result out. The helper
+writes the operands to global memory, runs the instruction sequence a
+program would (CUBE TLOAD ND2M16/ND2M32 of A and C, ND2N8 of B, ordinary
+TLOADs of Bias and E8M0 scales, one TMATMUL*/TGEMV* bundle, TSTORE of D
+back to ND) on a private machine, and reads D from memory. Any
+architectural fault raises MatmulFault carrying the fault; the numbers are
+exactly what `pj.run` computes (docs/numerics.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from .. import numerics, tables
+from ..state import MachineConfig
+
+# operand hands (a TLOAD takes the hand's lowest free register): A, B -> T; C, Bias -> U;
+# scales -> N; D -> M, so C's TileIndex never equals D's hand number
+_A = _B = "T"
+_C = _BIAS = "U"
+_SA = _SB = "N"
+_D_HAND = "M"
+_ML = {"FP16": np.float16, "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn,
+       "E5M2": ml_dtypes.float8_e5m2, "FP32": np.float32}
+_ACC_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32}
+MX_TYPES = ("FP16", "BF16", "E4M3", "E5M2", "E2M1X2", "E1M2X2")
+
+
+class MatmulFault(RuntimeError):
+    """The bundle sequence faulted: .fault (name), .address, .bundle (which step)."""
+
+    def __init__(self, fault: str, address, bundle: str):
+        super().__init__(f"{bundle} raised {fault} (address {address:#x})" if address is not None
+                         else f"{bundle} raised {fault}")
+        self.fault, self.address, self.bundle = fault, address, bundle
+
+
+def _dtype(name, what):
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a DataType name such as 'FP16', got {type(name).__name__}")
+    try:
+        return tables.dtype(name)
+    except (KeyError, ValueError):
+        raise ValueError(f"unknown {what} {name!r}; expected a spec DataType name "
+                         f"({', '.join(d.name for d in tables.DATATYPES)})") from None
+
+
+def _matrix(x, what, ndim=2):
+    arr = np.asarray(x)
+    if arr.ndim != ndim or 0 in arr.shape:
+        raise ValueError(f"{what} must be a non-empty {ndim}-D array, got shape {arr.shape}")
+    return arr
+
+
+def encode(x, dt: tables.DataType, what: str) -> np.ndarray:
+    """Raw element codes (uint64) of `x` in DataType `dt`.
+
+    Integer types take integer values (range-checked). Floating types take
+    unsigned-integer arrays as raw codes, or real values that the format
+    represents exactly (never rounded silently).
+    """
+    arr = np.asarray(x)
+    mask = (1 << dt.bits) - 1
+    if dt.is_integer:
+        if arr.dtype.kind not in "iub":
+            raise TypeError(f"{what}: {dt.name} takes integer values, got dtype {arr.dtype}")
+        v = arr.astype(np.int64)
+        lo, hi = (-(1 << (dt.bits - 1)), (1 << (dt.bits - 1)) - 1) if dt.signed else (0, mask)
+        if v.size and (v.min() < lo or v.max() > hi):
+            raise ValueError(f"{what}: values must be in {lo}..{hi} for {dt.name}")
+        return (v & mask).astype(np.uint64)
+    if arr.dtype.kind == "u":
+        if arr.size and int(arr.max()) > mask:
+            raise ValueError(f"{what}: raw {dt.name} codes must be < 2^{dt.bits}")
+        return arr.astype(np.uint64)
+    if arr.dtype.kind not in "fV" and arr.dtype not in _ML.values():
+        raise TypeError(f"{what}: {dt.name} takes real values (a float array) or raw codes "
+                        f"(an unsigned integer array), got dtype {arr.dtype}")
+    vals = arr.astype(np.float64)
+    if dt.bits <= 8:
+        table = numerics.value_table(dt.name)
+        codes = np.zeros(vals.shape, np.uint64)
+        for code in range(len(table) - 1, -1, -1):       # lowest code wins (+0 before -0)
+            codes[(table[code] == vals) & ~((vals == 0) & (np.signbit(vals) != np.signbit(table[code])))] = code
+        found = np.isin(vals, table) | np.isnan(vals)
+        nan_code = np.flatnonzero(np.isnan(table))
+        if nan_code.size:
+            codes[np.isnan(vals)] = nan_code[0]
+        exact = found & (~np.isnan(vals) | bool(nan_code.size))
+    else:
+        np_t = _ML.get(dt.name, np.float32)
+        conv = vals.astype(np_t)
+        codes = conv.view(np.uint16 if np.dtype(np_t).itemsize == 2 else np.uint32).astype(np.uint64)
+        keep = {"TF32": 0xFFFFE000, "HF32": 0xFFFFF000}.get(dt.name)
+        exact = (conv.astype(np.float64) == vals) | np.isnan(vals)
+        if keep is not None:
+            exact &= (codes & np.uint64(~keep & 0xFFFFFFFF)) == 0
+    if not np.all(exact):
+        bad = vals[~exact].ravel()[0]
+        raise ValueError(f"{what}: {bad!r} is not exactly representable in {dt.name}; "
+                         f"round it first or pass raw codes as an unsigned integer array")
+    return codes
+
+
+def _pack(codes: np.ndarray, bits: int) -> tuple[bytes, int]:
+    """Row-major ND bytes of a 2-D code array and the row stride in bytes."""
+    rows, cols = codes.shape
+    if bits == 4:
+        stride = (cols + 1) // 2
+        out = np.zeros((rows, stride), np.uint8)
+        for c in range(cols):
+            nib = (codes[:, c] & np.uint64(0xF)).astype(np.uint8)
+            out[:, c // 2] |= nib << (4 * (c % 2))
+        return out.tobytes(), stride
+    width = bits // 8
+    raw = codes.astype(np.uint64).astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[width])
+    return raw.astype(raw.dtype.newbyteorder("<")).tobytes(), cols * width
+
+
+def _size_code(nbytes: int, what: str) -> int:
+    code = max(1, math.ceil(math.log2(max(nbytes, 128) / 64)))
+    if code > 10:
+        raise ValueError(f"{what} needs {nbytes} bytes per PE; one tile holds at most 64 KiB "
+                         f"(split the matrix)")
+    return code
+
+
+def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None, scales=None,
+           layout: str = "CUBE_M16", profile: str = "ieee", gemv: bool = False) -> np.ndarray:
+    """D = [acc +] A @ B [+ bias] on the model, as numpy (M x N).
+
+    a: M x K, b: K x N in `dtype` / `b_dtype` (default `dtype`): real values
+    exactly representable in the format, or raw codes as unsigned ints.
+    acc (M x N, ACC form) and bias (length N, BIAS form) are accumulator
+    typed (FP32 / S32 / U32). scales=(sa, sb) selects the MX form: E8M0 raw
+    codes, sa M x ceil(K/32) and sb ceil(K/32) x N, None for an FP16/BF16 side.
+    gemv=True uses the TGEMV form (M must be 1). profile: "ieee" (real
+    values; the default here, for golden results) or "portable" (the ASL
+    model's raw-word arithmetic). Returns float32 / int32 / uint32 by the
+    accumulator type: the 4 bytes the TSTORE writes per element.
+    Raises MatmulFault on an architectural fault, ValueError/TypeError on misuse.
+    """
+    at = _dtype(dtype, "dtype")
+    bt = _dtype(b_dtype if b_dtype is not None else dtype, "b_dtype")
+    if layout not in ("CUBE_M16", "CUBE_M32"):
+        raise ValueError(f"layout must be 'CUBE_M16' or 'CUBE_M32', got {layout!r}")
+    if profile not in ("ieee", "portable"):
+        raise ValueError(f"profile must be 'ieee' or 'portable', got {profile!r}")
+    if acc is not None and bias is not None:
+        raise ValueError("no matrix form takes both acc (ACC) and bias (BIAS)")
+    A, B = _matrix(a, "a"), _matrix(b, "b")
+    M, K = A.shape
+    if B.shape[0] != K:
+        raise ValueError(f"a is {M}x{K} but b is {B.shape[0]}x{B.shape[1]}: inner dimensions differ")
+    N = B.shape[1]
+    limit = 16 if layout == "CUBE_M16" else 32
+    if M > limit:
+        raise ValueError(f"{layout} holds at most {limit} rows; a has {M} (split the rows or use CUBE_M32)")
+    if gemv and M != 1:
+        raise ValueError(f"gemv=True needs a single row (M = 1), got M = {M}")
+    mx = scales is not None
+    cls = "S32" if at.is_integer and at.signed else "U32" if at.is_integer else "FP32"
+    acc_t = tables.dtype("FP32" if mx else cls)
+
+    # operand tiles in stream order: (name, TLOAD layout, dtype, codes, hand, kind)
+    loads = []
+    if acc is not None:
+        C = _matrix(acc, "acc")
+        if C.shape != (M, N):
+            raise ValueError(f"acc must be {M}x{N}, got {C.shape}")
+        loads.append(("C", "ND2M16" if layout == "CUBE_M16" else "ND2M32", acc_t,
+                      encode(C, acc_t, "acc"), _C, "cube"))
+    loads.append(("A", "ND2M16" if layout == "CUBE_M16" else "ND2M32", at, encode(A, at, "a"), _A, "cube"))
+    kb = (K + 31) // 32
+    sa = sb = None
+    if mx:
+        if not (isinstance(scales, tuple) and len(scales) == 2):
+            raise TypeError("scales must be a (sa, sb) tuple of E8M0 codes (None for an unscaled side)")
+        sa, sb = scales
+        for side, s, t, shape in (("a", sa, at, (M, kb)), ("b", sb, bt, (kb, N))):
+            needs = t.name in ("E4M3", "E5M2", "E2M1X2", "E1M2X2")
+            if t.name not in MX_TYPES:
+                raise ValueError(f"MX forms take {', '.join(MX_TYPES)}; {side} is {t.name}")
+            if needs != (s is not None):
+                raise ValueError(f"{t.name} side {side} {'needs' if needs else 'takes no'} E8M0 scales")
+            if s is not None and np.asarray(s).shape != shape:
+                raise ValueError(f"scales for {side} must be {shape[0]}x{shape[1]}, got {np.asarray(s).shape}")
+        if sa is not None:
+            loads.append(("sA", "ordinary", tables.dtype("E8M0"),
+                          encode(np.asarray(sa).astype(np.uint8), tables.dtype("E8M0"), "sa"), _SA, "row"))
+    loads.append(("B", "ND2N8", bt, encode(B, bt, "b"), _B, "cube"))
+    if sb is not None:
+        loads.append(("sB", "ordinary", tables.dtype("E8M0"),
+                      encode(np.asarray(sb).astype(np.uint8), tables.dtype("E8M0"), "sb"), _SB, "row"))
+    if bias is not None:
+        v = np.asarray(bias)
+        if v.ndim != 1 or v.shape[0] != N:
+            raise ValueError(f"bias must be a length-{N} vector, got shape {v.shape}")
+        loads.append(("Bias", "ordinary", acc_t, encode(v.reshape(1, N), acc_t, "bias"), _BIAS, "row"))
+    return _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, acc is not None,
+                    bias is not None, gemv)
+
+
+def _run(st, words, cfg):
+    """pj.run with fixed stream/commit bounds, so every call of one size bucket
+    reuses one compiled executable."""
+    import jax.numpy as jnp
+
+    from .._x64 import x64
+    from ..machine import _bucket, run_stream
+    from ..result import RunResult
+
+    @x64
+    def go():
+        padded = np.zeros(_bucket(len(words), low=64), np.uint32)
+        padded[: len(words)] = words
+        out, executed = run_stream(st, jnp.asarray(padded), jnp.int32(len(words)), jnp.int32(0),
+                                   jnp.bool_(False), cfg, 8, _EFFECTS, jnp.int64(0))
+        return RunResult.from_state(out, int(executed))
+    return go()
+
+
+_EFFECTS = frozenset({"TLOAD", "TSTORE", "MATMUL"})
+_REGS = ("a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7")
+_OPS = {(False, False, False): "TMATMUL", (False, False, True): "TMATMUL.BIAS",
+        (False, True, False): "TMATMUL.ACC", (True, False, False): "TMATMULMX",
+        (True, False, True): "TMATMULMX.BIAS", (True, True, False): "TMATMULMX.ACC"}
+
+
+def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias, gemv):
+    import ptojax as pj
+    from ..layouts.geometry import geometry as cube_geometry
+
+    regs = iter(_REGS)
+    gm = bytearray()
+    gprs = {}
+    text = []
+    steps = []                       # (first word index, bundle name)
+    words_needed = 1
+
+    def place(data: bytes) -> int:
+        base = (len(gm) + 63) // 64 * 64
+        gm.extend(b"\0" * (base - len(gm)))
+        gm.extend(data)
+        return base
+
+    def bundle(name, lines):
+        steps.append((sum(len(t) for t in text), name))
+        text.append(lines + ["BSTOP"])
+
+    used = {}
+    tiles = []
+    for name, lay, dt, codes, hand, kind in loads:
+        used[hand] = used.get(hand, 0) + 1
+        tiles.append(f"{hand}#{used[hand]}")
+        rows, cols = codes.shape
+        data, stride = _pack(codes, dt.bits)
+        base_r, stride_r = next(regs), next(regs)
+        gprs[base_r], gprs[stride_r] = place(data), stride
+        if kind == "cube":
+            g = cube_geometry(tables.cube_layout({"ND2M16": "CUBE_M16", "ND2M32": "CUBE_M32",
+                                                       "ND2N8": "CUBE_N8"}[lay]), dt.name, rows, cols)
+            size, words_needed = g.required_bytes, max(words_needed, g.storage_elements)
+            datr = f"B.DATR {{{lay}, DTYPE_NONE, Null}}"
+            dims = [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1"]
+        else:
+            col = 1 << (cols - 1).bit_length()
+            size = max(128, 1 << (rows * col * dt.bits // 8 - 1).bit_length())
+            words_needed = max(words_needed, size * 8 // dt.bits)
+            datr = None
+            dims = [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1",
+                    f"B.DIM zero, {col}, ->LB2"]
+        code = _size_code(size, name)
+        bundle(f"TLOAD of {name}", [f"BSTART.TLOAD {dt.name}"] + ([datr] if datr else []) + dims
+               + [f"B.IOR {base_r}, {stride_r}", f"B.IOT mask=1000, last, ->{hand}<{code}>"])
+
+    # D: A's M layout, accumulator type
+    d_geom = cube_geometry(layout, acc_t.name, M, N)
+    words_needed = max(words_needed, d_geom.storage_elements)
+    d_code = _size_code(d_geom.required_bytes, "D")
+    op = _OPS[(mx, is_acc, is_bias)]
+    if gemv:
+        op = op.replace("TMATMUL", "TGEMV")
+    iots = [tiles[i:i + 2] for i in range(0, len(tiles), 2)]
+    lines = [f"BSTART.{op} {at.name}"]
+    if bt.code != at.code:
+        lines.append(f"B.DATR {{NORM, {bt.name}, Zero, EQ, Default, 0, 0}}")
+    lines += ["B.FPATR 0, 0, 0, 0, 0, 0, 0, 0, 0", f"B.DIM zero, {M}, ->LB0",
+              f"B.DIM zero, {N}, ->LB1", f"B.DIM zero, {K}, ->LB2"]
+    for n, pair in enumerate(iots):
+        last = n == len(iots) - 1
+        lines.append(f"B.IOT {', '.join(pair)}, mask=1000" + (f", last, ->{_D_HAND}<{d_code}>" if last else ""))
+    bundle(op, lines)
+
+    store = "M162ND" if layout == "CUBE_M16" else "M322ND"
+    base_r, stride_r = next(regs), next(regs)
+    out_at = place(bytes(M * N * 4))
+    gprs[base_r], gprs[stride_r] = out_at, N * 4
+    bundle("TSTORE of D", [f"BSTART.TSTORE {acc_t.name}", f"B.DATR {{{store}, DTYPE_NONE, Null}}",
+                           f"B.DIM zero, {N}, ->LB0", f"B.DIM zero, {M}, ->LB1",
+                           f"B.IOR {base_r}, {stride_r}", f"B.IOT {_D_HAND}#1, mask=1000, last"])
+
+    # a private machine just big enough (sizes bucketed to powers of two to reuse compiles)
+    tile_words = max(1024, 1 << (words_needed - 1).bit_length())
+    cfg = MachineConfig(gm_bytes=max(8192, 1 << (len(gm) - 1).bit_length()), tile_words=tile_words,
+                        hand_slots=2, tile_capacity=(1 << 31) - 1, profile=profile)
+    st = pj.reset(cfg)
+    st = pj.write_memory(st, 0, bytes(gm))
+    for r, v in gprs.items():
+        st = pj.write_gpr(st, r, v)
+    words = pj.asm.assemble("\n".join(line for t in text for line in t))
+    res = _run(st, words, cfg)
+    if res.fault != "Fault_None":
+        at_word = res.executed
+        step = [name for first, name in steps if first <= at_word][-1]
+        raise MatmulFault(res.fault, res.fault_address, step)
+    raw = np.frombuffer(pj.read_memory(res.state, out_at, M * N * 4), "<u4").reshape(M, N)
+    return raw.view(_ACC_NP[acc_t.name]).copy()

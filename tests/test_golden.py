@@ -1,0 +1,87 @@
+"""pj.ops.matmul: golden products from the real bundle sequence.
+
+Every call here fits one size bucket (1024-Word tiles, 8 KiB of GM), so the
+module compiles once per profile. Expected values come from numpy, exactly:
+small integers keep every binary32 sum exact.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ptojax as pj
+from ptojax.ops import MatmulFault
+
+rng = np.random.default_rng(7)
+
+
+def ints(lo, hi, shape):
+    return rng.integers(lo, hi, shape)
+
+
+def test_fp16_matches_numpy_exactly():
+    a, b = ints(-8, 9, (16, 32)).astype(np.float16), ints(-8, 9, (32, 16)).astype(np.float16)
+    d = pj.ops.matmul(a, b, dtype="FP16")
+    assert d.dtype == np.float32 and np.array_equal(d, a.astype(np.float32) @ b.astype(np.float32))
+
+
+def test_mixed_types_bias_acc_and_layouts():
+    a, b = ints(-100, 100, (5, 40)), ints(-100, 100, (40, 7))
+    d = pj.ops.matmul(a, b, dtype="S8", bias=np.arange(7) - 3)
+    assert d.dtype == np.int32 and np.array_equal(d, a @ b + np.arange(7) - 3)
+    a16, b4 = ints(0, 60000, (20, 9)), ints(0, 16, (9, 3))
+    d = pj.ops.matmul(a16, b4, dtype="U16", b_dtype="U4X2", layout="CUBE_M32")
+    assert d.dtype == np.uint32 and np.array_equal(d, (a16 @ b4).astype(np.uint32))
+    c = ints(-5, 5, (4, 6)).astype(np.float32)
+    a, b = ints(-3, 4, (4, 33)).astype(ml_dtypes.bfloat16), ints(-3, 4, (33, 6)).astype(ml_dtypes.bfloat16)
+    d = pj.ops.matmul(a, b, dtype="BF16", acc=c)
+    assert np.array_equal(d, c + a.astype(np.float32) @ b.astype(np.float32))
+
+
+def test_gemv_and_mx_scales():
+    a, b = ints(-4, 5, (1, 70)).astype(ml_dtypes.float8_e4m3fn), ints(-4, 5, (70, 5)).astype(ml_dtypes.float8_e5m2)
+    sa = np.array([[127, 128, 126]], np.uint8)                    # 1, 2, 1/2 per 32-element K block
+    sb = np.full((3, 5), 129, np.uint8)                           # 4
+    d = pj.ops.matmul(a, b, dtype="E4M3", b_dtype="E5M2", scales=(sa, sb), gemv=True)
+    block = np.repeat([1.0, 2.0, 0.5], 32)[:70]
+    assert np.array_equal(d, ((a.astype(np.float64) * block) @ (b.astype(np.float64) * 4)).astype(np.float32))
+    h = pj.ops.matmul(ints(-2, 3, (3, 4)).astype(np.float16), ints(-2, 3, (4, 2)).astype(np.float16),
+                      dtype="FP16", scales=(None, None))                  # MX form without scales
+    assert h.shape == (3, 2)
+
+
+def test_ieee_rounding_is_sequential_binary32():
+    # 1 + 2^-24 + 2^-24: binary32 rounds each add (ties to even), so the sum stays 1.0
+    a = np.array([[1.0, 1.0, 1.0]], np.float32)
+    b = np.array([[1.0], [2.0 ** -24], [2.0 ** -24]], np.float32)
+    assert pj.ops.matmul(a, b, dtype="FP32")[0, 0] == np.float32(1.0)
+    b2 = np.array([[2.0 ** -24], [2.0 ** -24], [1.0]], np.float32)
+    assert pj.ops.matmul(a, b2, dtype="FP32")[0, 0] == np.float32(1.0 + 2.0 ** -23)
+
+
+def test_portable_profile_is_raw_words():
+    d = pj.ops.matmul(np.array([[6]], np.uint16), np.array([[7]], np.uint16), dtype="FP16",
+                      profile="portable")
+    assert d.view(np.uint32)[0, 0] == 42                    # matrix.md C.1: FP16 6 x FP16 7 = 42
+
+
+def test_faults_are_raised_with_the_fault():
+    with pytest.raises(MatmulFault) as e:      # FP16 x S8: cross-class pair
+        pj.ops.matmul(np.ones((2, 2), np.float16), np.ones((2, 2), np.int64), dtype="FP16", b_dtype="S8")
+    assert e.value.fault == "Fault_TileLegality" and e.value.bundle == "TMATMUL"
+
+
+@pytest.mark.parametrize("call, err", [
+    (lambda: pj.ops.matmul(np.ones((2, 3)), np.ones((2, 3)), dtype="FP16"), ValueError),
+    (lambda: pj.ops.matmul(np.ones((2, 2)), np.ones((2, 2)), dtype="FP99"), ValueError),
+    (lambda: pj.ops.matmul(np.array([[0.1]]), np.ones((1, 1)), dtype="FP16"), ValueError),
+    (lambda: pj.ops.matmul(np.ones((17, 2)), np.ones((2, 2)), dtype="FP16"), ValueError),
+    (lambda: pj.ops.matmul(np.ones((2, 2)), np.ones((2, 2)), dtype="S8"), TypeError),
+    (lambda: pj.ops.matmul(np.ones((2, 2), int), np.ones((2, 2), int), dtype="S8", acc=np.zeros((2, 2), int),
+                           bias=np.zeros(2, int)), ValueError),
+    (lambda: pj.ops.matmul(np.ones((2, 2)), np.ones((2, 2)), dtype="E4M3", scales=(None, None)), ValueError),
+    (lambda: pj.ops.matmul(np.ones((2, 2)), np.ones((2, 2)), dtype="FP16", profile="fast"), ValueError),
+])
+def test_misuse_is_a_clear_error(call, err):
+    with pytest.raises(err):
+        call()
