@@ -1,8 +1,8 @@
 """The `ptojax` command line.
 
     ptojax run PROGRAM [--gm FILE] [--gm-hex ADDR:HEX] [--gpr [PE:]REG=VALUE]
-                       [--pe N] [--config asl|small|tiny] [--on-fault abandon|hold]
-                       [--reference] [--hex] [--json]
+                       [--pe N] [--config asl|small|tiny] [--profile portable|ieee]
+                       [--on-fault abandon|hold] [--reference] [--hex] [--json]
     ptojax asm FILE|-  [--json]          assembly text -> hex words
     ptojax disasm FILE|- [--addresses]   hex words -> assembly text
     ptojax demo [--config NAME] [--batch N]
@@ -11,6 +11,11 @@
                 [--config tiny|small|asl] [--on-fault abandon|hold] [--json] [--out DIR]
                 [--export DIR] [--against CMD] [--shard I/N | --distributed] ...
     ptojax replay FILE [--against CMD | --reference] [--json]
+
+A program file may carry its own GM bytes and GPR values in setup lines,
+comments of the form `;@ --gm-hex ADDR:HEX` or `;@ --gpr [PE:]REG=VALUE`
+(several options per line allowed); they apply before the command line's
+--gm-hex/--gpr, which can override them (examples/tmatmul_fp16.s).
 
 Exit status: 0 when the command did its work (a program that stops at an
 architectural fault still ran: the fault is data and is reported), 2 for bad
@@ -33,6 +38,7 @@ import numpy as np
 
 import ptojax as pj
 from ptojax import tables
+from ptojax.state import PROFILES
 
 __all__ = ["main"]
 
@@ -128,6 +134,29 @@ def load_program(text: str, force_hex: bool = False) -> tuple[list[int], str]:
     if force_hex or looks_hex(text):
         return parse_hex_words(text), "hex"
     return assemble(text), "assembly"
+
+
+_SETUP_RE = re.compile(r"^\s*[;#]@(.*)$")
+_SETUP_OPTIONS = ("--gm-hex", "--gpr")
+
+
+def program_setup(text: str) -> tuple[list[str], list[str]]:
+    """(gm_hex specs, gpr specs) of the setup lines `;@ --gm-hex A:HEX --gpr R=V ...`."""
+    gm_hex, gprs = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _SETUP_RE.match(line)
+        if not m:
+            continue
+        toks = m[1].split()
+        if not toks or len(toks) % 2:
+            raise CliError(f"line {n}: setup line {line.strip()!r}: expected pairs of "
+                           f"{' or '.join(_SETUP_OPTIONS)} and a value")
+        for opt, value in zip(toks[::2], toks[1::2]):
+            if opt not in _SETUP_OPTIONS:
+                raise CliError(f"line {n}: setup line option {opt!r}: expected "
+                               f"{' or '.join(_SETUP_OPTIONS)}")
+            (gm_hex if opt == "--gm-hex" else gprs).append(value)
+    return gm_hex, gprs
 
 
 def _int(text: str, what: str) -> int:
@@ -281,7 +310,7 @@ def source_listing(text: str, start: int) -> list[str]:
 
 
 def build_report(before, result, words, *, model: str, config: str, pe: int,
-                 on_fault: str) -> dict:
+                 on_fault: str, profile: str = "portable") -> dict:
     after = result.state
     start = int(np.asarray(before.pc))
     faulted = result.fault != "Fault_None"
@@ -292,7 +321,7 @@ def build_report(before, result, words, *, model: str, config: str, pe: int,
                "after": gm1[a:b].tobytes().hex()} for a, b in changed_ranges(gm0, gm1)]
     block = after.block
     return {
-        "model": model, "config": config, "pe": pe, "on_fault": on_fault,
+        "model": model, "config": config, "profile": profile, "pe": pe, "on_fault": on_fault,
         "program": [{"address": start + 4 * i, "word": f"0x{w:08x}",
                      "text": pj.asm.disassemble([w])} for i, w in enumerate(words)],
         "fault": result.fault,
@@ -325,7 +354,7 @@ def fault_line(rep: dict) -> str:
 
 def format_report(rep: dict) -> str:
     out = [f"program: {len(rep['program'])} words, {rep['model']} model, config {rep['config']}, "
-           f"PE {rep['pe']}"]
+           f"{rep['profile']} profile, PE {rep['pe']}"]
     words = [int(p["word"], 16) for p in rep["program"]]
     start = rep["program"][0]["address"] if words else rep["pc"]
     out += listing(words, start, rep["fault_word"], rep["fault"])
@@ -361,14 +390,17 @@ def cmd_run(args) -> int:
     words, _ = load_program(text, args.hex)
     if not 0 <= args.pe < tables.NUM_PES:
         raise CliError(f"--pe {args.pe}: expected 0..{tables.NUM_PES - 1}")
-    cfg = pj.preset(args.config)
-    before = build_state(cfg, args.gm, args.gm_hex or (), args.gpr or (), args.pe)
+    cfg = pj.preset(args.config).replace(profile=args.profile)
+    setup_gm, setup_gpr = program_setup(text)
+    before = build_state(cfg, args.gm, setup_gm + (args.gm_hex or []),
+                         setup_gpr + (args.gpr or []), args.pe)
     if not args.reference:
         use_compile_cache()
     runner = pj.reference.run if args.reference else pj.run
-    result = runner(before, words, pe=args.pe, on_fault=args.on_fault)
+    result = runner(before, words, pe=args.pe, on_fault=args.on_fault, cfg=cfg)
     rep = build_report(before, result, words, model="reference" if args.reference else "jax",
-                       config=args.config, pe=args.pe, on_fault=args.on_fault)
+                       config=args.config, pe=args.pe, on_fault=args.on_fault,
+                       profile=args.profile)
     if args.json:
         rep.pop("_tile_views")
         rep.pop("_gm_after")
@@ -443,7 +475,51 @@ B.IOT M#1, mask=1000, last          ; source: the tile just loaded
 BSTOP
 """
 
+DEMO_TLOAD_B = """\
+BSTART.TLOAD FP16
+B.DATR {ND2N8, DTYPE_NONE}          ; ND -> CUBE_N8 (B's layout), pad with zeros
+B.DIM zero, 2, ->LB0                ; valid columns: N
+B.DIM zero, 3, ->LB1                ; valid rows: K
+B.IOR a4, a5                        ; base 0x140, row stride 4 bytes
+B.IOT mask=1000, last, ->N<1>       ; destination: N#1 (tile 48), 128 B
+BSTOP
+"""
+
+DEMO_TMATMUL = """\
+BSTART.TMATMUL FP16                 ; D = A x B, AType FP16 (no B.DATR: BType = AType)
+B.FPATR 0                           ; required; all zero: no conversion, activation, maxima
+B.DIM zero, 2, ->LB0                ; M
+B.DIM zero, 2, ->LB1                ; N
+B.DIM zero, 3, ->LB2                ; K
+B.IOT M#1, N#1, mask=1000, last, ->T<1>   ; sources A, B; D: T#1 (tile 0), 128 B
+BSTOP
+"""
+
+DEMO_B = [[0.5, -1.0], [0.25, 2.0], [1.5, 0.125]]      # the demo's FP16 B (3x2)
+
 _DEMO_MAX_BATCH_BYTES = 2 << 30
+
+
+def ieee_matmul_fp16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """binary32 bits of the ieee profile's D = A x B for FP16 A, B, in numpy:
+    each exact product (exact in float64) rounded once to float32, float32
+    sums over ascending k from +0.0 (numpy keeps subnormals)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    out = np.zeros((a.shape[0], b.shape[1]), np.uint32)
+    with np.errstate(all="ignore"):
+        for i in range(a.shape[0]):
+            for j in range(b.shape[1]):
+                acc = np.float32(0.0)
+                for k in range(a.shape[1]):
+                    acc = np.float32(acc + np.float32(a64[i, k] * b64[k, j]))
+                out[i, j] = np.array(acc, np.float32).view(np.uint32)
+    return out
+
+
+def portable_matmul_fp16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The portable profile's D words for FP16 A, B: the raw 16-bit patterns
+    multiplied and summed as integers mod 2^64 (numpy uint64 arithmetic wraps)."""
+    return a.view(np.uint16).astype(np.uint64) @ b.view(np.uint16).astype(np.uint64)
 
 
 def _same_state(a, b, skip=()) -> bool:
@@ -482,7 +558,7 @@ def demo(config: str = DEMO_DEFAULT_CONFIG, batch: int = 1000, seed: int = 0) ->
         f"{cfg.tile_words} Words; {cfg.state_bytes:,} bytes per State")
     say(f"JAX {jax.__version__} on {jax.local_device_count()} {dev.platform} device(s)")
 
-    # the batch of step 6, compiled in the background while steps 1-5 run
+    # the batch of step 7, compiled in the background while steps 1-5 run
     n, note = batch, None
     limit = max(1, _DEMO_MAX_BATCH_BYTES // cfg.state_bytes)
     if n > limit:
@@ -574,20 +650,87 @@ def demo(config: str = DEMO_DEFAULT_CONFIG, batch: int = 1000, seed: int = 0) ->
         f"({int(np.asarray(r3.state.pc)):#x}, the faulting word) moved. A fault is data, "
         f"not an exception.")
 
-    # 5. the oracle
-    con.rule("5. the same programs on the reference model (pj.reference.run)")
+    # 5. TMATMUL
+    con.rule("5. TMATMUL: D = A x B from CUBE tiles, in both numeric profiles")
+    bm = np.array(DEMO_B, np.float16)
+    sm = pj.write_memory(s0, 0x140, bm.view(np.uint8).reshape(-1))
+    sm = pj.write_gpr(pj.write_gpr(sm, "a4", 0x140), "a5", 4)
+    say(f"A = the 2x3 matrix of step 1 (GM 0x100); B = {bm.tolist()}, 3x2 FP16 at GM 0x140 "
+        f"(bits {[f'{int(v):04x}' for v in bm.view(np.uint16).ravel()]}); a4 = 0x140, a5 = 4")
+    loads_text = DEMO_TLOAD.format(base="a0") + DEMO_TLOAD_B
+    loads = pj.asm.assemble(loads_text)
+    say("\n".join(source_listing(loads_text, int(np.asarray(sm.pc)))))
+    rl = pj.run(sm, loads)
+    rep = build_report(sm, rl, loads, model="jax", config=config, pe=0, on_fault="abandon")
+    say(f"pj.run -> {fault_line(rep)}: A is M#1 (CUBE_M16, its pad slots hold the FP16 "
+        f"maximum and are never read), B is N#1 (CUBE_N8)")
+    mm = pj.asm.assemble(DEMO_TMATMUL)
+    say("\n".join(source_listing(DEMO_TMATMUL, int(np.asarray(rl.state.pc)))))
+    profiles = {"portable": cfg, "ieee": cfg.replace(profile="ieee")}
+    runs, took = {}, {}
+
+    def run_profile(name):
+        t0 = time.perf_counter()
+        runs[name] = pj.run(rl.state, mm, cfg=profiles[name])
+        took[name] = time.perf_counter() - t0
+
+    other = threading.Thread(target=run_profile, args=("ieee",), name="ptojax-demo-ieee",
+                             daemon=True)
+    other.start()                    # the two profiles compile in parallel
+    run_profile("portable")
+    other.join()
+    if "ieee" not in runs:
+        raise RuntimeError("the ieee-profile run failed")
+    d_index = tables.HAND_SLOTS * tables.HANDS.index("T")
+    want = {"portable": portable_matmul_fp16(x, bm),
+            "ieee": ieee_matmul_fp16(x, bm).astype(np.uint64)}
+    bb = [f"0x{int(v):04x}" for v in bm.view(np.uint16)[:, 0]]
+    d00 = int(want["portable"][0, 0])
+    explain = {
+        "portable": ("the ASL model's arithmetic (spec/matrix.md C.1), the default: the raw "
+                     "carrier words are multiplied and summed as integers mod 2^64, e.g. "
+                     f"D[0][0] = 0x3c00*{bb[0]} + 0x4000*{bb[1]} + 0x4200*{bb[2]} = {d00:#x}, "
+                     "no floating-point value"),
+        "ieee": ("MachineConfig(profile=\"ieee\"): decoded FP16 values, each exact product "
+                 "rounded once to binary32, binary32 adds over k = 0, 1, 2 from +0.0"),
+    }
+    check = {"portable": "A.view(uint16) @ B.view(uint16) in uint64",
+             "ieee": "the same k loop in float32 (exact products rounded to float32)"}
+    for name in ("portable", "ieee"):
+        r = runs[name]
+        rep = build_report(rl.state, r, mm, model="jax", config=config, pe=0,
+                           on_fault="abandon", profile=name)
+        say(f"profile {name}: pj.run -> {fault_line(rep)}   ({took[name]:.1f} s)")
+        say(f"  {explain[name]}")
+        t = pj.read_tile(r.state, d_index)
+        say("\n".join("  " + line for line in t.render(max_rows=4).splitlines()))
+        got = np.array([[int(t.words[t.slot(i, j)]) for j in range(t.valid_columns)]
+                        for i in range(t.valid_rows)], np.uint64)
+        same = r.ok and got.shape == want[name].shape and np.array_equal(got, want[name])
+        ok_all &= same
+        say(f"  D words (64 bits): {[[f'{int(v):#018x}' for v in row] for row in got.tolist()]}")
+        if name == "ieee":
+            say(f"  D as FP32: {got.astype(np.uint32).view(np.float32).tolist()}  (float64 "
+                f"A @ B: {(x.astype(np.float64) @ bm.astype(np.float64)).tolist()})")
+        say(f"  numpy, {check[name]}: {'the same words' if same else 'DIFFERENT words'}")
+
+    # 6. the oracle
+    con.rule("6. the same programs on the reference model (pj.reference.run)")
     table = Table("program", "pj.run", "pj.reference.run", "executed", "identical",
                   box=box.SIMPLE_HEAD)
-    for name, st, words, r in (("TLOAD", s0, load, r1), ("TSTORE", r1.state, store, r2),
-                               ("faulting TLOAD", r2.state, bad, r3)):
-        ref = pj.reference.run(st, words)
+    for name, st, words, r, c in (
+            ("TLOAD", s0, load, r1, cfg), ("TSTORE", r1.state, store, r2, cfg),
+            ("faulting TLOAD", r2.state, bad, r3, cfg), ("TLOAD A, B", sm, loads, rl, cfg),
+            ("TMATMUL portable", rl.state, mm, runs["portable"], cfg),
+            ("TMATMUL ieee", rl.state, mm, runs["ieee"], profiles["ieee"])):
+        ref = pj.reference.run(st, words, cfg=c)
         same = ref.fault == r.fault and ref.executed == r.executed and _same_state(ref.state, r.state)
         ok_all &= same
         table.add_row(name, r.fault, ref.fault, f"{r.executed} / {ref.executed}",
                       "yes" if same else "NO")
     con.print(table)
 
-    con.rule(f"6. {n:,} bundles at once: pj.batch.run")
+    con.rule(f"7. {n:,} bundles at once: pj.batch.run")
     if note:
         say(note)
     say(f"{n:,} TLOAD bundles of FP16 with random layout (ND2M16/ND2N8/ND2M32), PadValue and "
@@ -1003,6 +1146,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--pe", type=int, default=0, help="the PE that runs the stream (0..3)")
     r.add_argument("--config", choices=list(pj.PRESETS), default=PROGRAM_DEFAULT_CONFIG,
                    help=f"machine sizes (default {PROGRAM_DEFAULT_CONFIG}, the ASL model's): {configs}")
+    r.add_argument("--profile", choices=list(PROFILES), default="portable",
+                   help="numeric profile of the matrix family (TMATMUL/TGEMV): portable "
+                        "(default, the ASL model's raw-word multiply-accumulate) or ieee "
+                        "(binary32 arithmetic on decoded values); docs/numerics.md")
     r.add_argument("--on-fault", choices=["abandon", "hold"], default="abandon",
                    help="after a fault, discard the open block (default) or keep it pending")
     r.add_argument("--reference", action="store_true",
@@ -1024,10 +1171,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prefix each line with its address and word")
     d.set_defaults(func=cmd_disasm)
 
-    m = sub.add_parser("demo", help="a guided run: TLOAD, TSTORE, a fault, the oracle, a batch",
+    m = sub.add_parser("demo", help="a guided run: TLOAD, TSTORE, a fault, TMATMUL, the oracle, "
+                                    "a batch",
                        description="Load a 2x3 FP16 matrix into a CUBE_M16 tile, store it back, "
-                                   "hit a fault, check all of it against the reference model, "
-                                   "then run a batch of bundles at once.")
+                                   "hit a fault, multiply it by a 3x2 FP16 matrix with TMATMUL "
+                                   "in both numeric profiles (checked against numpy), check all "
+                                   "of it against the reference model, then run a batch of "
+                                   "bundles at once.")
     m.add_argument("--config", choices=list(pj.PRESETS), default=DEMO_DEFAULT_CONFIG,
                    help=f"machine sizes (default {DEMO_DEFAULT_CONFIG})")
     m.add_argument("--batch", type=int, default=1000, help="bundles in the batch step (default 1000)")

@@ -7,7 +7,9 @@ pays for one compile of pj.run (plus the demo's and the benchmark's batches).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 import ptojax as pj
@@ -194,8 +196,68 @@ def test_demo(capsys):
     assert "3c00 4000 4200 ····" in out                              # the tile picture
     assert "0x0200: 00 3c 00 40 00 42 00 44  00 45 00 46" in out     # the stored bytes
     assert "Fault_DataAlignment at data address 0x101" in out
+    # TMATMUL: [[1, 2, 3], [4, 5, 6]] x [[0.5, -1], [0.25, 2], [1.5, 0.125]] in both profiles
+    assert "5. TMATMUL: D = A x B" in out
+    assert "0x3c00*0x3800 + 0x4000*0x3400 + 0x4200*0x3e00 = 0x2a1c0000" in out
+    assert "  2a1c0000 48700000\n  2dd80000 50500000\n" in out          # portable D picture
+    assert "  40b00000 40580000\n  41440000 40d80000\n" in out          # ieee D picture
+    assert "D as FP32: [[5.5, 3.375], [12.25, 6.75]]" in out
+    assert out.count(": the same words") == 2
+    assert "TMATMUL ieee" in out and "DIFFERENT" not in out
     assert "16 bundles at once" in out and "bundles/s" in out
     assert "every check passed" in out
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tmatmul_fp16.s"
+
+
+def test_demo_numpy_checks_of_tmatmul():
+    a = np.array([[1, 2, 3], [4, 5, 6]], np.float16)
+    b = np.array(cli.DEMO_B, np.float16)
+    assert cli.portable_matmul_fp16(a, b).tolist() == [[0x2A1C0000, 0x48700000],
+                                                       [0x2DD80000, 0x50500000]]
+    assert cli.ieee_matmul_fp16(a, b).view(np.float32).tolist() == [[5.5, 3.375], [12.25, 6.75]]
+    # one rounding per add: 1 + 2^-24 + 2^-24 stays 1 (docs/numerics.md)
+    one, tiny = np.float16(1), np.float16(2.0 ** -24)
+    assert cli.ieee_matmul_fp16(np.array([[one, one, one]]),
+                                np.array([[one], [tiny], [tiny]])).tolist() == [[0x3F800000]]
+
+
+@pytest.mark.parametrize("profile, d_rows", [
+    ("portable", ["2a1c0000 48700000", "2dd80000 50500000"]),
+    ("ieee", ["40b00000 40580000", "41440000 40d80000"])])
+def test_run_tmatmul_example(capsys, profile, d_rows):
+    # the example's own setup lines provide GM and GPRs; the reference model keeps it cheap
+    # (the demo test runs the same blocks on pj.run)
+    text = EXAMPLE.read_text()
+    assert pj.asm.assemble(text) == pj.asm.assemble(
+        cli.DEMO_TLOAD.format(base="a0") + cli.DEMO_TLOAD_B + cli.DEMO_TMATMUL)
+    rc, out, err = run(capsys, "run", str(EXAMPLE), *CFG, "--reference", "--profile", profile)
+    assert rc == 0, err
+    assert f"21 words, reference model, config small, {profile} profile" in out
+    assert "result: Fault_None: 21 of 21 words executed" in out
+    assert "0x004c  c208c213  B.IOT M#1, N#1, mask=1000, last, ->T<1>" in out
+    assert "T#1 (tile 0): CUBE_M16 FP32 16x2, valid 2x2" in out
+    assert "\n  ".join(["", *d_rows, ""]) in out
+    for row in d_rows:                                     # the file documents the result
+        assert row in text
+    rc, out, _ = run(capsys, "run", str(EXAMPLE), *CFG, "--reference", "--profile", profile,
+                     "--json")
+    rep = json.loads(out)
+    assert rep["profile"] == profile and rep["tiles"][0]["name"] == "T#1"
+
+
+def test_program_setup_lines(src, capsys):
+    assert cli.program_setup(";@ --gm-hex 0x10:ab --gpr a0=1\n# @x\n  #@ --gpr 1:a1=2\n") == (
+        ["0x10:ab"], ["a0=1", "1:a1=2"])
+    # command-line options apply after the file's: B read from A's bytes, [[1, 2], [3, 4], [5, 6]]
+    rc, out, _ = run(capsys, "run", str(EXAMPLE), *CFG, "--reference", "--profile", "ieee",
+                     "--gpr", "a4=0x100")
+    assert rc == 0 and "  41b00000 41e00000\n  42440000 42800000\n" in out   # 22 28 / 49 64
+    for bad, message in ((";@ --gpr", "expected pairs"), (";@ --pe 1", "'--pe'"),
+                         (";@ --gpr q9=1", "unknown GPR")):
+        rc, out, err = run(capsys, "run", src(bad + "\n" + TLOAD), *CFG, "--reference")
+        assert rc == 2 and message in err and "Traceback" not in err
 
 
 def test_bench_dispatch_and_missing_benchmarks(tmp_path, monkeypatch, capsys):
