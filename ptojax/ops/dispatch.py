@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import tables
-from . import matmul, mgather_cas, transport
+from . import matrix, mgather_cas, transport
 
 OP = tables.OP_ID
 
@@ -23,12 +23,12 @@ def complete(state, blk, pe, cfg, enable, effects, cas_seed=0):
     zero_mask = blk.zero_seen & (blk.iot_count == 0) & (blk.ios_count == 0)
     routed = ~cube & ~zero_mask
     cas = (blk.op == OP["MGATHER.CAS"]) & routed
-    mat = (blk.op >= matmul.FIRST) & (blk.op <= matmul.LAST) & routed
+    mat = (blk.op >= matrix.FIRST) & (blk.op <= matrix.LAST) & routed
     fault, addr, state = transport.complete(state, blk, pe, cfg, enable & ~cas & ~mat, effects)
     if "MGATHER.CAS" in effects:
         f, a, state = mgather_cas.complete(state, blk, pe, cfg, enable & cas, cas_seed)
         fault, addr = jnp.where(cas, f, fault), jnp.where(cas, a, addr)
     if "MATMUL" in effects:
-        f, a, state = matmul.complete(state, blk, pe, cfg, enable & mat)
+        f, a, state = matrix.complete(state, blk, pe, cfg, enable & mat)
         fault, addr = jnp.where(mat, f, fault), jnp.where(mat, a, addr)
     return fault, addr, state
