@@ -1,4 +1,4 @@
-"""Bundles/s of pj.batch.run against the reference model, per TLOAD/TSTORE/MGATHER.CAS bundle.
+"""Bundles/s of pj.batch.run against the reference model, per TLOAD/TSTORE/MGATHER.CAS/matrix bundle.
 
 Each bundle is a real instruction stream (BSTART .. BSTOP, 6-7 words) that
 moves a full 16x16 tile (32x8 for CUBE_M32, which needs 32 rows) between GM
@@ -14,6 +14,9 @@ payload Words per tile, so that 65536 States fit in about 1.6 GB):
   order every compare succeeds and each lane sees the previous one's write);
   the Index/Expected/Replacement tiles are loaded beforehand (reference
   model, ordinary TLOADs).
+* TMATMUL FP16 16x32x16 (M x K x N) in the portable and ieee profiles, S8
+  (portable), and TGEMV FP16 1x32x16 (ieee): A and B loaded beforehand by
+  CUBE TLOADs (reference model); these run on a 512-Word-tile config.
 
 For every bundle and batch size one run measures, side by side:
 
@@ -66,6 +69,23 @@ BUNDLES = {
     "MGATHER.CAS U32 4x4":      ("MGATHER.CAS", None, "U32", 4, 4, 1, "U"),
     "MGATHER.CAS U32 4x4 dup":  ("MGATHER.CAS", None, "U32", 4, 4, 1, "U"),
 }
+# matrix bundles: name -> (op, dtype, M, K, N, profile); A (CUBE_M16) in T#1 and B
+# (CUBE_N8) in T#2 are loaded beforehand, D goes to hand M. They run on MATRIX_CFG
+# (512-Word tiles: a 16x32 FP16 A) in the named numeric profile.
+MATRIX = {
+    "TMATMUL FP16 16x32x16 portable": ("TMATMUL", "FP16", 16, 32, 16, "portable"),
+    "TMATMUL FP16 16x32x16 ieee":     ("TMATMUL", "FP16", 16, 32, 16, "ieee"),
+    "TMATMUL S8 16x32x16 portable":   ("TMATMUL", "S8", 16, 32, 16, "portable"),
+    "TGEMV FP16 1x32x16 ieee":        ("TGEMV", "FP16", 1, 32, 16, "ieee"),
+}
+for _name, (_op, _dt, _m, _k, _n, _p) in MATRIX.items():
+    BUNDLES[_name] = (_op, "matrix", _dt, _m, _n, 2, "M")
+
+
+def matrix_config(pj, name):
+    return pj.MachineConfig(tile_words=512, hand_slots=2, profile=MATRIX[name][5])
+
+
 # MGATHER.CAS lane addresses: "distinct" or "dup" (see the module docstring)
 CAS_LANES = {"MGATHER.CAS U32 4x4": "distinct", "MGATHER.CAS U32 4x4 dup": "dup"}
 LOAD_OF = {"M162ND": "ND2M16", "N82ND": "ND2N8", "M322ND": "ND2M32", None: None}
@@ -94,12 +114,42 @@ def program(op, layout, dtype, rows, cols, size, hand):
     return "\n".join(lines)
 
 
+def matrix_program(name):
+    op, dtype, m, k, n, _ = MATRIX[name]
+    return "\n".join([f"BSTART.{op} {dtype}", "B.FPATR 0, 0, 0, 0, 0, 0, 0, 0, 0",
+                      f"B.DIM zero, {m}, ->LB0", f"B.DIM zero, {n}, ->LB1", f"B.DIM zero, {k}, ->LB2",
+                      "B.IOT T#1, T#2, mask=1000, last, ->M<4>", "BSTOP"])
+
+
+def matrix_state(pj, cfg, name, rng):
+    """A matrix bundle's State: A (M x K, ND2M16) and B (K x N, ND2N8) loaded by
+    CUBE TLOADs (reference model) from random small values in GM."""
+    _, dtype, m, k, n, _ = MATRIX[name]
+    s = pj.reset(cfg)
+    for rows, cols, layout in ((m, k, "ND2M16"), (k, n, "ND2N8")):
+        vals = rng.integers(-8, 9, (rows, cols))
+        data = (vals.astype(np.float16).view(np.uint8) if dtype == "FP16"
+                else vals.astype(np.int8).view(np.uint8))
+        eb = 2 if dtype == "FP16" else 1
+        s = pj.write_gpr(pj.write_gpr(pj.write_memory(s, SRC, data.tobytes()), "a0", SRC), "a1", cols * eb)
+        text = "\n".join([f"BSTART.TLOAD {dtype}", f"B.DATR {{{layout}, DTYPE_NONE, Zero}}",
+                          f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1", "B.IOR a0, a1",
+                          "B.IOT mask=1000, last, ->T<4>", "BSTOP"])
+        r = pj.reference.run(s, pj.asm.assemble(text), cfg=cfg)
+        if r.fault != "Fault_None":
+            raise RuntimeError(f"{name}: loading an operand faulted: {r.fault}")
+        s = r.state
+    return s, None
+
+
 def start_state(pj, cfg, name, rng):
     """The State a bundle runs on: GM holds a random matrix at SRC; a store's
     source tile is loaded from it first (reference model), then a0 = DST."""
     op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
     if op == "MGATHER.CAS":
         return cas_state(pj, cfg, name, rng)
+    if name in MATRIX:
+        return matrix_state(pj, cfg, name, rng)
     eb = _elem_bytes(dtype)
     data = rng.integers(0, 256, rows * cols * eb, dtype=np.uint8)
     if dtype == "FP16":   # finite values only, so the bytes are ordinary numbers
@@ -154,11 +204,11 @@ def same_state(a, b):
     return all(np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))
 
 
-def time_reference(pj, s, words, n):
-    pj.reference.run(s, words)              # first call: imports, caches
+def time_reference(pj, s, words, n, cfg):
+    pj.reference.run(s, words, cfg=cfg)     # first call: imports, caches
     t0 = time.perf_counter()
     for _ in range(n):
-        r = pj.reference.run(s, words)
+        r = pj.reference.run(s, words, cfg=cfg)
     dt = time.perf_counter() - t0
     return n / dt, r
 
@@ -287,12 +337,15 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     t_start = time.perf_counter()
     bundles, starts = [], {}
+    cfgs = {name: matrix_config(pj, name) if name in MATRIX else cfg for name in names}
     for name in names:
         op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
-        words = pj.asm.assemble(program(op, layout, dtype, rows, cols, size, hand))
-        s, data = start_state(pj, cfg, name, rng)
+        words = pj.asm.assemble(matrix_program(name) if name in MATRIX
+                                else program(op, layout, dtype, rows, cols, size, hand))
+        s, data = start_state(pj, cfgs[name], name, rng)
         starts[name] = (s, words)
         bundles.append({"bundle": name, "op": op, "layout": layout or "NORM", "dtype": dtype,
+                        **({"mkn_profile": MATRIX[name][2:]} if name in MATRIX else {}),
                         **({"lanes": CAS_LANES[name]} if op == "MGATHER.CAS" else {}),
                         "shape": [rows, cols], "size_code": size,
                         "words": [f"0x{w:08x}" for w in words],
@@ -302,7 +355,7 @@ def main(argv=None):
     reference = {}
     for name in names:
         s, words = starts[name]
-        rate, ref = time_reference(pj, s, words, ref_runs)
+        rate, ref = time_reference(pj, s, words, ref_runs, cfgs[name])
         if ref.fault != "Fault_None":
             raise RuntimeError(f"{name}: the reference model faults: {ref.fault}")
         reference[name] = (rate, ref)
@@ -313,12 +366,12 @@ def main(argv=None):
     for B in sizes:
         for name in names:
             s, words = starts[name]
-            best, first, res = time_batch(pj, jax, s, words, B, repeats, cfg)
+            best, first, res = time_batch(pj, jax, s, words, B, repeats, cfgs[name])
             if B == sizes[0] and not same_state(res[0].state, reference[name][1].state):
                 raise RuntimeError(f"{name}: pj.batch.run and pj.reference.run disagree")
             del res
             rows.append({"bundle": name, "batch": B, "seconds": best, "first_call_s": first,
-                         "bundles_per_s": B / best, "state_bytes": B * cfg.state_bytes})
+                         "bundles_per_s": B / best, "state_bytes": B * cfgs[name].state_bytes})
             if not args.quiet:
                 print(f"  batch B={B:<6d} {name:26s} {B / best:12,.0f} bundles/s  "
                       f"(best {best * 1e3:.2f} ms, first call {first:.2f} s)",

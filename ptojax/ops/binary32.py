@@ -63,6 +63,19 @@ def round_bits(x):
     return jnp.where(jnp.isnan(x), U64(CANONICAL_NAN), out)
 
 
+_TINY = 2.0 ** -126            # smallest normal binary32
+_GRID = 1.5 * 2.0 ** -97       # float64 ulp there is 2^-149, the binary32 subnormal spacing
+
+
 def round_value(x):
-    """float64 `x` rounded to binary32, as a float64 value."""
-    return value(round_bits(x))
+    """float64 `x` rounded to binary32 (RNE, subnormals kept, overflow to
+    infinity), as a float64 value.
+
+    At or above 2^-126 the hardware float64 -> float32 conversion rounds
+    correctly (FTZ only touches subnormal results). Below it, adding
+    1.5 * 2^-97 rounds x to a multiple of 2^-149 (ties to even) and
+    subtracting it back is exact; the barrier keeps XLA from folding the pair.
+    """
+    hw = x.astype(jnp.float32).astype(jnp.float64)
+    sub = jnp.copysign(jax.lax.optimization_barrier(x + _GRID) - _GRID, x)   # -tiny -> -0
+    return jnp.where(jnp.abs(x) < _TINY, sub, hw)

@@ -255,51 +255,58 @@ def complete(state, blk, pe, cfg, enable):
     a_b4_m16 = (take(DT_BITS, a_type) == 4) & (a_lay == 0)
     b_krep = jnp.maximum(b_s["k_repeat"], 1)
     ri, ci = jnp.clip(r, 0, 31), c
+    # slot of A[i][k] = a_base[lane] + a_step(k); of B[k][n] = b_base[lane] + b_step(k)
+    a_base = ri << la_cc
+    b_base = (((ci >> 3) * b_krep) << (lb_cr + 3)) + ((ci & 7) << lb_cr)
 
-    def a_slot_of(k):
+    def a_step(k):
         q = k & (a_cc - 1)
         q = jnp.where(a_b4_m16, q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
-        return jnp.clip(((k >> la_cc) << (la_cr + la_cc)) + (ri << la_cc) + q, 0, W - 1)
+        return ((k >> la_cc) << (la_cr + la_cc)) + q
 
-    def b_slot_of(k):
-        cell = (ci >> 3) * b_krep + (k >> lb_cr)
-        return jnp.clip((cell << (lb_cr + 3)) + ((ci & 7) << lb_cr) + (k & (b_cr - 1)), 0, W - 1)
+    def b_step(k):
+        return ((k >> lb_cr) << (lb_cr + 3)) + (k & (b_cr - 1))
 
-    def scale_words(k):
-        sa = sa_words[jnp.clip(ri * sa_s["cols"] + (k >> 5), 0, W - 1)]
-        sb = sb_words[jnp.clip((k >> 5) * sb_s["cols"] + ci, 0, W - 1)]
-        return jnp.where(sa_on, sa, U64(1)), jnp.where(sb_on, sb, U64(1))
+    # per operand slot, its MX scale word (1 for an absent scale): A[i][k] takes
+    # sA[i][k div 32], B[k][n] takes sB[k div 32][n]
+    a_r, a_c = tile_coords(True, jnp.clip(a_lay, 0, 1), a_cr, a_cc, a_b4_m16, 0, 1, W)
+    b_r, b_c = tile_coords(True, 2, b_cr, 8, False, b_krep, 1, W)
+    sa = jnp.where(sa_on, sa_words[jnp.clip(a_r * sa_s["cols"] + (a_c >> 5), 0, W - 1)], U64(1))
+    sb = jnp.where(sb_on, sb_words[jnp.clip((b_r >> 5) * sb_s["cols"] + b_c, 0, W - 1)], U64(1))
+    gather = lambda table, base, step: table[jnp.clip(base + step, 0, W - 1)]
 
     c_words = tiles.words[c_slot]           # C has D's layout and shape: same slots
     bias_words = tiles.words[bias_slot][jnp.clip(c, 0, W - 1)]
-    ieee = cfg.profile == "ieee"
+    trips = jnp.where(do, K, 0)
 
-    if not ieee:
+    if cfg.profile != "ieee":
+        a_scaled, b_scaled = a_words * sa, b_words * sb
+
         def body(k, acc):
-            a, b = a_words[a_slot_of(k)], b_words[b_slot_of(k)]
-            sa, sb = scale_words(k)
-            return acc + (a * sa) * (b * sb)
-        acc = jax.lax.fori_loop(0, jnp.where(do, K, 0), body, jnp.where(is_acc, c_words, U64(0)))
+            return acc + gather(a_scaled, a_base, a_step(k)) * gather(b_scaled, b_base, b_step(k))
+        acc = jax.lax.fori_loop(0, trips, body, jnp.where(is_acc, c_words, U64(0)))
         d_words = acc + jnp.where(is_bias, bias_words, U64(0))
     else:
         is_float = acc_type == DT["FP32"]
         scale = lambda w: jnp.where(w == U64(0xFF), jnp.nan,
                                     jnp.ldexp(jnp.float64(1), (w & U64(0xFF)).astype(jnp.int32) - 127))
+        # operand values decoded once per bundle; MX scales are exact powers of two
+        a_val = _float_value(a_type, a_words) * jnp.where(sa_on, scale(sa), 1.0)
+        b_val = _float_value(b_type, b_words) * jnp.where(sb_on, scale(sb), 1.0)
+        a_int, b_int = _int_value(a_type, a_words), _int_value(b_type, b_words)
 
         def body(k, carry):
             acc_i, acc_f = carry
-            a, b = a_words[a_slot_of(k)], b_words[b_slot_of(k)]
-            sa, sb = scale_words(k)
-            va = _float_value(a_type, a) * jnp.where(sa_on, scale(sa), 1.0)
-            vb = _float_value(b_type, b) * jnp.where(sb_on, scale(sb), 1.0)
+            sa_k, sb_k = a_step(k), b_step(k)
             # the exact product rounded once, then a binary32 add (both via float64)
-            acc_f = binary32.round_value(acc_f + binary32.round_value(va * vb))
-            acc_i = acc_i + _int_value(a_type, a) * _int_value(b_type, b)
+            p = binary32.round_value(gather(a_val, a_base, sa_k) * gather(b_val, b_base, sb_k))
+            acc_f = binary32.round_value(acc_f + p)
+            acc_i = acc_i + gather(a_int, a_base, sa_k) * gather(b_int, b_base, sb_k)
             return acc_i, acc_f
 
         init = (jnp.where(is_acc, c_words, U64(0)),
                 jnp.where(is_acc, binary32.value(c_words), jnp.float64(0)))
-        acc_i, acc_f = jax.lax.fori_loop(0, jnp.where(do, K, 0), body, init)
+        acc_i, acc_f = jax.lax.fori_loop(0, trips, body, init)
         acc_f = jnp.where(is_bias, acc_f + binary32.value(bias_words), acc_f)
         acc_i = (acc_i + jnp.where(is_bias, bias_words, U64(0))) & U64(0xFFFFFFFF)
         acc_i = jnp.where(acc_type == DT["S32"],
