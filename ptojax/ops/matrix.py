@@ -293,15 +293,17 @@ def complete(state, blk, pe, cfg, enable):
         # operand values decoded once per bundle; MX scales are exact powers of two
         a_val = _float_value(a_type, a_words) * jnp.where(sa_on, scale(sa), 1.0)
         b_val = _float_value(b_type, b_words) * jnp.where(sb_on, scale(sb), 1.0)
-        a_int, b_int = _int_value(a_type, a_words), _int_value(b_type, b_words)
+        # integer inputs (<= 16 bits) are exact as float64 values, and so are their products
+        a_val = jnp.where(is_float, a_val, _int_value(a_type, a_words).astype(jnp.int64).astype(jnp.float64))
+        b_val = jnp.where(is_float, b_val, _int_value(b_type, b_words).astype(jnp.int64).astype(jnp.float64))
 
         def body(k, carry):
             acc_i, acc_f = carry
-            sa_k, sb_k = a_step(k), b_step(k)
-            # the exact product rounded once, then a binary32 add (both via float64)
-            p = binary32.round_value(gather(a_val, a_base, sa_k) * gather(b_val, b_base, sb_k))
-            acc_f = binary32.round_value(acc_f + p)
-            acc_i = acc_i + gather(a_int, a_base, sa_k) * gather(b_int, b_base, sb_k)
+            # the exact product, rounded once, then a binary32 add (both via float64);
+            # integers: the exact product, summed mod 2^64 (reduced to 32 bits at the end)
+            exact = gather(a_val, a_base, a_step(k)) * gather(b_val, b_base, b_step(k))
+            acc_f = binary32.round_value(acc_f + binary32.round_value(exact))
+            acc_i = acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64)
             return acc_i, acc_f
 
         init = (jnp.where(is_acc, c_words, U64(0)),

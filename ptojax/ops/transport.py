@@ -118,6 +118,10 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
         (~cube & is_store & ord_src_bad, "Fault_TileLegality"),
     )
     legal = (fault == 0) & ~zero_mask     # the zero-mask entry ends the list with no effect
+    if not effects & {"TLOAD", "TSTORE"}:
+        # no TLOAD/TSTORE can complete in this stream, so no block reaches the
+        # memory checks: skip the element map (a matrix-only stream's cost)
+        return fault, U64(0), state
 
     # ---------------- element map of the tile filled (TLOAD) or read (TSTORE)
     l_vr, l_vc = jnp.where(cube, vr_c, vr_o), jnp.where(cube, vc_c, vc_o)
