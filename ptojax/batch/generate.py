@@ -30,6 +30,22 @@ a CAS Case carries them in `Case.setup`: build_state runs those words on the
 reference oracle before the case (see Case). `GenConfig.cas_weight` > 0 lets
 random_case draw CAS kinds too (0, the default, leaves its draws unchanged).
 
+TMATMUL/TGEMV (docs/matmul-decisions.md, All-Local operands):
+`random_matmul_case(rng, cfg)` / `random_matmul_cases(seed, n, cfg)` draw from
+`MATMUL_KINDS` (floating, signed and unsigned pairs over the non-MX forms, the
+36 MX pairs with and without E8M0 scale tiles, K > 32 MX cases with several
+scale blocks, ACC chains whose C is an earlier bundle's D, D stored back by a
+CUBE TSTORE, an operand TLOAD in the stream, NaN/inf/subnormal/-0-heavy
+operands, zero-mask blocks) over all 12 forms (`GenConfig.matmul_forms`
+restricts them), with mutations `MATMUL_MUTATIONS`, one or more per check of
+the ordered list; `MATMUL_AIMS[label]` is the fault each aims at. A, B and C
+come from CUBE TLOADs (ND2M16/ND2M32/ND2N8), scales and Bias from ordinary
+TLOADs, all in Case.setup; shapes (M16 and M32 A, N and K over several CELLs
+with tails) fit GenConfig.machine.tile_words. `GenConfig.matmul_weight` > 0
+lets random_case draw matrix kinds (0, the default, leaves its draws
+unchanged; with cas_weight too, one uniform draw picks CAS below cas_weight,
+matrix below cas_weight + matmul_weight).
+
 Words are encoded here from the digests (encoding.md 4), independently of
 `ptojax.isa`; `Case.text()` disassembles them for reports.
 """
@@ -190,6 +206,14 @@ class GenConfig:
     max_mutations: int = 3
     pe: int = 0                    # the current PE of every case (static in pj.batch.run)
     cas_weight: float = 0.0        # random_case: probability of an MGATHER.CAS kind instead
+    matmul_weight: float = 0.0     # random_case: probability of a TMATMUL/TGEMV kind instead
+    matmul_forms: tuple = ()       # matrix kinds draw these operations (empty: all 12)
+
+    def __post_init__(self):
+        if not (0.0 <= self.cas_weight <= 1.0 and 0.0 <= self.matmul_weight <= 1.0
+                and self.cas_weight + self.matmul_weight <= 1.0 + 1e-12):
+            raise ValueError(f"GenConfig: cas_weight {self.cas_weight} and matmul_weight "
+                             f"{self.matmul_weight} must be probabilities summing to at most 1")
 
 
 def _gen_config(cfg) -> GenConfig:
@@ -1403,8 +1427,12 @@ def _fit(rng, bundles, max_words: int) -> list:
 def random_case(rng: np.random.Generator, cfg=None) -> Case:
     """One random Case (see the module docstring)."""
     g = _gen_config(cfg)
-    if g.cas_weight > 0 and rng.random() < g.cas_weight:
-        return random_cas_case(rng, g)
+    if g.cas_weight > 0 or g.matmul_weight > 0:
+        u = rng.random()              # one draw: cas_weight alone leaves the old draws as they were
+        if u < g.cas_weight:
+            return random_cas_case(rng, g)
+        if u < g.cas_weight + g.matmul_weight:
+            return random_matmul_case(rng, g)
     b = _Builder(rng, g)
     kind = _weighted(rng, PROGRAM_KINDS)
     bundles = PROGRAMS[kind](b)
@@ -2464,7 +2492,1389 @@ def random_cas_cases(seed: int, n: int, cfg=None) -> list:
     return [random_cas_case(np.random.default_rng(s), g) for s in ss.spawn(n)]
 
 
+# ----------------------------------------------------------------- matrix cases (TMATMUL / TGEMV)
+#
+# A matrix case runs one TMATMUL*/TGEMV* bundle (All-Local CUBE operands,
+# docs/matmul-decisions.md) on source tiles made by TLOADs in Case.setup:
+# CUBE TLOADs (ND2M16 / ND2M32 for A and C, ND2N8 for B) and ordinary
+# TLOADs for the RowMajor E8M0 scale tiles and the Bias row. The bundle and,
+# per kind, an earlier bundle whose D is C (chaining), a TSTORE of D, or one
+# operand TLOAD are the Case's words. Shapes follow GenConfig.machine
+# (tile_words bounds every tile, hand_slots the hands); the GM holds the
+# operands' element codes (realistic values, sometimes NaN / inf / subnormal
+# / -0 codes, sometimes raw random codes) and random bytes elsewhere.
+
+MATMUL_FORMS = tuple(n for n, e, _ in tables.OPS if e == "CUBE")        # the 12 operations
+START.update({n: 0x00031181 | fn << 20 for n, e, fn in tables.OPS if e == "CUBE"})
+DT_CODE = {d.name: d.code for d in tables.DATATYPES}
+# matrix.md A.5 input classes and the MX sets (docs/matmul-decisions.md step 3)
+MM_FLOAT = tuple(DT_CODE[n] for n in ("FP32", "TF32", "HF32", "FP16", "BF16", "HiF8", "E4M3", "E5M2",
+                                      "E3M2", "E2M3", "E2M1X2", "E1M2X2"))
+MM_SIGNED = tuple(DT_CODE[n] for n in ("S16", "S8", "S4X2"))
+MM_UNSIGNED = tuple(DT_CODE[n] for n in ("U16", "U8", "U4X2"))
+MM_MX = tuple(DT_CODE[n] for n in ("FP16", "BF16", "E4M3", "E5M2", "E2M1X2", "E1M2X2"))
+MM_MX_SCALED = tuple(DT_CODE[n] for n in ("E4M3", "E5M2", "E2M1X2", "E1M2X2"))
+E8M0, FP32, S32, U32 = DT_CODE["E8M0"], DT_CODE["FP32"], DT_CODE["S32"], DT_CODE["U32"]
+MM_LOAD_CODE = {"M32": 21, "M16": 22, "N8": 23}
+MM_STORE_CODE = {"M32": 24, "M16": 25}
+# B.DATR Layout codes that decode but are neither 0 nor a CUBE conversion
+MM_OTHER_LAYOUTS = (1, 3, 4, 6, 8, 9, 17, 18, 20, 27, 28, 30)
+# B.FPATR PreQuantMode sets (encoding.md 5.9)
+MM_VECTOR_MODES = (2, 4, 12, 18, 20, 23, 28, 33, 36, 37, 38, 39)
+MM_SCALAR_MODES = (3, 5, 13, 17, 19, 24, 25, 26, 27, 32, 34, 35)
+MM_S32_MODES = (2, 3, 4, 5, 12, 13, 17, 18, 19, 20, 35, 39)
+MM_FP32_MODES = (1, 16, 23, 24, 25, 26, 27, 28, 32, 33, 34, 36, 37, 38)
+
+MATMUL_KINDS = {
+    # kind: weight
+    "mm_float": 10,        # non-MX form, floating pair (FP32/TF32/HF32/FP16/BF16/HiF8/FP8/FP6/FP4)
+    "mm_int": 6,           # non-MX form, signed or unsigned pair
+    "mm_mx": 8,            # MX form, one of the 36 MX pairs (E8M0 scale tiles for FP8/FP4 sides)
+    "mm_mx_blocks": 4,     # MX form with K > 32 (several scale blocks) where tile_words allows
+    "mm_acc_chain": 5,     # X.ACC whose C is the D of an earlier bundle (in the stream or the setup)
+    "mm_roundtrip": 3,     # D stored back by a CUBE TSTORE (M162ND / M322ND)
+    "mm_in_stream": 3,     # one operand TLOAD in the stream before the matrix bundle
+    "mm_specials": 3,      # floating operands dense in NaN / inf / subnormal / -0 codes
+    "mm_zero_mask": 2,     # every binding PEMode 000, block otherwise illegal: strict no-op
+}
+
+# mutation label -> weight; MATMUL_AIMS[label] is the fault each aims at
+MATMUL_MUTATIONS = {
+    "mm_no_fpatr": 2,           # 1 B.FPATR missing
+    "mm_type_class": 3,         # 3 AType/BType of two classes (or AType in none)
+    "mm_mx_type": 2,            # 3 a non-MX type in an MX form
+    "mm_src_count": 3,          # 3 Local source count +-1
+    "mm_extra_dst": 2,          # 3 a second destination
+    "mm_ior": 2,                # 3 B.IOR RegDst / RegSrc nonzero (no scalar parameters)
+    "mm_datr_attr": 3,          # 3 B.DATR Layout (non-CUBE) / PadValue / CMode / Canonicalize nonzero
+    "mm_lb_zero": 2,            # 3 an explicit LBn = 0
+    "mm_cube_layout": 1,        # pre: B.DATR Layout 21..26 on TMATMUL*: CUBE transport path
+    "mm_gemv_cube_layout": 1,   # pre: the same on TGEMV*: not a TLSU Function
+    "mm_ios_tmatmul": 1,        # 1b B.IOS on TMATMUL* (Shared operands: issue 5)
+    "mm_ios_gemv": 1,           # 3 B.IOS on TGEMV*
+    "mm_gemv_m": 2,             # 4 TGEMV* with LB0 = M != 1
+    "mm_trans": 2,              # 5 TransA / TransB with Local primaries
+    "mm_quant_class": 2,        # 6 PreQuantMode of the other accumulator class
+    "mm_post": 3,               # 6 post-processing (ReLU, quantization, row/group max): not modelled
+    "mm_a_layout": 2,           # 7 A RowMajor or N8
+    "mm_b_layout": 2,           # 7 B not N8
+    "mm_c_layout": 2,           # 7 C layout != A layout
+    "mm_c_capacity": 2,         # 7 C capacity != D TSize
+    "mm_src_dtype": 3,          # 7 a source of the wrong dtype
+    "mm_src_shape": 3,          # 7 a source of the wrong valid shape
+    "mm_src_undefined": 2,      # 7 a source not fully defined (Case.undefine)
+    "mm_src_unallocated": 2,    # 7 a source TileIndex not allocated
+    "mm_aux_cube": 2,           # 7 a scale / Bias tile that is a CUBE tile
+    "mm_c_is_d_hand": 2,        # 8 C's TileIndex == D's hand value
+    "mm_d_size": 2,             # 10 D SizeCode one step too small
+    "mm_hand_full": 2,          # 10 no free slot in D's hand
+    "mm_budget": 2,             # 10 TILE_CAPACITY below the Core charge with D
+    "mm_zero_mask_block": 2,    # 0 every B.IOT PEMode 000: no-op
+    "mm_zero_iot": 1,           # an extra PEMode-000 B.IOT: ignored
+    "mm_shuffle": 2,            # header order (legal)
+    "mm_catr_dr": 1,            # B.CATR DR=1 in a CUBE block
+    "mm_catr_trap": 1,          # B.CATR trap: Fault_BundlePostCommit after the commit
+}
+_TL, _TA, _UN = "Fault_TileLegality", "Fault_TileAllocation", "Fault_Unimplemented"
+MATMUL_AIMS = {
+    "mm_no_fpatr": "Fault_BundleControl", "mm_type_class": _TL, "mm_mx_type": _TL,
+    "mm_src_count": _TL, "mm_extra_dst": _TL, "mm_ior": _TL, "mm_datr_attr": _TL,
+    "mm_lb_zero": _TL, "mm_cube_layout": _TL, "mm_gemv_cube_layout": "Fault_IllegalInstruction",
+    "mm_ios_tmatmul": _UN, "mm_ios_gemv": _TL, "mm_gemv_m": _TL, "mm_trans": _TL,
+    "mm_quant_class": _TL, "mm_post": _UN, "mm_a_layout": _TL, "mm_b_layout": _TL,
+    "mm_c_layout": _TL, "mm_c_capacity": _TL, "mm_src_dtype": _TL, "mm_src_shape": _TL,
+    "mm_src_undefined": _TL, "mm_src_unallocated": _TL, "mm_aux_cube": _TL,
+    "mm_c_is_d_hand": _TL, "mm_d_size": _TA, "mm_hand_full": _TA, "mm_budget": _TA,
+    "mm_zero_mask_block": "Fault_None", "mm_zero_iot": "Fault_None", "mm_shuffle": "Fault_None",
+    "mm_catr_dr": "Fault_BundleControl", "mm_catr_trap": "Fault_BundlePostCommit",
+}
+assert set(MATMUL_AIMS) == set(MATMUL_MUTATIONS)
+
+# which forms a mutation can apply to (absent: any)
+_MM_FORM_NEEDS = {
+    "mm_gemv_m": lambda f: f["gemv"], "mm_ios_gemv": lambda f: f["gemv"],
+    "mm_gemv_cube_layout": lambda f: f["gemv"],
+    "mm_ios_tmatmul": lambda f: not f["gemv"], "mm_cube_layout": lambda f: not f["gemv"],
+    "mm_c_is_d_hand": lambda f: f["acc"], "mm_c_layout": lambda f: f["acc"],
+    "mm_c_capacity": lambda f: f["acc"], "mm_mx_type": lambda f: f["mx"],
+    "mm_type_class": lambda f: not f["mx"], "mm_d_size": lambda f: not f["acc"],
+    "mm_aux_cube": lambda f: f["bias"] or f["mx"],
+}
+# mutations that change the source tiles or their placement (not with a chained first bundle)
+_MM_PLAN_MUTATIONS = ("mm_a_layout", "mm_b_layout", "mm_c_layout", "mm_c_capacity", "mm_src_dtype",
+                      "mm_src_shape", "mm_src_undefined", "mm_src_unallocated", "mm_aux_cube",
+                      "mm_c_is_d_hand", "mm_d_size", "mm_hand_full")
+# not combined in one case (they edit the same field, or the second undoes the first)
+_MM_CONFLICTS = {frozenset(p) for p in (
+    ("mm_no_fpatr", "mm_trans"), ("mm_no_fpatr", "mm_quant_class"), ("mm_no_fpatr", "mm_post"),
+    ("mm_quant_class", "mm_post"), ("mm_datr_attr", "mm_cube_layout"),
+    ("mm_datr_attr", "mm_gemv_cube_layout"), ("mm_catr_dr", "mm_catr_trap"),
+    ("mm_hand_full", "mm_budget"), ("mm_hand_full", "mm_c_is_d_hand"), ("mm_budget", "mm_c_is_d_hand"),
+    ("mm_d_size", "mm_hand_full"), ("mm_d_size", "mm_budget"), ("mm_type_class", "mm_mx_type"),
+    ("mm_src_undefined", "mm_src_unallocated"))}
+
+
+def _mm_flags(form: str) -> dict:
+    return dict(bias=form.endswith(".BIAS"), acc=form.endswith(".ACC"), mx="MX" in form,
+                gemv=form.startswith("TGEMV"))
+
+
+def _mm_name(mx: bool, gemv: bool, suffix: str = "") -> str:
+    return ("TGEMV" if gemv else "TMATMUL") + ("MX" if mx else "") + suffix
+
+
+def _mm_form_ok(form: str, kind: str, muts) -> bool:
+    f = _mm_flags(form)
+    if kind in ("mm_mx", "mm_mx_blocks") and not f["mx"]:
+        return False
+    if kind in ("mm_float", "mm_int") and f["mx"]:
+        return False
+    if kind == "mm_acc_chain" and not f["acc"]:
+        return False
+    return all(_MM_FORM_NEEDS.get(m, lambda f: True)(f) for m in muts)
+
+
+def _mm_mutation_ok(m: str, kind: str, muts) -> bool:
+    """Can mutation m join `muts` in a case of this kind (independently of forms)?"""
+    if m in muts or any(frozenset((m, x)) in _MM_CONFLICTS for x in muts):
+        return False
+    if kind == "mm_zero_mask":
+        return False
+    if kind == "mm_acc_chain" and (m in _MM_PLAN_MUTATIONS or m in ("mm_type_class", "mm_mx_type")):
+        return False                     # the first bundle (maybe in the setup) must succeed
+    if kind == "mm_roundtrip" and m == "mm_zero_mask_block":
+        return False                     # the TSTORE would name a tile never made
+    if kind == "mm_mx_blocks" and m == "mm_type_class":
+        return False
+    return True
+
+
+# ---- element codes
+
+
+@functools.lru_cache(maxsize=None)
+def _mm_code_classes(dt: int) -> dict:
+    """Raw codes of a <= 16-bit floating type by class (nan, inf, zero, tiny, moderate)."""
+    from .. import numerics
+    d = tables.DTYPE_BY_CODE[dt]
+    n = 64 if d.name in ("E3M2", "E2M3") else 1 << d.bits          # the valid encodings
+    codes = np.arange(n, dtype=np.uint64)
+    v = numerics.decode_float(d.name, codes)
+    fin = np.isfinite(v)
+    a = np.abs(np.where(fin, v, 0.0))
+    if d.name in ("FP16", "BF16"):
+        tiny = fin & (a > 0) & (a < {"FP16": 2.0 ** -14, "BF16": 2.0 ** -126}[d.name])
+    else:
+        pos = np.unique(a[fin & (a > 0)])
+        tiny = fin & (a > 0) & (a <= pos[min(3, len(pos) - 1)])
+    moderate = fin & (a >= 0.125) & (a <= 8.0)
+    if not moderate.any():
+        moderate = fin & (a > 0)
+    out = {"nan": np.isnan(v), "inf": np.isinf(v), "zero": fin & (a == 0), "tiny": tiny,
+           "moderate": moderate}
+    return {k: [int(c) for c in codes[m]] for k, m in out.items() if m.any()}
+
+
+def _mm_float32_code(rng, cls: str) -> int:
+    sign = int(rng.integers(0, 2)) << 31
+    mant = int(rng.integers(0, 1 << 23))
+    if cls == "moderate":
+        return sign | int(rng.integers(124, 131)) << 23 | mant
+    if cls == "tiny":
+        return sign | max(1, mant)
+    if cls == "zero":
+        return sign
+    if cls == "inf":
+        return sign | 0x7F800000
+    if cls == "nan":
+        return sign | 0x7F800000 | max(1, mant)
+    return _rand_bits(rng, 32)
+
+
+_SPECIAL_CLASSES = ("nan", "inf", "zero", "tiny")
+
+
+def _mm_codes(rng, dt: int, n: int, style: dict) -> list:
+    """n raw element codes of dtype dt in a value style (see _mm_style)."""
+    d = tables.DTYPE_BY_CODE[dt]
+    bits = d.bits
+    out = []
+    for _ in range(n):
+        u = rng.random()
+        if u < style["raw"]:
+            out.append(_rand_bits(rng, bits))
+            continue
+        special = u < style["raw"] + style["special"]
+        if dt == E8M0:
+            out.append(_pick(rng, [0, 1, 254, 255]) if special
+                       else 127 + int(rng.integers(-6, 7)))
+        elif d.is_integer:
+            if special:
+                out.append(_pick(rng, [0, (1 << bits) - 1, 1 << (bits - 1), (1 << (bits - 1)) - 1]))
+            elif rng.random() < 0.75:
+                v = int(rng.integers(-7, 8)) if d.signed or d.name == "S4X2" else int(rng.integers(0, 16))
+                out.append(v & ((1 << bits) - 1))
+            else:
+                out.append(_rand_bits(rng, bits))
+        elif bits == 32:
+            cls = _pick(rng, _SPECIAL_CLASSES) if special else "moderate"
+            w = _mm_float32_code(rng, cls)
+            if d.name in ("TF32", "HF32") and rng.random() < 0.8:      # a valid encoding mostly
+                w &= 0xFFFFE000 if d.name == "TF32" else 0xFFFFF000
+                if cls == "tiny" and not w & 0x7FFFFF:
+                    w |= 0x2000
+                if cls == "nan" and not w & 0x7FFFFF:
+                    w |= 0x400000
+            out.append(w)
+        else:
+            classes = _mm_code_classes(dt)
+            cls = _pick(rng, [c for c in _SPECIAL_CLASSES if c in classes]) if special else "moderate"
+            out.append(_pick(rng, classes[cls]))
+    return out
+
+
+def _mm_style(rng, kind: str) -> dict:
+    """Per-case value style: realistic codes (sometimes with special values) or raw random."""
+    if kind == "mm_specials":
+        return dict(raw=0.02, special=0.3)
+    if rng.random() < 0.2:
+        return dict(raw=1.0, special=0.0)
+    return dict(raw=0.02, special=_pick(rng, [0.0, 0.0, 0.04, 0.1]))
+
+
+# ---- tiles and shapes
+
+
+@dataclass
+class _MmTile:
+    """One tile a load makes: CUBE (layout M16/M32/N8) or ordinary RowMajor."""
+    role: str                     # a, b, c, sa, sb, bias, fill
+    dt: int
+    vr: int
+    vc: int
+    layout: str                   # "M16" | "M32" | "N8" | "RowMajor"
+    size: int = 1
+    col: int = 0                  # RowMajor Col
+    pad: int = 0
+    pemode: int = 1
+    hand: int = 0
+    index: int = -1
+    in_stream: bool = False
+
+    @property
+    def cube(self) -> bool:
+        return self.layout != "RowMajor"
+
+    @property
+    def charge(self) -> int:
+        return bin(PEMODE_MASK[self.pemode]).count("1") * (128 << (self.size - 1))
+
+
+def _cube_cells(lay: str, bits: int, vr: int, vc: int) -> int:
+    cr, cc = CELL[(lay, bits)]
+    if lay == "N8":
+        return -(-vr // cr) * -(-vc // 8)
+    return -(-vc // cc)
+
+
+def _cube_fits(lay: str, bits: int, vr: int, vc: int, W: int) -> bool:
+    """B.6 within the model bound: rows fit an M CELL, cells * CELL words <= tile_words."""
+    if vr < 1 or vc < 1 or (lay, bits) not in CELL:
+        return False
+    cr, cc = CELL[(lay, bits)]
+    if lay != "N8" and vr > cr:
+        return False
+    return _cube_cells(lay, bits, vr, vc) * cr * cc <= W
+
+
+def _cube_min_size(lay: str, bits: int, vr: int, vc: int) -> int:
+    return _size_for_bytes(_cube_cells(lay, bits, vr, vc) * 128)
+
+
+def _ord_fit(bits: int, vr: int, vc: int, W: int, col: int = 0):
+    """(Col, smallest SizeCode) of an ordinary RowMajor tile of vr x vc (Col the
+    next power of two >= vc unless given), or None."""
+    col = col or 1 << max(0, (vc - 1).bit_length())
+    if col < vc or col & (col - 1):
+        return None
+    for s in range(1, 11):
+        cap_bits = (128 << (s - 1)) * 8
+        if cap_bits % (col * bits):
+            continue
+        rows = cap_bits // (col * bits)
+        if vr <= rows <= 65535 and vr * col <= W and vr * vc <= cap_bits // bits:
+            return col, s
+    return None
+
+
+def _mm_tile(rng, role, dt, vr, vc, layout, W, size=None) -> Optional[_MmTile]:
+    """A tile of this shape with the smallest size (sometimes one or two more)."""
+    bits = BITS[dt]
+    if layout == "RowMajor":
+        fit = _ord_fit(bits, vr, vc, W)
+        if fit is None:
+            return None
+        if rng.random() < 0.2 and _ord_fit(bits, vr, vc, W, 2 * fit[0]) is not None:
+            fit = _ord_fit(bits, vr, vc, W, 2 * fit[0])      # a wider physical row
+        return _MmTile(role, dt, vr, vc, "RowMajor", size=fit[1], col=fit[0],
+                       pemode=int(rng.integers(1, 8)))
+    if not _cube_fits(layout, bits, vr, vc, W):
+        return None
+    need = _cube_min_size(layout, bits, vr, vc)
+    if size is None:
+        size = need + (int(rng.integers(1, 3)) if rng.random() < 0.25 else 0)
+    size = min(size, 10)
+    if size < need:
+        return None
+    return _MmTile(role, dt, vr, vc, layout, size=size, pad=int(rng.integers(0, 4)),
+                   pemode=int(rng.integers(1, 8)))
+
+
+def _mm_acc_type(mx: bool, atype: int) -> int:
+    if not mx and atype in MM_SIGNED:
+        return S32
+    if not mx and atype in MM_UNSIGNED:
+        return U32
+    return FP32
+
+
+def _mm_types(rng, kind: str, f: dict, muts) -> tuple:
+    """(AType, BType) for the kind, honouring mm_type_class / mm_mx_type."""
+    if f["mx"]:
+        a, bt = _pick(rng, MM_MX), _pick(rng, MM_MX)
+        if "mm_aux_cube" in muts and not f["bias"] and a not in MM_MX_SCALED and bt not in MM_MX_SCALED:
+            a = _pick(rng, MM_MX_SCALED)
+        if kind == "mm_specials" and rng.random() < 0.5:
+            a = _pick(rng, MM_MX_SCALED)
+        if "mm_mx_type" in muts:
+            other = [c for c in MM_FLOAT + MM_SIGNED + MM_UNSIGNED if c not in MM_MX]
+            if rng.random() < 0.5:
+                a = _pick(rng, other)
+            else:
+                bt = _pick(rng, other)
+        return a, bt
+    if kind in ("mm_float", "mm_specials"):
+        cls = MM_FLOAT
+    elif kind == "mm_int":
+        cls = _pick(rng, [MM_SIGNED, MM_UNSIGNED])
+    else:
+        u = rng.random()
+        cls = MM_FLOAT if u < 0.55 else MM_SIGNED if u < 0.775 else MM_UNSIGNED
+    a = _pick(rng, cls)
+    bt = a if rng.random() < 0.3 else _pick(rng, cls)
+    if "mm_type_class" in muts:
+        if rng.random() < 0.2:
+            a = _pick(rng, [S32, U32, E8M0])        # in no class (each has a CELL mapping)
+        else:
+            other = [c for c in MM_FLOAT + MM_SIGNED + MM_UNSIGNED if c not in cls]
+            if rng.random() < 0.5:
+                bt = _pick(rng, other)
+            else:
+                a = _pick(rng, other)
+    return a, bt
+
+
+def _mm_dims(rng, W: int, a_lay: str, abits: int, bbits: int, gemv: bool, *, n_min: int = 1,
+             big_k: bool = False, budget: int = 4096):
+    """(M, N, K) whose A (M x K, a_lay), B (K x N, N8) and D (M x N, 32-bit,
+    a_lay) fit tile_words W; None when no such shape exists."""
+    cr_a, cc_a = CELL[(a_lay, abits)]
+    cr_b = CELL[("N8", bbits)][0]
+    b_cells = W // (cr_b * 8)
+    kmax = min((W // (cr_a * cc_a)) * cc_a, (b_cells // -(-n_min // 8)) * cr_b)
+    d_words = 32                                       # a 32-bit CELL: 16 x 2 or 32 x 1
+    nmax_d = (W // d_words) * (2 if a_lay == "M16" else 1)
+    if kmax < 1 or nmax_d < n_min:
+        return None
+    if big_k and kmax > 32:
+        K = int(rng.integers(33, min(kmax, 80) + 1))
+    elif rng.random() < 0.6:
+        K = int(rng.integers(1, min(kmax, 16) + 1))
+    else:
+        K = int(rng.integers(1, min(kmax, 48) + 1))
+    nmax = min((b_cells // -(-K // cr_b)) * 8, nmax_d)
+    if nmax < n_min:
+        return None
+    N = int(rng.integers(n_min, min(nmax, 24 if rng.random() < 0.8 else 64) + 1)) \
+        if nmax > n_min else n_min
+    mmax = 1 if gemv else (16 if a_lay == "M16" else 32)
+    if mmax == 1:
+        M = 1
+    elif a_lay == "M32" and rng.random() < 0.4:
+        M = int(rng.integers(1, 17))                   # an M32 A holding M <= 16
+    elif rng.random() < 0.25:
+        M = _pick(rng, [1, mmax])
+    else:
+        M = int(rng.integers(1, mmax + 1))
+    # keep the oracle's per-element loops short
+    while M * N * K > budget:
+        if M > 1 and M >= N and not big_k:
+            M = max(1, M // 2)
+        elif N > n_min and (N >= K or big_k):
+            N = max(n_min, N // 2)
+        elif K > 1 and not big_k:
+            K = max(1, K // 2)
+        elif M > 1:
+            M = max(1, M // 2)
+        elif N > n_min:
+            N = max(n_min, N // 2)
+        else:
+            break
+    return M, N, K
+
+
+@dataclass
+class _MmPlan:
+    kind: str
+    form: str
+    atype: int
+    btype: int
+    acc: int
+    M: int
+    N: int
+    K: int
+    a_lay: str
+    tiles: dict                   # role -> _MmTile (the sources the main bundle names)
+    d_size: int
+    pemode: int
+    style: dict
+    chain: Optional[str] = None   # "stream" / "setup": the first bundle's place
+    first_form: str = ""
+    first_bias: Optional[_MmTile] = None
+    hand_full: bool = False
+    budget: bool = False
+    c_is_d_hand: bool = False
+    undefine_role: Optional[str] = None
+    unallocated_role: Optional[str] = None
+
+    @property
+    def f(self) -> dict:
+        return _mm_flags(self.form)
+
+    @property
+    def d_charge(self) -> int:
+        return bin(PEMODE_MASK[self.pemode]).count("1") * (128 << (self.d_size - 1))
+
+
+def _mm_draw(b: _Builder, kind: str, form: str, muts) -> Optional[_MmPlan]:
+    """A legal plan for this kind and form (types drawn per the type mutations)."""
+    rng, W = b.rng, b.m.tile_words
+    f = _mm_flags(form)
+    for _ in range(24):
+        atype, btype = _mm_types(rng, kind, f, muts)
+        a_lay = "M16" if rng.random() < (0.9 if kind == "mm_mx_blocks" else 0.6) else "M32"
+        n_min = 1
+        if "mm_d_size" in muts:
+            n_min = 3 if a_lay == "M16" else 2                  # D of >= 2 CELLs
+        dims = _mm_dims(rng, W, a_lay, BITS[atype], BITS[btype], f["gemv"], n_min=n_min,
+                        big_k=kind == "mm_mx_blocks")
+        if dims is None:
+            continue
+        M, N, K = dims
+        acc = _mm_acc_type(f["mx"], atype)
+        tiles = {"a": _mm_tile(rng, "a", atype, M, K, a_lay, W),
+                 "b": _mm_tile(rng, "b", btype, K, N, "N8", W)}
+        d_need = _cube_min_size(a_lay, 32, M, N)
+        d_size = min(10, d_need + (int(rng.integers(1, 3)) if rng.random() < 0.25 else 0))
+        kb = -(-K // 32)
+        if f["mx"] and atype in MM_MX_SCALED:
+            tiles["sa"] = _mm_tile(rng, "sa", E8M0, M, kb, "RowMajor", W)
+        if f["mx"] and btype in MM_MX_SCALED:
+            tiles["sb"] = _mm_tile(rng, "sb", E8M0, kb, N, "RowMajor", W)
+        if f["bias"]:
+            tiles["bias"] = _mm_tile(rng, "bias", acc, 1, N, "RowMajor", W)
+        if f["acc"] and kind != "mm_acc_chain":
+            tiles["c"] = _mm_tile(rng, "c", acc, M, N, a_lay, W, size=d_size)
+        if any(t is None for t in tiles.values()):
+            continue
+        plan = _MmPlan(kind, form, atype, btype, acc, M, N, K, a_lay, tiles, d_size,
+                       int(rng.integers(1, 8)), _mm_style(rng, kind))
+        if kind == "mm_acc_chain":
+            plan.first_form = _mm_name(f["mx"], f["gemv"], ".BIAS" if rng.random() < 0.35 else "")
+            if plan.first_form.endswith(".BIAS"):
+                plan.first_bias = _mm_tile(rng, "bias1", acc, 1, N, "RowMajor", W)
+                if plan.first_bias is None:
+                    plan.first_form = _mm_name(f["mx"], f["gemv"])
+            plan.chain = "stream"
+        return plan
+    return None
+
+
+# ---- plan mutations (the source tiles, their placement, the destination size)
+
+
+def _mm_roles(plan, pred=lambda t: True) -> list:
+    return [r for r in ("c", "a", "sa", "b", "sb", "bias") if r in plan.tiles and pred(plan.tiles[r])]
+
+
+def _mp_a_layout(b, plan):
+    rng, W, t = b.rng, b.m.tile_words, plan.tiles["a"]
+    opts = [lay for lay in ("RowMajor", "N8") if _mm_tile(rng, "a", t.dt, t.vr, t.vc, lay, W)]
+    if not opts:
+        return False
+    plan.tiles["a"] = _mm_tile(rng, "a", t.dt, t.vr, t.vc, _pick(rng, opts), W)
+    b.notes.append(f"a_layout:{plan.tiles['a'].layout}")
+    return True
+
+
+def _mp_b_layout(b, plan):
+    rng, W, t = b.rng, b.m.tile_words, plan.tiles["b"]
+    opts = [lay for lay in ("M16", "M32", "RowMajor") if _mm_tile(rng, "b", t.dt, t.vr, t.vc, lay, W)]
+    if not opts:
+        return False
+    plan.tiles["b"] = _mm_tile(rng, "b", t.dt, t.vr, t.vc, _pick(rng, opts), W)
+    b.notes.append(f"b_layout:{plan.tiles['b'].layout}")
+    return True
+
+
+def _mp_c_layout(b, plan):
+    rng, W, t = b.rng, b.m.tile_words, plan.tiles["c"]
+    opts = []
+    for lay in ("M16", "M32", "N8"):
+        if lay != plan.a_lay and _cube_fits(lay, 32, t.vr, t.vc, W):
+            opts.append(lay)
+    if not opts:
+        return False
+    lay = _pick(rng, opts)
+    size = max(plan.d_size, _cube_min_size(lay, 32, t.vr, t.vc))
+    plan.tiles["c"] = _mm_tile(rng, "c", t.dt, t.vr, t.vc, lay, W, size=size)
+    b.notes.append(f"c_layout:{lay}")
+    return True
+
+
+def _mp_c_capacity(b, plan):
+    rng, t = b.rng, plan.tiles["c"]
+    need = _cube_min_size(t.layout, 32, t.vr, t.vc)
+    opts = []
+    if plan.d_size < 10:
+        opts += ["c_up", "d_up"]
+    if plan.d_size > need:
+        opts.append("c_down")
+    if not opts:
+        return False
+    how = _pick(rng, opts)
+    if how == "c_up":
+        t.size = plan.d_size + 1
+    elif how == "c_down":
+        t.size = plan.d_size - 1
+    else:
+        plan.d_size += 1
+    b.notes.append(f"c_capacity:{how} C size {t.size} D size {plan.d_size}")
+    return True
+
+
+def _mp_src_dtype(b, plan):
+    rng = b.rng
+    role = _pick(rng, _mm_roles(plan))
+    t = plan.tiles[role]
+    bits = BITS[t.dt]
+    if role in ("sa", "sb"):
+        opts = [c for c in CUBE_DTYPES if BITS[c] == 8 and c != E8M0]
+    else:
+        opts = [c for c in CUBE_DTYPES if BITS[c] == bits and c != t.dt]
+        want = {"a": plan.atype, "b": plan.btype}.get(role, plan.acc)
+        opts = [c for c in opts if c != want]
+    if not opts:
+        return False
+    t.dt = _pick(rng, opts)
+    b.notes.append(f"src_dtype:{role}={tables.DTYPE_BY_CODE[t.dt].name}")
+    return True
+
+
+def _mp_src_shape(b, plan):
+    rng, W = b.rng, b.m.tile_words
+    roles = _mm_roles(plan)
+    rng.shuffle(roles)
+    for role in roles:
+        t = plan.tiles[role]
+        cands = [(t.vr + dr, t.vc + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+        if role == "bias":
+            cands.append((2, t.vc))
+        cands = [(vr, vc) for vr, vc in cands if vr >= 1 and vc >= 1]
+        rng.shuffle(cands)
+        for vr, vc in cands:
+            size = t.size if t.cube else None
+            if t.cube:
+                need = _cube_min_size(t.layout, BITS[t.dt], vr, vc) if _cube_fits(
+                    t.layout, BITS[t.dt], vr, vc, W) else 99
+                size = max(t.size, need)
+            n = _mm_tile(rng, role, t.dt, vr, vc, t.layout, W, size=size)
+            if n is not None:
+                n.pemode, n.pad = t.pemode, t.pad
+                plan.tiles[role] = n
+                b.notes.append(f"src_shape:{role} {t.vr}x{t.vc}->{vr}x{vc}")
+                return True
+    return False
+
+
+def _mp_src_undefined(b, plan):
+    plan.undefine_role = _pick(b.rng, _mm_roles(plan))
+    return True
+
+
+def _mp_src_unallocated(b, plan):
+    plan.unallocated_role = _pick(b.rng, _mm_roles(plan))
+    return True
+
+
+def _mp_aux_cube(b, plan):
+    rng, W = b.rng, b.m.tile_words
+    roles = _mm_roles(plan, lambda t: t.role in ("sa", "sb", "bias"))
+    if not roles:
+        return False
+    role = _pick(rng, roles)
+    t = plan.tiles[role]
+    opts = [lay for lay in ("M16", "M32", "N8") if _cube_fits(lay, BITS[t.dt], t.vr, t.vc, W)]
+    if not opts:
+        return False
+    plan.tiles[role] = _mm_tile(rng, role, t.dt, t.vr, t.vc, _pick(rng, opts), W)
+    b.notes.append(f"aux_cube:{role} {plan.tiles[role].layout}")
+    return True
+
+
+def _mp_d_size(b, plan):
+    """D's SizeCode one step below its CELLs' bytes, or (sometimes) N so wide that
+    D's storage passes tile_words while B, sB and Bias still fit."""
+    rng, W = b.rng, b.m.tile_words
+    if rng.random() < 0.4:
+        n2 = (W // 32) * (2 if plan.a_lay == "M16" else 1) + int(rng.integers(1, 17))
+        kb = -(-plan.K // 32)
+        new = {"b": _mm_tile(rng, "b", plan.btype, plan.K, n2, "N8", W)}
+        if "sb" in plan.tiles:
+            new["sb"] = _mm_tile(rng, "sb", E8M0, kb, n2, "RowMajor", W)
+        if "bias" in plan.tiles:
+            new["bias"] = _mm_tile(rng, "bias", plan.acc, 1, n2, "RowMajor", W)
+        need = _cube_min_size(plan.a_lay, 32, plan.M, n2)
+        if all(t is not None for t in new.values()) and need <= 10:
+            plan.tiles.update(new)
+            plan.N, plan.d_size = n2, need
+            b.notes.append(f"d_size:N {n2} past tile_words (size {need})")
+            return True
+    need = _cube_min_size(plan.a_lay, 32, plan.M, plan.N)
+    if need < 2:
+        return False
+    plan.d_size = need - 1
+    b.notes.append(f"d_size:{plan.d_size} (needs {need})")
+    return True
+
+
+def _mp_flag(name):
+    def apply(b, plan):
+        if name == "c_is_d_hand" and b.m.hand_slots < 2:
+            return False
+        setattr(plan, name, True)
+        return True
+    return apply
+
+
+MM_PLAN_MUTATIONS = {
+    "mm_a_layout": _mp_a_layout, "mm_b_layout": _mp_b_layout, "mm_c_layout": _mp_c_layout,
+    "mm_c_capacity": _mp_c_capacity, "mm_src_dtype": _mp_src_dtype, "mm_src_shape": _mp_src_shape,
+    "mm_src_undefined": _mp_src_undefined, "mm_src_unallocated": _mp_src_unallocated,
+    "mm_aux_cube": _mp_aux_cube, "mm_d_size": _mp_d_size,
+    "mm_c_is_d_hand": _mp_flag("c_is_d_hand"), "mm_hand_full": _mp_flag("hand_full"),
+    "mm_budget": _mp_flag("budget"),
+    # satisfied by the type draw
+    "mm_type_class": None, "mm_mx_type": None,
+}
+
+
+# ---- the matrix bundle
+
+
+def _mm_spec(plan: _MmPlan, form: str, srcs: list, d_hand: int) -> dict:
+    """What a matrix bundle says; bundle mutations edit it before _mm_items encodes it."""
+    return dict(form=form, atype=plan.atype, btype=plan.btype, lb=[plan.M, plan.N, plan.K],
+                srcs=list(srcs), extra_srcs=[], d_hand=d_hand, d_size=plan.d_size,
+                extra_dsts=[], pemode=plan.pemode, fpatr=FPATR0, datr=None, ior=None, ios=[],
+                catr=None, lb_forced=set())
+
+
+def _iot_word(srcs: list, dst: Optional[tuple], pemode: int, last: int) -> int:
+    if len(srcs) == 2:
+        w = iot_src2(srcs[0], srcs[1], pemode, last)
+        return w | (dst[0] & 3) << 7 | (dst[1] & 0xF) << 15 if dst else w
+    if len(srcs) == 1:
+        return iot_src_dst(srcs[0], dst[0], dst[1], pemode, last) if dst else iot_src(srcs[0], pemode, last)
+    return iot_dst(dst[0], dst[1], pemode, last)
+
+
+def _mm_items(b: _Builder, spec: dict, minimal: bool = False) -> list:
+    """Header items of a matrix bundle: [B.DATR] B.FPATR B.DIMs [B.IOS] [B.IOR] B.IOTs [B.CATR]."""
+    rng = b.rng
+    items = []
+    datr_f = spec["datr"]
+    if datr_f is None and spec["btype"] != spec["atype"]:
+        datr_f = dict(layout=0, dtype=spec["btype"], pad=0)
+    elif datr_f is None and not minimal and rng.random() < 0.2:
+        datr_f = dict(layout=0, dtype=_pick(rng, [31, spec["atype"]]), pad=0)
+    if datr_f is not None:
+        if "rmode" not in datr_f and not minimal and rng.random() < 0.3:
+            datr_f = dict(datr_f, rmode=int(rng.integers(0, 8)), sat=int(rng.integers(0, 2)))
+        items.append(("datr", datr(**datr_f)))
+    if spec["fpatr"] is not None:
+        items.append(("fpatr", spec["fpatr"]))
+    for n, v in enumerate(spec["lb"]):
+        if v is None:
+            continue
+        if v != 1 or n in spec["lb_forced"] or (not minimal and rng.random() < 0.3):
+            use_reg = not minimal and len(b.free_regs) > 8 and rng.random() < 0.25
+            items.append((f"dim{n}", b.dim_word(n, v) if use_reg else dim(n, v)))
+    for sid in spec["ios"]:
+        items.append(("ios", ios(sid, spec["pemode"], 0)))
+    if spec["ior"] is not None:
+        items.append(("ior", ior(*spec["ior"])))
+    elif not minimal and rng.random() < 0.15:
+        items.append(("ior", ior()))
+    # bindings: sources in stream order, 1 or 2 per B.IOT; the destination on one of
+    # them or alone; extra destinations alone
+    srcs = spec["srcs"] + spec["extra_srcs"]
+    groups, i = [], 0
+    while i < len(srcs):
+        k = 2 if len(srcs) - i >= 2 and (minimal or rng.random() < 0.7) else 1
+        groups.append([srcs[i:i + k], None])
+        i += k
+    dst = (spec["d_hand"], spec["d_size"])
+    u = rng.random()
+    if groups and (minimal or u < 0.5):
+        groups[0][1] = dst
+    elif groups and u < 0.75:
+        groups[int(rng.integers(0, len(groups)))][1] = dst
+    else:
+        groups.insert(int(rng.integers(0, len(groups) + 1)), [[], dst])
+    for extra in spec["extra_dsts"]:
+        free = [g for g in groups if g[1] is None and g[0]]
+        if free and rng.random() < 0.5:
+            _pick(rng, free)[1] = extra
+        else:
+            groups.insert(int(rng.integers(0, len(groups) + 1)), [[], extra])
+    for k, (g, d) in enumerate(groups):
+        items.append(("iot", _iot_word(g, d, spec["pemode"], int(k == len(groups) - 1))))
+    if spec["catr"] is not None:
+        items.insert(int(rng.integers(0, len(items) + 1)), ("catr", spec["catr"]))
+    elif not minimal and rng.random() < 0.05:
+        w = catr(atom=int(rng.integers(0, 2)), aq=int(rng.integers(0, 2)),
+                 rl=int(rng.integers(0, 2)), far=int(rng.integers(0, 2)))
+        items.insert(int(rng.integers(0, len(items) + 1)), ("catr", w))
+    return items
+
+
+def _mm_bundle(b: _Builder, spec: dict, minimal: bool = False) -> Bundle:
+    return Bundle(bstart(spec["form"], spec["atype"]), _mm_items(b, spec, minimal), True,
+                  dict(op=spec["form"], spec=spec))
+
+
+# spec mutations (before encoding)
+
+
+def _ms_no_fpatr(b, spec, plan):
+    spec["fpatr"] = None
+    return True
+
+
+def _ms_src_count(b, spec, plan):
+    rng = b.rng
+    if len(spec["srcs"]) > 1 and rng.random() < 0.5:
+        k = int(rng.integers(0, len(spec["srcs"])))
+        b.notes.append(f"src_count:-1 (dropped #{k})")
+        del spec["srcs"][k]
+    else:
+        k = int(rng.integers(0, len(spec["srcs"]) + 1))
+        extra = _pick(rng, spec["srcs"]) if rng.random() < 0.5 else int(rng.integers(0, 64))
+        spec["srcs"].insert(k, extra)
+        b.notes.append(f"src_count:+1 (T{extra} at #{k})")
+    return True
+
+
+def _ms_extra_dst(b, spec, plan):
+    spec["extra_dsts"].append((int(b.rng.integers(0, 4)), int(b.rng.integers(1, 11))))
+    return True
+
+
+def _ms_ior(b, spec, plan):
+    rng = b.rng
+    while True:
+        f = [int(rng.integers(0, 24)) if rng.random() < 0.5 else 0 for _ in range(4)]
+        if any(f):
+            break
+    spec["ior"] = tuple(f)                    # (src0, src1, src2, dst)
+    return True
+
+
+def _ms_datr_attr(b, spec, plan):
+    rng = b.rng
+    dt = spec["btype"] if spec["btype"] != spec["atype"] else _pick(rng, [31, spec["atype"]])
+    d = dict(layout=0, dtype=dt, pad=0, cmode=0, canon=0)
+    what = _pick(rng, ["layout", "pad", "cmode", "canon"])
+    if what == "layout":
+        d["layout"] = _pick(rng, MM_OTHER_LAYOUTS)
+    elif what == "pad":
+        d["pad"] = int(rng.integers(1, 4))
+    elif what == "cmode":
+        d["cmode"] = int(rng.integers(1, 6))
+    else:
+        d["canon"] = 1
+    spec["datr"] = d
+    b.notes.append(f"datr_attr:{what}")
+    return True
+
+
+def _ms_cube_layout(b, spec, plan):
+    rng = b.rng
+    spec["datr"] = dict(layout=_pick(rng, LOAD_CODES + STORE_CODES),
+                        dtype=_pick(rng, [31, 31, spec["btype"]]), pad=int(rng.integers(0, 4)))
+    return True
+
+
+def _ms_lb_zero(b, spec, plan):
+    n = int(b.rng.integers(0, 3))
+    spec["lb"][n] = 0
+    spec["lb_forced"].add(n)
+    b.notes.append(f"lb_zero:LB{n}")
+    return True
+
+
+def _ms_gemv_m(b, spec, plan):
+    spec["lb"][0] = _pick(b.rng, [2, 2, int(b.rng.integers(3, 33)), int(b.rng.integers(33, 65536))])
+    return True
+
+
+def _ms_ios(b, spec, plan):
+    rng = b.rng
+    sids = [int(s) for s in rng.choice(256, size=int(rng.integers(1, 3)), replace=False)]
+    spec["ios"] = sids
+    return True
+
+
+def _ms_trans(b, spec, plan):
+    which = _pick(b.rng, [1, 2, 3])
+    spec["fpatr"] |= (which & 1) << 7 | (which >> 1) << 8
+    return True
+
+
+def _fpatr_word(pre=0, relu=0, group_n=0, row_max=0, group_max=0, row_max_init=0, max_abs=0,
+                trans_a=0, trans_b=0) -> int:
+    return (FPATR0 | trans_a << 7 | trans_b << 8 | max_abs << 15 | row_max_init << 16
+            | group_max << 17 | row_max << 18 | group_n << 19 | relu << 23 | pre << 26)
+
+
+def _ms_quant_class(b, spec, plan):
+    rng = b.rng
+    if plan.acc == FP32:
+        mode = _pick(rng, [m for m in MM_S32_MODES if m in MM_SCALAR_MODES])
+    elif plan.acc == S32:
+        mode = _pick(rng, [1, 16] + [m for m in MM_FP32_MODES if m in MM_SCALAR_MODES])
+    else:
+        mode = _pick(rng, [1, 16, 3, 5, 13, 24, 25])       # U32: no mode matches
+    spec["fpatr"] = (spec["fpatr"] & ~(63 << 26)) | mode << 26
+    if mode in MM_SCALAR_MODES and rng.random() < 0.4:
+        spec["ior"] = (int(rng.integers(1, 24)), 0, 0, 0)  # its scalar parameter
+    b.notes.append(f"quant_class:mode {mode}")
+    return True
+
+
+def _ms_post(b, spec, plan):
+    """A consistent post-processing request the gate accepts."""
+    rng = b.rng
+    opts = ["relu1", "relu2", "relu3", "rowmax", "groupmax"]
+    if plan.acc in (FP32, S32):
+        opts += ["quant_scalar", "quant_vector", "quant_none"] if plan.acc == FP32 else \
+            ["quant_scalar", "quant_vector"]
+    what = _pick(rng, opts)
+    kw = {}
+    extra_src = lambda: spec["extra_srcs"].append(int(rng.integers(0, 64)))
+    extra_dst = lambda: spec["extra_dsts"].append((int(rng.integers(0, 4)), int(rng.integers(1, 11))))
+    if what.startswith("relu"):
+        kw["relu"] = int(what[-1])
+        if kw["relu"] == 3:
+            extra_src()
+        elif kw["relu"] == 2 and rng.random() < 0.5:
+            spec["ior"] = (int(rng.integers(1, 24)), 0, 0, 0)
+    elif what == "rowmax":
+        kw["row_max"] = 1
+        extra_dst()
+        if rng.random() < 0.5:
+            kw["row_max_init"] = 1
+            extra_src()
+        kw["max_abs"] = int(rng.integers(0, 2))
+    elif what == "groupmax":
+        kw.update(group_max=1, group_n=int(rng.integers(1, 10)), max_abs=int(rng.integers(0, 2)))
+        extra_dst()
+    else:
+        modes = MM_FP32_MODES if plan.acc == FP32 else MM_S32_MODES
+        if what == "quant_scalar":
+            kw["pre"] = _pick(rng, [m for m in modes if m in MM_SCALAR_MODES])
+            if rng.random() < 0.5:
+                spec["ior"] = (int(rng.integers(1, 24)), 0, 0, 0)
+        elif what == "quant_vector":
+            kw["pre"] = _pick(rng, [m for m in modes if m in MM_VECTOR_MODES])
+            extra_src()
+        else:
+            kw["pre"] = _pick(rng, [1, 16])
+    spec["fpatr"] = _fpatr_word(**kw)
+    b.notes.append(f"post:{what}")
+    return True
+
+
+def _ms_catr(trap, dr):
+    def apply(b, spec, plan):
+        rng = b.rng
+        spec["catr"] = catr(trap=trap, dr=dr, atom=int(rng.integers(0, 2)), aq=int(rng.integers(0, 2)),
+                            rl=int(rng.integers(0, 2)), far=int(rng.integers(0, 2)))
+        return True
+    return apply
+
+
+MM_SPEC_MUTATIONS = {
+    "mm_no_fpatr": _ms_no_fpatr, "mm_src_count": _ms_src_count, "mm_extra_dst": _ms_extra_dst,
+    "mm_ior": _ms_ior, "mm_datr_attr": _ms_datr_attr, "mm_cube_layout": _ms_cube_layout,
+    "mm_gemv_cube_layout": _ms_cube_layout, "mm_lb_zero": _ms_lb_zero, "mm_gemv_m": _ms_gemv_m,
+    "mm_ios_tmatmul": _ms_ios, "mm_ios_gemv": _ms_ios, "mm_trans": _ms_trans,
+    "mm_quant_class": _ms_quant_class, "mm_post": _ms_post,
+    "mm_catr_dr": _ms_catr(0, 1), "mm_catr_trap": _ms_catr(1, 0),
+}
+
+
+def _mi_zero_mask_block(b, bd):
+    bd.items = [(t, w & ~(7 << 9)) if t in ("iot", "ios") else (t, w) for t, w in bd.items]
+    return True
+
+
+def _mi_zero_iot(b, bd):
+    rng = b.rng
+    x, y = int(rng.integers(0, 64)), int(rng.integers(0, 64))
+    w = _pick(rng, [iot_src2(x, y, 0, int(rng.integers(0, 2))), iot_src(x, 0, int(rng.integers(0, 2))),
+                    iot_dst(int(rng.integers(0, 4)), int(rng.integers(1, 11)), 0, int(rng.integers(0, 2)))])
+    first = next((k for k, (t, _) in enumerate(bd.items) if t == "fpatr"), -1)
+    bd.items.insert(int(rng.integers(first + 1, len(bd.items) + 1)), ("iot", w))
+    return True
+
+
+def _mi_shuffle(b, bd):
+    """Header order: B.DATR/B.DIM/B.CATR anywhere, B.FPATR before every B.IOR/B.IOS/B.IOT,
+    the bindings in their order."""
+    rng = b.rng
+    binds = [it for it in bd.items if it[0] in ("iot", "ios")]
+    rest = [it for it in bd.items if it[0] not in ("iot", "ios")]
+    if len(rest) < 2:
+        return False
+    rng.shuffle(rest)
+    out = list(rest)
+    last = -1
+    for it in binds:
+        pos = max(int(rng.integers(0, len(out) + 1)), last + 1)
+        out.insert(pos, it)
+        last = pos
+    # B.FPATR before the first B.IOR / B.IOS / B.IOT
+    fp = next((it for it in out if it[0] == "fpatr"), None)
+    if fp is not None:
+        out.remove(fp)
+        first = next((k for k, it in enumerate(out) if it[0] in ("ior", "ios", "iot")), len(out))
+        out.insert(int(rng.integers(0, first + 1)), fp)
+    bd.items = out
+    return True
+
+
+MM_ITEM_MUTATIONS = {"mm_zero_mask_block": _mi_zero_mask_block, "mm_zero_iot": _mi_zero_iot,
+                     "mm_shuffle": _mi_shuffle}
+assert set(MM_PLAN_MUTATIONS) | set(MM_SPEC_MUTATIONS) | set(MM_ITEM_MUTATIONS) == set(MATMUL_MUTATIONS)
+
+
+# ---- placement, GM, loads
+
+
+def _mm_place(b: _Builder, plan: _MmPlan, loads: list):
+    """Hands (and so TileIndices) of the loads in load order, the destination
+    hand(s): (order, d_hand, d_index, d1_hand, d1_index) or None.
+
+    Every hand holds at most hand_slots tiles; the destination hands keep a
+    free slot (mm_hand_full: D's hand is full); a loaded C never sits at the
+    TileIndex equal to D's hand unless mm_c_is_d_hand asks for exactly that.
+    """
+    rng, HS = b.rng, b.m.hand_slots
+    for _ in range(64):
+        counts = [0] * 4
+        order = []
+        reserve = [0] * 4
+        pinned = []
+        for t in loads:
+            t.index = -1
+        fills = [t for t in loads if t.role == "fill"]
+        rest = [t for t in loads if t.role != "fill"]
+        rng.shuffle(rest)
+        d_hand = int(rng.integers(0, 4))
+        d1_hand = int(rng.integers(0, 4)) if plan.chain else None
+        closed = set()
+        if plan.c_is_d_hand:
+            c = plan.tiles["c"]
+            slot = int(rng.integers(0, 2))
+            d_hand = slot
+            rest.remove(c)
+            if slot == 1:
+                x = rest.pop(0) if rest else None
+                if x is None:
+                    continue
+                pinned.append((x, 0))
+            pinned.append((c, 0))
+        if plan.hand_full:
+            srcs = list(rest)
+            k = int(rng.integers(0, min(HS, len(srcs)) + 1))
+            into = srcs[:k] + fills[: HS - k]
+            if len(into) != HS:
+                continue
+            for t in into:
+                if t in rest:
+                    rest.remove(t)
+                pinned.append((t, d_hand))
+            closed.add(d_hand)
+        else:
+            reserve[d_hand] += 1
+        if d1_hand is not None:
+            reserve[d1_hand] += 1
+        for t, h in pinned:
+            t.hand = h
+            counts[h] += 1
+            order.append(t)
+        ok = True
+        for t in rest:
+            opts = [h for h in range(4) if h not in closed and counts[h] + reserve[h] < HS
+                    and not (t.role == "c" and h == 0 and counts[0] == d_hand)]
+            if not opts:
+                ok = False
+                break
+            t.hand = _pick(rng, opts)
+            counts[t.hand] += 1
+            order.append(t)
+        if not ok or any(counts[h] + reserve[h] > HS for h in range(4)):
+            continue
+        seen = [0] * 4
+        for t in order:
+            t.index = t.hand * tables.HAND_SLOTS + seen[t.hand]
+            seen[t.hand] += 1
+        d1_index = None
+        if d1_hand is not None:
+            d1_index = d1_hand * tables.HAND_SLOTS + seen[d1_hand]
+            seen[d1_hand] += 1
+            if d1_index == d_hand:                       # C (= D1) would be D's hand value
+                continue
+        if plan.hand_full:
+            if seen[d_hand] != HS:
+                continue
+        elif seen[d_hand] >= HS:
+            continue
+        d_index = d_hand * tables.HAND_SLOTS + seen[d_hand]
+        if "c" in plan.tiles and plan.tiles["c"].index >= 0:
+            if (plan.tiles["c"].index == d_hand) != plan.c_is_d_hand:
+                continue
+        return order, d_hand, d_index, d1_hand, d1_index
+    return None
+
+
+class _MmGM:
+    """GM bytes with operand regions taken in turn (overlapping once GM is used up)."""
+
+    def __init__(self, rng, n: int):
+        self.rng, self.n = rng, n
+        self.gm = bytearray(rng.integers(0, 256, n, dtype=np.uint8).tobytes() if rng.random() < 0.85
+                            else bytes(n))
+        self.cursor = int(rng.integers(0, 64))
+
+    def region(self, vr: int, dense: int, align: int):
+        """(base, stride) of vr rows of `dense` bytes, aligned."""
+        rng, n = self.rng, self.n
+        stride = dense
+        if rng.random() < 0.3:
+            stride = dense + align * int(rng.integers(1, 5))
+        stride += (-stride) % align
+        total = (vr - 1) * stride + dense
+        if total > n:
+            stride = dense + (-dense) % align
+            total = (vr - 1) * stride + dense
+            if total > n:                                  # rows overlap: a short stride
+                stride = max(0, (n - dense) // max(1, vr - 1))
+                stride -= stride % align
+                total = (vr - 1) * stride + dense
+        base = self.cursor + (-self.cursor) % align
+        if base + total > n:
+            base = int(rng.integers(0, max(1, n - total + 1)))
+            base -= base % align
+        else:
+            self.cursor = base + total + int(rng.integers(0, 24))
+        return base, stride
+
+    def write(self, base: int, stride: int, dt: int, rows: list):
+        for r, row in enumerate(rows):
+            raw = _encode_elements(dt, row)
+            at = base + r * stride
+            self.gm[at: at + len(raw)] = raw[: max(0, self.n - at)]
+
+
+def _mm_load(b: _Builder, gm: _MmGM, t: _MmTile, style: dict) -> Bundle:
+    """The TLOAD bundle that makes tile t (its data written to GM)."""
+    rng = b.rng
+    if t.role == "fill":                      # 1 x 1 from GM address 0, no B.IOR
+        return Bundle(bstart("TLOAD", t.dt), [("iot", iot_dst(t.hand, t.size, t.pemode, 1))], True,
+                      dict(op="TLOAD", role=t.role, index=t.index, cube=False))
+    bits = BITS[t.dt]
+    eb = _ebytes(bits)
+    dense = _rowbytes(t.vc, bits)
+    base, stride = gm.region(t.vr, dense, eb)
+    values = [_mm_codes(rng, t.dt, t.vc, style) for _ in range(t.vr)]
+    gm.write(base, stride, t.dt, values)
+
+    def dimw(n, v):
+        return b.dim_word(n, v) if len(b.free_regs) > 12 and rng.random() < 0.2 else dim(n, v)
+
+    items = []
+    if t.cube:
+        items += [("datr", datr(MM_LOAD_CODE[t.layout], 31, t.pad)), ("dim0", dimw(0, t.vc)),
+                  ("dim1", dimw(1, t.vr))]
+    else:
+        if t.vc != 1 or rng.random() < 0.5:
+            items.append(("dim0", dimw(0, t.vc)))
+        if t.vr != 1 or rng.random() < 0.5:
+            items.append(("dim1", dimw(1, t.vr)))
+        if t.col != t.vc or rng.random() < 0.3:
+            items.append(("dim2", dimw(2, t.col)))
+    items.append(("iot", iot_dst(t.hand, t.size, t.pemode, 1)))
+    rb = 0 if base == 0 and rng.random() < 0.7 else b.reg(base)
+    items.append(("ior", ior(rb, b.reg(stride))))
+    if rng.random() < 0.3:
+        rng.shuffle(items)
+    return Bundle(bstart("TLOAD", t.dt), items, True,
+                  dict(op="TLOAD", role=t.role, index=t.index, cube=t.cube))
+
+
+def _mm_undefine(rng, t: _MmTile) -> tuple:
+    """(TileIndex, payload Word) of one valid element of t."""
+    from ..reference import layouts as ref_layouts
+    r, c = int(rng.integers(0, t.vr)), int(rng.integers(0, t.vc))
+    if t.cube:
+        name = "CUBE_" + t.layout
+        word = ref_layouts.payload_index(name, tables.DTYPE_BY_CODE[t.dt], t.vr, t.vc, r, c)
+    else:
+        word = r * t.col + c
+    return (t.index, word), (r, c)
+
+
+def _mm_program(b: _Builder, plan: _MmPlan, spec_muts: list, item_muts: list):
+    """(setup words, stream words, GM, tile_capacity, undefine, applied bundle mutations)."""
+    rng, HS, g = b.rng, b.m.hand_slots, b.g
+    loads = list(plan.tiles.values())
+    if plan.first_bias is not None:
+        loads.append(plan.first_bias)
+    if plan.hand_full:
+        loads += [_MmTile("fill", DT_CODE["U8"], 1, 1, "RowMajor", size=1, col=1,
+                          pemode=int(rng.integers(1, 8))) for _ in range(HS)]
+    placed = _mm_place(b, plan, loads)
+    if placed is None:
+        return None
+    order, d_hand, d_index, d1_hand, d1_index = placed
+    loads = order                                   # fills not needed are dropped
+    loads = [t for t in loads if t.index >= 0]
+    # undefine pokes a tile the setup made; in_stream moves the last load into the stream
+    undefine = ()
+    if plan.kind == "mm_in_stream" and loads[-1].role not in (plan.undefine_role, "fill"):
+        loads[-1].in_stream = True
+    gm = _MmGM(rng, b.gm_bytes)
+    bundles = [_mm_load(b, gm, t, plan.style) for t in loads]
+    index = {r: t.index for r, t in plan.tiles.items()}
+    if plan.chain:
+        index["c"] = d1_index
+    allocated = {t.index for t in loads} | {d_index} | ({d1_index} if d1_index is not None else set())
+    if plan.unallocated_role is not None:
+        free = [x for x in range(64) if x not in allocated]
+        index[plan.unallocated_role] = _pick(rng, free)
+        b.notes.append(f"unallocated:{plan.unallocated_role}=T{index[plan.unallocated_role]}")
+    if plan.undefine_role is not None:
+        u, (r, c) = _mm_undefine(rng, plan.tiles[plan.undefine_role])
+        undefine = (u,)
+        b.notes.append(f"undefined:{plan.undefine_role} ({r},{c})")
+    srcs = [index[r] for r in ("c", "a", "sa", "b", "sb", "bias")
+            if r in index and (r != "c" or plan.f["acc"])]
+    first = None
+    if plan.chain:
+        fsrcs = [index[r] for r in ("a", "sa", "b", "sb") if r in index]
+        if plan.first_bias is not None:
+            fsrcs.append(plan.first_bias.index)
+        first = _mm_bundle(b, _mm_spec(plan, plan.first_form, fsrcs, d1_hand), minimal=True)
+        b.notes.append(f"chain:{plan.first_form} -> T{d1_index}")
+    spec = _mm_spec(plan, plan.form, srcs, d_hand)
+    applied = [m for m in spec_muts if MM_SPEC_MUTATIONS[m](b, spec, plan)]
+    tail = []
+    if plan.kind == "mm_roundtrip":
+        base, stride = gm.region(plan.M, plan.N * 4, 4)
+        pm2 = plan.pemode
+        subs = [p for p in range(1, 8) if PEMODE_MASK[p] & PEMODE_MASK[plan.pemode] == PEMODE_MASK[p]]
+        if rng.random() < 0.3:
+            pm2 = _pick(rng, subs)
+        items = [("datr", datr(MM_STORE_CODE[plan.a_lay], 31, int(rng.integers(0, 4)))),
+                 ("dim0", dim(0, plan.N)), ("dim1", dim(1, plan.M)), ("iot", iot_src(d_index, pm2, 1)),
+                 ("ior", ior(b.reg(base) if base else 0, b.reg(stride)))]
+        tail.append(Bundle(bstart("TSTORE", plan.acc), items, True, dict(op="TSTORE")))
+        b.notes.append(f"roundtrip:TSTORE T{d_index} -> {base:#x}/{stride}")
+    in_stream = [bd for t, bd in zip(loads, bundles) if t.in_stream]
+
+    def stream(main):
+        return _flatten(in_stream + ([first] if plan.chain == "stream" else []) + [main] + tail)
+
+    main = _mm_bundle(b, spec)
+    if len(stream(main)) > g.max_words:
+        main = _mm_bundle(b, spec, minimal=True)
+    applied += [m for m in item_muts if MM_ITEM_MUTATIONS[m](b, main)]
+    if len(stream(main)) > g.max_words and plan.chain == "stream":
+        plan.chain = "setup"
+    if len(stream(main)) > g.max_words and in_stream:
+        in_stream = []
+        for t in loads:
+            t.in_stream = False
+    words = stream(main)
+    if len(words) > g.max_words:
+        b.notes.append(f"cut:{len(words)}->{g.max_words}")
+        words = words[: g.max_words]
+    setup = _flatten([bd for t, bd in zip(loads, bundles) if not t.in_stream]
+                     + ([first] if plan.chain == "setup" else []))
+    if in_stream:
+        b.notes.append("in_stream:" + ",".join(bd.info["role"] for bd in in_stream))
+    if plan.chain:
+        b.notes.append(f"chain_in:{plan.chain}")
+    cap = None
+    if plan.budget:
+        charge = sum(t.charge for t in loads) + (plan.d_charge if plan.chain else 0)
+        cap = charge + plan.d_charge - int(rng.integers(1, plan.d_charge + 1))
+        b.notes.append(f"tile_capacity:{cap} (in use {charge}, D {plan.d_charge})")
+    return setup, words, bytes(gm.gm), cap, undefine, applied
+
+
+def _mm_zero_mask_junk(b: _Builder, spec: dict):
+    """mm_zero_mask: on top of the zero-mask bindings, an otherwise illegal header."""
+    rng = b.rng
+    if rng.random() < 0.4:
+        spec["fpatr"] = None
+    if rng.random() < 0.3:
+        spec["datr"] = dict(layout=_pick(rng, (0,) + MM_OTHER_LAYOUTS), dtype=_pick(rng, [31, 0, 27]),
+                            pad=int(rng.integers(0, 4)), cmode=int(rng.integers(0, 6)))
+    if rng.random() < 0.3:
+        spec["lb"][int(rng.integers(0, 3))] = 0
+    if rng.random() < 0.3:
+        spec["ios"] = [int(rng.integers(0, 256))]
+    if rng.random() < 0.3:
+        spec["ior"] = (int(rng.integers(0, 24)), int(rng.integers(0, 2)), int(rng.integers(0, 2)),
+                       int(rng.integers(0, 2)))
+    if rng.random() < 0.4:
+        spec["srcs"] = [int(rng.integers(0, 64)) for _ in range(int(rng.integers(0, 5)))]
+    return True
+
+
+def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = None,
+                       mutations: Optional[list] = None) -> Case:
+    """One random TMATMUL*/TGEMV* Case (kinds MATMUL_KINDS, mutations MATMUL_MUTATIONS).
+
+    `kind` and `mutations` force the draw (labels that could not be applied
+    are left out of Case.mutations; a forced combination no allowed form
+    takes raises ValueError). The forms drawn are GenConfig.matmul_forms
+    (all 12 when empty). The operand tiles are made by TLOADs in Case.setup
+    (one in the stream for mm_in_stream; an mm_acc_chain first bundle in the
+    stream when it fits, else in the setup); build_state prepares them.
+    """
+    g = _gen_config(cfg)
+    forms = tuple(g.matmul_forms) or MATMUL_FORMS
+    unknown_forms = set(forms) - set(MATMUL_FORMS)
+    if unknown_forms:
+        raise ValueError(f"unknown matrix forms {sorted(unknown_forms)}")
+    b = _Builder(rng, g)
+    kinds = {k: w for k, w in MATMUL_KINDS.items() if any(_mm_form_ok(f, k, ()) for f in forms)}
+    if kind is None:
+        kind = _weighted(rng, kinds)
+    elif kind not in MATMUL_KINDS:
+        raise ValueError(f"unknown matrix kind {kind!r}")
+    elif kind not in kinds:
+        raise ValueError(f"matrix kind {kind!r} needs a form outside {forms}")
+    if mutations is None:
+        mutations = []
+        if kind != "mm_zero_mask" and rng.random() < g.p_mutate:
+            k = 1 if rng.random() < 0.7 else int(rng.integers(2, g.max_mutations + 1))
+            for _ in range(8 * k):
+                if len(mutations) >= k:
+                    break
+                m = _weighted(rng, MATMUL_MUTATIONS)
+                if _mm_mutation_ok(m, kind, mutations) and \
+                        any(_mm_form_ok(f, kind, mutations + [m]) for f in forms):
+                    mutations.append(m)
+    else:
+        mutations = list(mutations)
+        unknown = set(mutations) - set(MATMUL_MUTATIONS)
+        if unknown:
+            raise ValueError(f"unknown matrix mutations {sorted(unknown)}")
+        if not any(_mm_form_ok(f, kind, mutations) for f in forms):
+            raise ValueError(f"no form in {forms} takes kind {kind} with {mutations}")
+    cands = [f for f in forms if _mm_form_ok(f, kind, mutations)]
+    for attempt in range(16):
+        form = _pick(rng, cands)
+        plan = _mm_draw(b, kind, form, mutations)
+        if plan is None:
+            continue
+        applied = []
+        for m in mutations:
+            fn = MM_PLAN_MUTATIONS.get(m, False)
+            if fn is None:
+                applied.append(m)                   # satisfied by the type draw
+            elif fn and fn(b, plan):
+                applied.append(m)
+        spec_muts = [m for m in mutations if m in MM_SPEC_MUTATIONS]
+        item_muts = [m for m in mutations if m in MM_ITEM_MUTATIONS]
+        if kind == "mm_zero_mask":
+            item_muts = ["mm_zero_mask_block"]
+            spec_muts = []
+        out = _mm_program(b, plan, spec_muts, item_muts) if kind != "mm_zero_mask" else \
+            _mm_zero_mask_program(b, plan)
+        if out is not None:
+            break
+        b = _Builder(rng, g)                        # a placement failed: draw again
+    else:
+        raise RuntimeError(f"no matrix case for kind {kind} mutations {mutations} on {g.machine}")
+    setup, words, gm, cap, undefine, bundle_applied = out
+    applied = [m for m in mutations if m in applied or m in bundle_applied]
+    f = plan.f
+    b.notes.insert(0, f"mm:{plan.form} {tables.DTYPE_BY_CODE[plan.atype].name}x"
+                      f"{tables.DTYPE_BY_CODE[plan.btype].name}->{tables.DTYPE_BY_CODE[plan.acc].name} "
+                      f"M{plan.M} N{plan.N} K{plan.K} A:{plan.a_lay} D:size{plan.d_size}"
+                      + (" mx" if f["mx"] else ""))
+    pc = 4 * int(rng.integers(0, 1 << 28)) if rng.random() < 0.2 else 0
+    b.noise_regs()
+    return Case(words=[int(w) & 0xFFFFFFFF for w in words], gm=gm,
+                gprs={pe: dict(r) for pe, r in b.gprs.items()}, kind=kind,
+                mutations=tuple(applied), pc=pc, tile_capacity=cap, pe=g.pe, notes=tuple(b.notes),
+                setup=tuple(int(w) & 0xFFFFFFFF for w in setup), undefine=tuple(undefine))
+
+
+def _mm_zero_mask_program(b: _Builder, plan: _MmPlan):
+    """mm_zero_mask: the sources loaded in the setup, then a matrix block whose every
+    binding is PEMode 000 on an otherwise illegal header."""
+    plan.kind = "mm_float"                          # no in-stream load, no tail
+    out = _mm_program(b, plan, [], [])
+    if out is None:
+        return None
+    setup, _, gm, cap, undefine, _ = out
+    rng = b.rng
+    spec = _mm_spec(plan, plan.form, [int(rng.integers(0, 64)) for _ in range(2)],
+                    int(rng.integers(0, 4)))
+    _mm_zero_mask_junk(b, spec)
+    bd = _mm_bundle(b, spec, minimal=rng.random() < 0.5)
+    _mi_zero_mask_block(b, bd)
+    plan.kind = "mm_zero_mask"
+    return setup, bd.words()[: b.g.max_words], gm, None, (), []
+
+
+def random_matmul_cases(seed: int, n: int, cfg=None) -> list:
+    """n matrix Cases from one seed (case i is random_matmul_case(case_rng(seed, i), cfg))."""
+    g = _gen_config(cfg)
+    ss = np.random.SeedSequence(seed)
+    return [random_matmul_case(np.random.default_rng(s), g) for s in ss.spawn(n)]
+
+
 __all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random_words_case",
-           "random_cas_case", "random_cas_cases", "build_state", "case_arrays", "case_rng",
-           "PROGRAM_KINDS", "MUTATIONS", "STREAM_MUTATIONS", "CAS_KINDS", "CAS_MUTATIONS",
-           "CAS_AIMS"]
+           "random_cas_case", "random_cas_cases", "random_matmul_case", "random_matmul_cases",
+           "build_state", "case_arrays", "case_rng", "PROGRAM_KINDS", "MUTATIONS",
+           "STREAM_MUTATIONS", "CAS_KINDS", "CAS_MUTATIONS", "CAS_AIMS", "MATMUL_FORMS",
+           "MATMUL_KINDS", "MATMUL_MUTATIONS", "MATMUL_AIMS"]
