@@ -8,7 +8,8 @@
     ptojax demo [--config NAME] [--batch N]
     ptojax bench layouts|bundles [ARGS]  the benchmarks of the repository's benchmarks/
     ptojax fuzz [--ops LIST] [--count N] [--seed S] [--batch B] [--sample F]
-                [--config tiny|small|asl] [--on-fault abandon|hold] [--json] [--out DIR]
+                [--config tiny|small|asl] [--profile portable|ieee] [--on-fault abandon|hold]
+                [--cas-weight P] [--matmul-weight P] [--json] [--out DIR]
                 [--export DIR] [--against CMD] [--shard I/N | --distributed] ...
     ptojax replay FILE [--against CMD | --reference] [--json]
 
@@ -971,6 +972,12 @@ def cmd_fuzz(args) -> int:
         raise CliError(f"--pe {args.pe}: expected 0..{tables.NUM_PES - 1}")
     if args.cas_weight is not None and not 0.0 <= args.cas_weight <= 1.0:
         raise CliError(f"--cas-weight {args.cas_weight}: expected a probability in 0..1")
+    if args.matmul_weight is not None and not 0.0 <= args.matmul_weight <= 1.0:
+        raise CliError(f"--matmul-weight {args.matmul_weight}: expected a probability in 0..1")
+    if args.cas_weight is not None and args.matmul_weight is not None \
+            and args.cas_weight + args.matmul_weight > 1.0:
+        raise CliError(f"--cas-weight {args.cas_weight} + --matmul-weight {args.matmul_weight}: "
+                       "the two probabilities sum past 1")
     if args.jobs is not None and args.jobs < 1:
         raise CliError(f"--jobs {args.jobs}: expected at least 1")
     try:
@@ -987,7 +994,8 @@ def cmd_fuzz(args) -> int:
     jobs = args.jobs if args.jobs is not None else max(1, min(os.cpu_count() or 1, 32))
     cc = C.CampaignConfig(seed=args.seed, count=args.count, config=args.config, rows=args.batch,
                           sample=args.sample, on_fault=args.on_fault, pe=args.pe, ops=ops,
-                          kinds=kinds, jobs=jobs, shard=shard, cas_weight=args.cas_weight)
+                          kinds=kinds, jobs=jobs, shard=shard, cas_weight=args.cas_weight,
+                          matmul_weight=args.matmul_weight, profile=args.profile)
     mcfg = cc.machine
     err = _console(stderr=True)
 
@@ -1193,13 +1201,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 no mismatch, 1 mismatches found (files written), 2 bad input or "
                "a failing --against command, 130 interrupted (the report covers the cases run).")
     f.add_argument("--ops", default="all", metavar="LIST",
-                   help="operations, e.g. tload,tstore,mgather_cas (default all): keep cases with a "
-                        "BSTART of one of them, and cases with no BSTART at all")
+                   help="operations, e.g. tload,tstore,mgather_cas,tmatmul,tgemvmx_acc (default all): "
+                        "keep cases with a BSTART of one of them, and cases with no BSTART at all; "
+                        "matrix operations draw the generator's TMATMUL/TGEMV kinds for those forms")
     f.add_argument("--kinds", metavar="PATTERNS",
                    help="comma list of fnmatch patterns on the generator's case kind (e.g. 'cube_*')")
     f.add_argument("--cas-weight", type=float, metavar="P",
                    help="probability that a drawn case is an MGATHER.CAS kind (default: 0 without "
                         "mgather_cas in --ops, 1 when it is the only op, else 1/3)")
+    f.add_argument("--matmul-weight", type=float, metavar="P",
+                   help="probability that a drawn case is a TMATMUL/TGEMV kind (default: 0 unless "
+                        "--ops names a matrix operation, 1 when it names only matrix operations, "
+                        "else 1/3)")
     f.add_argument("--count", type=int, default=1000, help="cases to run (default 1000)")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
     f.add_argument("--batch", type=int, default=256,
@@ -1211,6 +1224,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--config", choices=list(pj.PRESETS), default=FUZZ_DEFAULT_CONFIG,
                    help=f"machine sizes (default {FUZZ_DEFAULT_CONFIG}): {configs}")
     f.add_argument("--on-fault", choices=["abandon", "hold"], default="abandon")
+    f.add_argument("--profile", choices=list(PROFILES), default="portable",
+                   help="numeric profile of the matrix family (MachineConfig.profile) of both models "
+                        "(default portable)")
     f.add_argument("--pe", type=int, default=0, help="the current PE of every case (default 0)")
     f.add_argument("--jobs", type=int, default=None,
                    help="reference-model worker processes (default: one per CPU core); 1 runs "

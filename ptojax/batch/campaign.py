@@ -48,7 +48,8 @@ def op_token(name: str) -> str:
 
 
 OP_TOKENS = {op_token(name): name for name, _, _ in tables.OPS}
-IMPLEMENTED_OPS = ("TLOAD", "TSTORE", "MGATHER.CAS")
+MATRIX_OPS = tuple(name for name, engine, _ in tables.OPS if engine == "CUBE")    # the 12 forms
+IMPLEMENTED_OPS = ("TLOAD", "TSTORE", "MGATHER.CAS") + MATRIX_OPS
 NO_OP = "(no BSTART)"
 NO_DATR = "(no B.DATR)"
 
@@ -193,10 +194,15 @@ def initial_state(case: G.Case, cfg: MachineConfig) -> State:
     return st
 
 
+FILLER_OPS = ("TLOAD", "TSTORE", "MGATHER.CAS", "TMATMUL")     # one per effect group
+
+
 def filler_words(length: int = WORDS) -> np.ndarray:
-    """The words of a filler row: BSTARTs of TLOAD/TSTORE/MGATHER.CAS in turn."""
-    starts = (G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"])
-    return np.array([starts[k % 3] for k in range(length)], np.uint32)
+    """The words of a filler row: BSTARTs of TLOAD/TSTORE/MGATHER.CAS/TMATMUL in
+    turn, so every effect group (machine.possible_effects: TLOAD, TSTORE,
+    MGATHER.CAS, MATMUL) is in every call's effect set."""
+    starts = [G.START[op] for op in FILLER_OPS]
+    return np.array([starts[k % len(starts)] for k in range(length)], np.uint32)
 
 
 def state_leaves(state: State) -> dict:
@@ -587,9 +593,11 @@ class Coverage:
 
     AXES = ("operations", "dtypes", "layouts", "faults", "kinds", "mutations")
 
-    def __init__(self, selected_ops: Optional[frozenset] = None, cas_weight: float = 0.0):
+    def __init__(self, selected_ops: Optional[frozenset] = None, cas_weight: float = 0.0,
+                 matmul_weight: float = 0.0):
         self.selected_ops = selected_ops
         self.cas_weight = cas_weight
+        self.matmul_weight = matmul_weight
         self.counts = {a: collections.Counter() for a in self.AXES}
         self.fault_by_label = collections.defaultdict(collections.Counter)
 
@@ -619,18 +627,22 @@ class Coverage:
             self.fault_by_label[k].update(v)
 
     def universe(self) -> dict:
-        ops = sorted(self.selected_ops) if self.selected_ops else list(IMPLEMENTED_OPS)
+        if self.selected_ops:
+            ops = sorted(self.selected_ops)
+        else:                        # the matrix family only when its kinds are drawn
+            ops = [o for o in IMPLEMENTED_OPS if o not in MATRIX_OPS or self.matmul_weight > 0]
         return {"operations": ops,
                 "dtypes": [d.name for d in tables.DATATYPES],
                 "layouts": list(tables.LAYOUT_CODES.values()),
                 "faults": list(tables.FAULTS),
-                "kinds": self._labels("PROGRAM_KINDS", "CAS_KINDS"),
-                "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS")}
+                "kinds": self._labels("PROGRAM_KINDS", "CAS_KINDS", "MATMUL_KINDS"),
+                "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS", "MATMUL_MUTATIONS")}
 
-    def _labels(self, transport: str, cas: str) -> list:
-        """The labels the generator can draw with this campaign's CAS weight."""
-        out = list(getattr(G, transport)) if self.cas_weight < 1 else []
-        return out + (list(getattr(G, cas, {})) if self.cas_weight > 0 else [])
+    def _labels(self, transport: str, cas: str, matmul: str) -> list:
+        """The labels the generator can draw with this campaign's CAS and matrix weights."""
+        out = list(getattr(G, transport)) if self.cas_weight + self.matmul_weight < 1 else []
+        out += list(getattr(G, cas, {})) if self.cas_weight > 0 else []
+        return out + (list(getattr(G, matmul, {})) if self.matmul_weight > 0 else [])
 
     def never_hit(self) -> dict:
         return {a: [v for v in vals if self.counts[a][v] == 0] for a, vals in self.universe().items()}
@@ -680,30 +692,58 @@ class CampaignConfig:
     jobs: int = 1
     shard: tuple = (0, 1)
     cas_weight: Optional[float] = None     # share of MGATHER.CAS kinds; None: from `ops`
+    matmul_weight: Optional[float] = None  # share of TMATMUL/TGEMV kinds; None: from `ops`
+    profile: str = "portable"       # MachineConfig.profile of both models
     keep_mismatches: int = 50       # Mismatch records kept (all are counted)
 
     @property
     def machine(self) -> MachineConfig:
         from ..state import preset
-        return preset(self.config)
+        cfg = preset(self.config)
+        return cfg if cfg.profile == self.profile else cfg.replace(profile=self.profile)
 
     @property
     def cas(self) -> float:
         """The generator's probability of an MGATHER.CAS kind: as given, else 0
-        without MGATHER.CAS among the ops, 1 when it is the only op, 1/3 otherwise."""
+        without MGATHER.CAS among the ops, 1 when it is the only op, 1/3 otherwise
+        (at most 1 - a given matmul_weight)."""
         if self.cas_weight is not None:
             return float(self.cas_weight)
         if "cas_weight" not in {f.name for f in dataclasses.fields(G.GenConfig)}:
             return 0.0
         if self.ops is not None and "MGATHER.CAS" not in self.ops:
             return 0.0
-        if self.ops == frozenset({"MGATHER.CAS"}):
+        share = 1.0 if self.ops == frozenset({"MGATHER.CAS"}) else 1.0 / 3.0
+        if self.matmul_weight is not None:
+            share = min(share, 1.0 - float(self.matmul_weight))
+        return share
+
+    @property
+    def matmul(self) -> float:
+        """The generator's probability of a TMATMUL/TGEMV kind: as given, else 0
+        unless a matrix operation is among the ops ("all" keeps the mix of the
+        campaigns before the matrix kinds), 1 when only matrix operations are,
+        1/3 otherwise (at most 1 - the CAS share)."""
+        if self.matmul_weight is not None:
+            return float(self.matmul_weight)
+        if self.ops is None or not self.ops & frozenset(MATRIX_OPS):
+            return 0.0
+        if self.ops <= frozenset(MATRIX_OPS):
             return 1.0
-        return 1.0 / 3.0
+        return min(1.0 / 3.0, 1.0 - self.cas)
+
+    @property
+    def matmul_forms(self) -> tuple:
+        """The matrix forms the generator draws: the selected ones (all when none is)."""
+        if self.ops is None:
+            return ()
+        return tuple(o for o in MATRIX_OPS if o in self.ops)
 
     @property
     def gen(self) -> G.GenConfig:
         kw = {"cas_weight": self.cas} if self.cas > 0 else {}
+        if self.matmul > 0:
+            kw.update(matmul_weight=self.matmul, matmul_forms=self.matmul_forms)
         return G.GenConfig(machine=self.machine, max_words=WORDS, pe=self.pe, **kw)
 
 
@@ -742,7 +782,8 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
     runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault)
     own_oracle = oracle is None
     oracle = oracle or Oracle(mcfg, cc.on_fault, cc.jobs)
-    res = CampaignResult(cc, coverage=Coverage(cc.ops, cc.cas), devices=jax.local_device_count())
+    res = CampaignResult(cc, coverage=Coverage(cc.ops, cc.cas, cc.matmul),
+                         devices=jax.local_device_count())
     me, n_shards = cc.shard
     total = len(range(me, cc.count, n_shards))
     cases = draw_cases(cc.seed, cc.count, gen, Selection(cc.ops, cc.kinds), cc.shard)
@@ -853,7 +894,8 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "cases_per_call": cc.rows - 1, "on_fault": cc.on_fault, "pe": cc.pe,
         "ops": sorted(op_token(o) for o in cc.ops) if cc.ops else "all",
         "kinds": list(cc.kinds) if cc.kinds else "all",
-        "sample": cc.sample, "cas_weight": round(cc.cas, 4), "shard": list(cc.shard),
+        "sample": cc.sample, "cas_weight": round(cc.cas, 4), "matmul_weight": round(cc.matmul, 4),
+        "profile": cc.profile, "shard": list(cc.shard),
         "devices": res.devices, "jobs": cc.jobs,
         "cases": res.cases, "compared": res.compared, "mismatches": res.mismatches,
         "seconds": round(res.seconds, 3), "cases_per_s": round(res.cases_per_s, 1),
@@ -898,5 +940,5 @@ def merge_reports(reports: Iterable[dict]) -> dict:
 __all__ = ["CampaignConfig", "CampaignResult", "Coverage", "JaxRunner", "Mismatch", "Oracle",
            "Outcome", "Selection", "batch_arrays", "case_at", "case_ops", "differences",
            "draw_cases", "filler_words", "format_difference", "initial_state", "merge_reports",
-           "parse_ops", "reference_outcome", "report_json", "run_campaign", "sampled",
+           "MATRIX_OPS", "parse_ops", "reference_outcome", "report_json", "run_campaign", "sampled",
            "state_leaves", "WORDS"]
