@@ -37,6 +37,7 @@ GEN = G.GenConfig(machine=CFG, max_words=C.WORDS)
 
 CI_COUNT = 20 * (ROWS - 1)                  # 1260 cases
 CI_SEED = 7
+MATRIX_TOKENS = ",".join(C.op_token(o) for o in C.MATRIX_OPS)     # tmatmul,...,tgemvmx_acc
 
 
 def fuzz(capsys, *argv):
@@ -119,6 +120,53 @@ def test_ops_selection():
         C.parse_ops("tload,tfoo")
 
 
+def test_matrix_ops_selection_and_weights():
+    """Matrix tokens select the TMATMUL/TGEMV kinds of those forms; the weights'
+    defaults keep "all" and the non-matrix selections at their old mix."""
+    assert C.parse_ops("tmatmul,tgemvmx_acc") == {"TMATMUL", "TGEMVMX.ACC"}
+    assert len(C.MATRIX_OPS) == 12 and set(C.MATRIX_OPS) <= set(C.IMPLEMENTED_OPS)
+    cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=C.parse_ops(ops), **kw)
+    assert (cfg("all").cas, cfg("all").matmul) == (1 / 3, 0.0)
+    assert (cfg("tload,mgather_cas").cas, cfg("tload,mgather_cas").matmul) == (1 / 3, 0.0)
+    assert (cfg("tmatmul,tgemv").cas, cfg("tmatmul,tgemv").matmul) == (0.0, 1.0)
+    assert (cfg("tload,tmatmul").cas, cfg("tload,tmatmul").matmul) == (0.0, 1 / 3)
+    assert (cfg("mgather_cas,tmatmul").cas, cfg("mgather_cas,tmatmul").matmul) == (1 / 3, 1 / 3)
+    assert cfg("mgather_cas,tmatmul", matmul_weight=0.9).cas == pytest.approx(0.1)
+    assert cfg("all").gen == G.GenConfig(machine=CFG, max_words=C.WORDS, cas_weight=1 / 3)
+    assert cfg("tmatmul,tgemv").gen.matmul_forms == ("TMATMUL", "TGEMV")
+    sel = C.Selection(ops=C.parse_ops("tmatmul,tgemv"))
+    drawn = list(C.draw_cases(3, 30, cfg("tmatmul,tgemv").gen, sel))
+    assert all(c.kind in G.MATMUL_KINDS for _, _, c in drawn)
+    assert all(C.case_ops(c) & {"TMATMUL", "TGEMV"} for _, _, c in drawn)
+    assert all(j == k for k, j, _ in drawn)          # the generator draws only those forms
+    # the profile reaches the machine config of both models
+    assert cfg("all", profile="ieee").machine == CFG.replace(profile="ieee")
+    assert cfg("all").machine is CFG
+    # coverage: the matrix kinds and mutations join the universe with their weight
+    cov = C.Coverage(None, 1 / 3, 0.25).universe()
+    assert set(G.MATMUL_KINDS) <= set(cov["kinds"]) and set(C.MATRIX_OPS) <= set(cov["operations"])
+    old = C.Coverage(None, 1 / 3).universe()
+    assert not set(G.MATMUL_KINDS) & set(old["kinds"]) and not set(C.MATRIX_OPS) & set(old["operations"])
+    # every filler row starts a block of each effect group
+    from ptojax.machine import possible_effects
+    assert possible_effects(C.filler_words()) == {"TLOAD", "TSTORE", "MGATHER.CAS", "MATMUL"}
+
+
+def test_fuzz_options_reach_the_campaign(capsys, monkeypatch):
+    seen = {}
+
+    def fake(cc, **kw):
+        seen["cc"] = cc
+        raise KeyboardInterrupt
+    monkeypatch.setattr(C, "run_campaign", fake)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["fuzz", *BASE, "--ops", "tmatmul_acc", "--profile", "ieee", "--matmul-weight", "0.5",
+                  "--count", "5"])
+    cc = seen["cc"]
+    assert (cc.profile, cc.matmul, cc.machine.profile) == ("ieee", 0.5, "ieee")
+    assert cc.gen.matmul_forms == ("TMATMUL.ACC",) and cc.gen.matmul_weight == 0.5
+
+
 def test_sampling_is_seeded_fraction():
     picks = [C.sampled(5, k, 0.25) for k in range(4000)]
     assert picks == [C.sampled(5, k, 0.25) for k in range(4000)]
@@ -193,6 +241,11 @@ def test_bad_options_exit_2(capsys, tmp_path):
     assert fuzz(capsys, "--ops", "tload,tfoo")[0] == 2
     assert fuzz(capsys, "--sample", "1.5")[0] == 2
     assert fuzz(capsys, "--batch", "1")[0] == 2
+    assert fuzz(capsys, "--matmul-weight", "1.5")[0] == 2
+    assert fuzz(capsys, "--matmul-weight", "0.6", "--cas-weight", "0.6")[0] == 2
+    with pytest.raises(SystemExit) as e:
+        fuzz(capsys, "--profile", "fast")
+    assert e.value.code == 2
     assert fuzz(capsys, "--shard", "3/2")[0] == 2
     rc, out, err = replay(capsys, str(tmp_path / "missing.json"))
     assert rc == 2 and "cannot read" in err
@@ -206,17 +259,20 @@ def test_bad_options_exit_2(capsys, tmp_path):
 
 
 def test_ci_campaign_every_op_every_fault(capsys, tmp_path):
-    """A CI-sized campaign over every implemented operation: zero mismatches, and
-    every fault of the execution model (every transport fault path) fires."""
-    rc, rep, err = fuzz_json(capsys, "--ops", "tload,tstore,mgather_cas", "--count", str(CI_COUNT),
-                             "--seed", str(CI_SEED), "--out", str(tmp_path))
+    """A CI-sized campaign over every implemented operation (the 12 matrix forms
+    included, a quarter of the draws): zero mismatches, and every fault of the
+    execution model (every transport and matrix fault path) fires."""
+    rc, rep, err = fuzz_json(capsys, "--ops", "tload,tstore,mgather_cas," + MATRIX_TOKENS,
+                             "--cas-weight", "0.25", "--matmul-weight", "0.25",
+                             "--count", str(CI_COUNT), "--seed", str(CI_SEED), "--out", str(tmp_path))
     print(json.dumps({k: rep[k] for k in ("cases", "compared", "mismatches", "seconds",
                                           "cases_per_s", "first_call_seconds")}),
           json.dumps(rep["coverage"]["faults"]), json.dumps(rep["never_hit"]), sep="\n")
     assert rc == 0, err
     assert rep["format"] == C.REPORT_FORMAT
     assert rep["cases"] == rep["compared"] == CI_COUNT and rep["mismatches"] == 0
-    assert rep["ops"] == ["mgather_cas", "tload", "tstore"]
+    assert rep["ops"] == sorted(["mgather_cas", "tload", "tstore"] + MATRIX_TOKENS.split(","))
+    assert (rep["cas_weight"], rep["matmul_weight"], rep["profile"]) == (0.25, 0.25, "portable")
     cov = rep["coverage"]
     for op in C.IMPLEMENTED_OPS:
         assert cov["operations"].get(op, 0) > 0, op
@@ -228,8 +284,15 @@ def test_ci_campaign_every_op_every_fault(capsys, tmp_path):
     for axis in ("dtypes", "layouts", "mutations"):
         assert len(cov[axis]) > 10, axis
     # the never-hit lists are exactly the zero counts of each axis's universe
-    assert set(rep["never_hit"]["mutations"]) == set(G.MUTATIONS) - set(cov["mutations"])
-    assert set(rep["never_hit"]["kinds"]) == set(G.PROGRAM_KINDS) - set(cov["kinds"])
+    mutations = set(G.MUTATIONS) | set(G.CAS_MUTATIONS) | set(G.MATMUL_MUTATIONS)
+    kinds = set(G.PROGRAM_KINDS) | set(G.CAS_KINDS) | set(G.MATMUL_KINDS)
+    assert set(rep["never_hit"]["mutations"]) == mutations - set(cov["mutations"])
+    assert set(rep["never_hit"]["kinds"]) == kinds - set(cov["kinds"])
+    # the matrix kinds reach each fault of their check list
+    mm = {f for label, faults in rep["fault_by_label"].items() if label in G.MATMUL_KINDS
+          for f in faults}
+    assert {"Fault_None", "Fault_TileLegality", "Fault_TileAllocation", "Fault_BundleControl",
+            "Fault_Unimplemented"} <= mm, mm
     assert rep["cases_per_s"] > 0 and rep["first_call_seconds"] > 0
     assert json.loads((tmp_path / "report.json").read_text())["cases"] == CI_COUNT
     assert not list(tmp_path.glob("mismatch-*.json"))
