@@ -13,12 +13,10 @@ import jax.numpy as jnp
 
 from .. import tables
 from . import memory
-from .common import (CELL_C, CELL_R, CODE_TO_CUBE, CUBE_ORDER, CUBE_TILE_LAYOUT, DT_BITS,
-                     DT_CLASS, DT_SIGNED, PAD_WORDS, U64, capacity_register, cube_descriptor,
-                     cube_geometry, destination,
-                     elem_bytes, ordered_fault, gpr_value,
-                     install, ordinary_shape, ordinary_slot, ordinary_source_ok, source, take,
-                     tile_coords, valid_lanes)
+from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
+                     U64, capacity_register, cube_descriptor, cube_geometry, destination,
+                     elem_bytes, gpr_value, install, ordered_fault, ordinary_shape, ordinary_slot,
+                     ordinary_source_ok, source, take, tile_coords, valid_lanes)
 
 OP = tables.OP_ID
 LAY = tables.TILE_LAYOUT_CODE
