@@ -2249,26 +2249,42 @@ def _place_hands(b: _Builder, plan: _CasPlan, loads: list, n_dest: int):
         counts[s.hand] += 1
 
 
-def _source_bundle(b: _Builder, s: _CasSource, base: int, stride: int) -> Bundle:
+def _tload_items(b: _Builder, cube_datr, vr: int, vc: int, col: int, iot_word: int, base: int,
+                 stride: int, *, reg_room: int, reg_p: float, zero_base_p: float) -> list:
+    """Header items of a source-tile TLOAD (CUBE when `cube_datr` is its B.DATR word).
+
+    Dimensions come from a GPR (B.DIM RegSrc) with probability `reg_p` while
+    more than `reg_room` registers are free; ordinary loads omit dimensions
+    equal to their defaults now and then; base 0 reads x0 with probability
+    `zero_base_p`.
+    """
     rng = b.rng
 
     def dimw(n, v):
-        return b.dim_word(n, v) if len(b.free_regs) > 6 and rng.random() < 0.5 else dim(n, v)
+        return b.dim_word(n, v) if len(b.free_regs) > reg_room and rng.random() < reg_p else dim(n, v)
 
     items = []
-    if s.cube:
-        items += [("datr", datr(s.cube, 31, int(rng.integers(0, 4)))), ("dim0", dimw(0, s.vc)),
-                  ("dim1", dimw(1, s.vr))]
+    if cube_datr is not None:
+        items += [("datr", cube_datr), ("dim0", dimw(0, vc)), ("dim1", dimw(1, vr))]
     else:
-        if s.vc != 1 or rng.random() < 0.5:
-            items.append(("dim0", dimw(0, s.vc)))
-        if s.vr != 1 or rng.random() < 0.5:
-            items.append(("dim1", dimw(1, s.vr)))
-        if s.col != s.vc or rng.random() < 0.3:
-            items.append(("dim2", dimw(2, s.col)))
-    items.append(("iot", iot_dst(s.hand, s.size, s.pemode, 1)))
-    rb = 0 if base == 0 and rng.random() < 0.5 else b.reg(base)
+        if vc != 1 or rng.random() < 0.5:
+            items.append(("dim0", dimw(0, vc)))
+        if vr != 1 or rng.random() < 0.5:
+            items.append(("dim1", dimw(1, vr)))
+        if col != vc or rng.random() < 0.3:
+            items.append(("dim2", dimw(2, col)))
+    items.append(("iot", iot_word))
+    rb = 0 if base == 0 and rng.random() < zero_base_p else b.reg(base)
     items.append(("ior", ior(rb, b.reg(stride))))
+    return items
+
+
+def _source_bundle(b: _Builder, s: _CasSource, base: int, stride: int) -> Bundle:
+    rng = b.rng
+
+    cube_datr = datr(s.cube, 31, int(rng.integers(0, 4))) if s.cube else None
+    items = _tload_items(b, cube_datr, s.vr, s.vc, s.col, iot_dst(s.hand, s.size, s.pemode, 1),
+                         base, stride, reg_room=6, reg_p=0.5, zero_base_p=0.5)
     return Bundle(bstart("TLOAD", s.dt), items, True,
                   dict(op="TLOAD", cube=bool(s.cube), role=s.role, index=s.index))
 
@@ -3622,23 +3638,9 @@ def _mm_load(b: _Builder, gm: _MmGM, t: _MmTile, style: dict) -> Bundle:
     values = [_mm_codes(rng, t.dt, t.vc, style) for _ in range(t.vr)]
     gm.write(base, stride, t.dt, values)
 
-    def dimw(n, v):
-        return b.dim_word(n, v) if len(b.free_regs) > 12 and rng.random() < 0.2 else dim(n, v)
-
-    items = []
-    if t.cube:
-        items += [("datr", datr(MM_LOAD_CODE[t.layout], 31, t.pad)), ("dim0", dimw(0, t.vc)),
-                  ("dim1", dimw(1, t.vr))]
-    else:
-        if t.vc != 1 or rng.random() < 0.5:
-            items.append(("dim0", dimw(0, t.vc)))
-        if t.vr != 1 or rng.random() < 0.5:
-            items.append(("dim1", dimw(1, t.vr)))
-        if t.col != t.vc or rng.random() < 0.3:
-            items.append(("dim2", dimw(2, t.col)))
-    items.append(("iot", iot_dst(t.hand, t.size, t.pemode, 1)))
-    rb = 0 if base == 0 and rng.random() < 0.7 else b.reg(base)
-    items.append(("ior", ior(rb, b.reg(stride))))
+    cube_datr = datr(MM_LOAD_CODE[t.layout], 31, t.pad) if t.cube else None
+    items = _tload_items(b, cube_datr, t.vr, t.vc, t.col, iot_dst(t.hand, t.size, t.pemode, 1),
+                         base, stride, reg_room=12, reg_p=0.2, zero_base_p=0.7)
     if rng.random() < 0.3:
         rng.shuffle(items)
     return Bundle(bstart("TLOAD", t.dt), items, True,
