@@ -2,9 +2,9 @@
 
 from . import tables
 from .state import MachineConfig, PRESETS, State, preset, read_gpr, read_memory, reset, write_gpr, write_memory
-from .tileview import TileView, read_tile
+from .tileview import SharedTileView, TileView, read_shared, read_tile
 from .result import RunResult
-from .machine import run
+from .machine import run, run_core
 from . import layouts
 from .isa import asm
 from . import batch
@@ -13,6 +13,7 @@ from . import interop
 from . import ops
 
 __all__ = ["MachineConfig", "PRESETS", "State", "preset", "reset", "write_memory", "read_memory",
-           "write_gpr", "read_gpr", "read_tile", "TileView", "RunResult", "run", "layouts",
+           "write_gpr", "read_gpr", "read_tile", "TileView", "read_shared", "SharedTileView", "RunResult", "run",
+           "run_core", "layouts",
            "asm", "batch", "reference", "interop", "tables", "ops"]
 __version__ = "0.1.0"

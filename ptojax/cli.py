@@ -233,16 +233,27 @@ def _leaves(s) -> dict:
     return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(s)}
 
 
-def changed_tiles(before, after) -> list[int]:
-    """TileIndexes (0..63) whose descriptor or payload differ between two States."""
-    hand_slots = after.tiles.allocated.shape[0] // 4
-    diff = np.zeros(after.tiles.allocated.shape[0], bool)
+def changed_tiles(before, after) -> list[tuple[int, int]]:
+    """(PE, TileIndex 0..63) of the Local tiles whose descriptor or payload differ."""
+    P, S = after.tiles.allocated.shape
+    hand_slots = S // 4
+    diff = np.zeros((P, S), bool)
     for name in after.tiles.keys():
         a, b = np.asarray(getattr(before.tiles, name)), np.asarray(getattr(after.tiles, name))
         ne = a != b
+        diff |= ne.reshape(P, S, -1).any(axis=2)
+    return [(int(pe), int((slot // hand_slots) * tables.HAND_SLOTS + slot % hand_slots))
+            for pe, slot in np.argwhere(diff)]
+
+
+def changed_shared(before, after) -> list[int]:
+    """SharedTileIDs whose record differs between two States."""
+    a_sid, b_sid = np.asarray(before.shared.sid), np.asarray(after.shared.sid)
+    diff = a_sid != b_sid
+    for name in after.shared.keys():
+        ne = np.asarray(getattr(before.shared, name)) != np.asarray(getattr(after.shared, name))
         diff |= ne.reshape(ne.shape[0], -1).any(axis=1)
-    return [(slot // hand_slots) * tables.HAND_SLOTS + slot % hand_slots
-            for slot in np.flatnonzero(diff)]
+    return sorted({int(x) for x in np.concatenate([a_sid[diff], b_sid[diff]]) if x >= 0})
 
 
 def changed_ranges(before: np.ndarray, after: np.ndarray, gap: int = 16) -> list[tuple[int, int]]:
@@ -310,13 +321,15 @@ def source_listing(text: str, start: int) -> list[str]:
     return out
 
 
-def build_report(before, result, words, *, model: str, config: str, pe: int,
+def build_report(before, result, words, *, model: str, config: str, pe,
                  on_fault: str, profile: str = "portable") -> dict:
+    """`pe` is the executing PE, or "core" for a pj.run_core stream."""
     after = result.state
     start = int(np.asarray(before.pc))
     faulted = result.fault != "Fault_None"
     fault_word = result.executed if faulted else None
-    tiles = [pj.read_tile(after, i) for i in changed_tiles(before, after)]
+    tiles = [(p, pj.read_tile(after, i, pe=p)) for p, i in changed_tiles(before, after)]
+    shared = [pj.read_shared(after, sid) for sid in changed_shared(before, after)]
     gm0, gm1 = np.asarray(before.gm), np.asarray(after.gm)
     memory = [{"address": a, "length": b - a, "before": gm0[a:b].tobytes().hex(),
                "after": gm1[a:b].tobytes().hex()} for a, b in changed_ranges(gm0, gm1)]
@@ -333,9 +346,13 @@ def build_report(before, result, words, *, model: str, config: str, pe: int,
         "pc": int(np.asarray(after.pc)),
         "block_open": bool(np.asarray(block.active)),
         "block_pc": int(np.asarray(block.pc)) if bool(np.asarray(block.active)) else None,
-        "tiles": [tile_json(t) for t in tiles],
+        "tiles": [dict(tile_json(t), pe=p) for p, t in tiles],
+        "shared": [dict(tile_json(t), allocation_mask=tables.mask_str(t.allocation_mask),
+                        initialized_mask=tables.mask_str(t.initialized_mask),
+                        published=t.published) for t in shared],
         "memory": memory,
         "_tile_views": tiles,
+        "_shared_views": shared,
         "_gm_after": gm1,
     }
 
@@ -354,8 +371,9 @@ def fault_line(rep: dict) -> str:
 
 
 def format_report(rep: dict) -> str:
+    who = "the whole Core (PE0..PE3)" if rep["pe"] == "core" else f"PE {rep['pe']}"
     out = [f"program: {len(rep['program'])} words, {rep['model']} model, config {rep['config']}, "
-           f"{rep['profile']} profile, PE {rep['pe']}"]
+           f"{rep['profile']} profile, {who}"]
     words = [int(p["word"], 16) for p in rep["program"]]
     start = rep["program"][0]["address"] if words else rep["pc"]
     out += listing(words, start, rep["fault_word"], rep["fault"])
@@ -368,8 +386,13 @@ def format_report(rep: dict) -> str:
     out.append("")
     views = rep["_tile_views"]
     out.append(f"tiles changed: {len(views)}" if views else "tiles changed: none")
-    for t in views:
-        out += ["  " + line for line in t.render().splitlines()]
+    for p, t in views:
+        out += ["  " + (f"PE{p} " if i == 0 else "") + line
+                for i, line in enumerate(t.render().splitlines())]
+    if rep["_shared_views"]:
+        out.append(f"shared registers changed: {len(rep['_shared_views'])}")
+        for t in rep["_shared_views"]:
+            out.append("  " + t.summary())
     out.append("")
     mem = rep["memory"]
     out.append(f"memory changed: {len(mem)} range{'s' if len(mem) != 1 else ''}"
@@ -397,14 +420,20 @@ def cmd_run(args) -> int:
                          setup_gpr + (args.gpr or []), args.pe)
     if not args.reference:
         use_compile_cache()
-    runner = pj.reference.run if args.reference else pj.run
-    result = runner(before, words, pe=args.pe, on_fault=args.on_fault, cfg=cfg)
+    if args.core:
+        if args.pe != 0:
+            raise CliError("--core runs every PE; drop --pe")
+        runner = pj.reference.run_core if args.reference else pj.run_core
+        result = runner(before, words, on_fault=args.on_fault, cfg=cfg)
+    else:
+        runner = pj.reference.run if args.reference else pj.run
+        result = runner(before, words, pe=args.pe, on_fault=args.on_fault, cfg=cfg)
     rep = build_report(before, result, words, model="reference" if args.reference else "jax",
-                       config=args.config, pe=args.pe, on_fault=args.on_fault,
-                       profile=args.profile)
+                       config=args.config, pe="core" if args.core else args.pe,
+                       on_fault=args.on_fault, profile=args.profile)
     if args.json:
-        rep.pop("_tile_views")
-        rep.pop("_gm_after")
+        for k in ("_tile_views", "_shared_views", "_gm_after"):
+            rep.pop(k)
         print(json.dumps(rep, indent=2))
     else:
         print(format_report(rep))
@@ -1152,6 +1181,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpr", metavar="[PE:]REG=VALUE", action="append",
                    help="set a GPR, e.g. a0=0x100 or 1:a1=8 (repeatable; PE defaults to --pe)")
     r.add_argument("--pe", type=int, default=0, help="the PE that runs the stream (0..3)")
+    r.add_argument("--core", action="store_true",
+                   help="run on all four PEs of the Core together (pj.run_core): each block "
+                        "completes as a collective, e.g. a cooperative TMATMUL publishes one "
+                        "fragment per PE")
     r.add_argument("--config", choices=list(pj.PRESETS), default=PROGRAM_DEFAULT_CONFIG,
                    help=f"machine sizes (default {PROGRAM_DEFAULT_CONFIG}, the ASL model's): {configs}")
     r.add_argument("--profile", choices=list(PROFILES), default="portable",

@@ -118,15 +118,17 @@ def header_step(blk, word, gpr_row, pc):
     return nb, fault, completes
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects"))
+@functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects", "core"))
 def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
-               effects: frozenset | None = None, cas_seed=0):
+               effects: frozenset | None = None, cas_seed=0, core: bool = False):
     """Run words[:length] on one State (jit; vmap it for a batch).
 
     Phase 1 scans the words through decode and the block header, stopping at
     the first header fault and recording the block each completing word
     commits (at most `max_commits`). Phase 2 commits those blocks in order and
-    stops at the first completion fault. `pe` (current PE), `hold`
+    stops at the first completion fault. With `core` (static) every
+    completion is a collective of the Core's PEs (dispatch.complete_core) and
+    the header reads PE `pe`'s GPRs (0 for pj.run_core). `pe` (current PE), `hold`
     (on_fault="hold") and `cas_seed` are traced, so they never cause a
     recompile (callers pass cfg with cas_seed=0 and the seed here).
     Returns (state, executed).
@@ -162,7 +164,10 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
         b, p = xs
         go = (p < L) & (cstop == L)
         dr_bad = b.catr_present & (((b.catr >> 26) & 1) == 1) & (b.op >= _MATRIX_FIRST)
-        f, addr, s2 = dispatch.complete(s, b, pe, cfg, go & ~dr_bad, effects, cas_seed)
+        if core:
+            f, addr, s2 = dispatch.complete_core(s, b, cfg, go & ~dr_bad, effects, cas_seed)
+        else:
+            f, addr, s2 = dispatch.complete(s, b, pe, cfg, go & ~dr_bad, effects, cas_seed)
         f = jnp.where(dr_bad, F["Fault_BundleControl"], f)
         trap = b.catr_present & (((b.catr >> 19) & 1) == 1)
         f = jnp.where((f == 0) & trap, F["Fault_BundlePostCommit"], f)
@@ -192,12 +197,17 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
 
 # effect group -> the BSTART matches (bits 26:0) of the operations it covers
 _EFFECT_STARTS = {
-    "TLOAD": (0x00011181,), "TSTORE": (0x00111181,), "MGATHER.CAS": (0x00811181,),
+    "TLOAD": (0x00011181,), "TSTORE": (0x00111181, 0x00E11181), "MGATHER.CAS": (0x00811181,),
     "MATMUL": tuple(0x00031181 | (fn << 20) for fn in (0, 1, 2, 4, 5, 6, 16, 17, 18, 20, 21, 22)),
 }
-_EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE",), "MGATHER.CAS": ("MGATHER.CAS",),
+_EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE", "TSTORE.SPART"),
+               "MGATHER.CAS": ("MGATHER.CAS",),
                "MATMUL": tuple(n for n, e, _ in tables.OPS if e == "CUBE")}
-ALL_EFFECTS = frozenset(_EFFECT_STARTS)
+# Shared TLOAD/TSTORE/TSTORE.SPART: a B.IOS word or a TSTORE.SPART start in the
+# words, or an open TLSU block (it may hold a B.IOS binding already)
+_IOS_MASK, _IOS_MATCH = 0xF00871FF, 0x00001013
+_SHARED_OPEN = ("TLOAD", "TSTORE", "TSTORE.SPART")
+ALL_EFFECTS = frozenset(_EFFECT_STARTS) | {"SHARED"}
 # what pj.run always traces; the matrix family only when a run can reach it
 _RUN_EFFECTS = frozenset({"TLOAD", "TSTORE", "MGATHER.CAS"})
 
@@ -205,11 +215,16 @@ _RUN_EFFECTS = frozenset({"TLOAD", "TSTORE", "MGATHER.CAS"})
 def possible_effects(words, open_ops=()) -> frozenset:
     """Effect groups a run can have: a BSTART of them in the words, or a block
     of them already open in the starting State(s)."""
-    w = np.asarray(words).astype(np.uint32) & np.uint32(0x07FFFFFF)
+    raw = np.asarray(words).astype(np.uint32)
+    w = raw & np.uint32(0x07FFFFFF)
     opened = set(np.asarray(open_ops).ravel().tolist())
-    return frozenset(e for e, matches in _EFFECT_STARTS.items()
-                     if np.any(np.isin(w, np.asarray(matches, np.uint32)))
-                     or any(tables.OP_ID[o] in opened for o in _EFFECT_OPS[e]))
+    out = {e for e, matches in _EFFECT_STARTS.items()
+           if np.any(np.isin(w, np.asarray(matches, np.uint32)))
+           or any(tables.OP_ID[o] in opened for o in _EFFECT_OPS[e])}
+    if (np.any((raw & np.uint32(_IOS_MASK)) == _IOS_MATCH) or np.any(w == 0x00E11181)
+            or any(tables.OP_ID[o] in opened for o in _SHARED_OPEN)):
+        out.add("SHARED")
+    return frozenset(out)
 
 
 def open_block_ops(state: State) -> np.ndarray:
@@ -278,7 +293,7 @@ def check_config(state: State, cfg: MachineConfig | None) -> MachineConfig:
         return sizes
     if not isinstance(cfg, MachineConfig):
         raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
-    for f in ("gm_bytes", "tile_words", "hand_slots"):
+    for f in ("gm_bytes", "tile_words", "hand_slots", "shared_slots", "shared_words"):
         if getattr(cfg, f) != getattr(sizes, f):
             raise ValueError(f"cfg.{f}={getattr(cfg, f)} does not match the State "
                              f"({getattr(sizes, f)}); build the State with pj.reset(cfg)")
@@ -294,12 +309,23 @@ def _check_pe(pe):
 @x64
 def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
         cfg: MachineConfig | None = None) -> RunResult:
-    """Execute a stream of instruction words on one State (DESIGN.md section 7)."""
+    """Execute a stream of instruction words on one State as PE `pe` (DESIGN.md section 7)."""
+    return _run(state, words, _check_pe(pe), on_fault, cfg, core=False)
+
+
+@x64
+def run_core(state: State, words, *, on_fault: str = "abandon",
+             cfg: MachineConfig | None = None) -> RunResult:
+    """Execute a stream on all four PEs of the Core together: each completion is one
+    collective (docs/shared-decisions.md section 2); same result type as `run`."""
+    return _run(state, words, 0, on_fault, cfg, core=True)
+
+
+def _run(state, words, pe, on_fault, cfg, core):
     if not isinstance(state, State):
         raise TypeError(f"run expects a ptojax State, got {type(state).__name__}")
     if state.gm.ndim != 1:
         raise ValueError("pj.run takes one State; use pj.batch.run for a batch")
-    pe = _check_pe(pe)
     hold = check_on_fault(on_fault)
     w = as_words(words)
     cfg = check_config(state, cfg)
@@ -311,5 +337,5 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
                               jnp.bool_(hold), cfg.replace(cas_seed=0),
                               _bucket(int(commit_capable(w, bool(state.block.active))), low=4),
                               _RUN_EFFECTS | possible_effects(w, open_block_ops(state)),
-                              jnp.int64(cfg.cas_seed & 0xFFFFFFFF))
+                              jnp.int64(cfg.cas_seed & 0xFFFFFFFF), core)
     return RunResult.from_state(st, int(executed))

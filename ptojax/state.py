@@ -1,8 +1,9 @@
 """MachineConfig (static sizes) and State (the pytree of one machine).
 
-A State is arrays only: global memory, per-PE GPRs, the Local tile register
-file (descriptors, 64-bit payload Words, per-slot definedness), the fault
-register, the PC and the open block's header state. Everything a bundle can
+A State is arrays only: global memory, per-PE GPRs, each PE's Local tile
+register file (descriptors, 64-bit payload Words, per-slot definedness), the
+Core's Shared tile registers, the fault register, the PC and the open
+block's header state. Everything a bundle can
 change lives here, so `jax.vmap` over a State is a batch of machines.
 """
 
@@ -39,11 +40,17 @@ class MachineConfig:
     storage needs more Words, or a hand with no materialized slot left, is
     rejected with Fault_TileAllocation exactly as the model rejects past its
     bound. Small presets keep thousands of States in memory.
+    `shared_slots` records materialize the Core's 256 Shared registers (a
+    SharedTileID takes a free record when first written; none left is
+    Fault_TileAllocation) and `shared_words` bounds a Shared payload the same
+    way (docs/shared-decisions.md section 1).
     """
     gm_bytes: int = 4096
     tile_words: int = MODEL_TILE_ELEMENTS
     hand_slots: int = tables.HAND_SLOTS
     tile_capacity: int = tables.TILE_CAPACITY_RESET
+    shared_slots: int = 16
+    shared_words: int = MODEL_TILE_ELEMENTS
     profile: str = "portable"
     cas_lane_order: str = "row-major"
     cas_seed: int = 0
@@ -53,7 +60,8 @@ class MachineConfig:
         def need(cond, msg):
             if not cond:
                 raise ValueError(f"MachineConfig: {msg}")
-        for f in ("gm_bytes", "tile_words", "hand_slots", "tile_capacity", "cas_seed"):
+        for f in ("gm_bytes", "tile_words", "hand_slots", "shared_slots", "shared_words",
+                  "tile_capacity", "cas_seed"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"MachineConfig.{f} must be an int, got {type(v).__name__}")
@@ -62,6 +70,10 @@ class MachineConfig:
              f"tile_words={self.tile_words} must be in 1..{MODEL_TILE_ELEMENTS}")
         need(1 <= self.hand_slots <= tables.HAND_SLOTS,
              f"hand_slots={self.hand_slots} must be in 1..{tables.HAND_SLOTS}")
+        need(1 <= self.shared_slots <= tables.SHARED_TILES,
+             f"shared_slots={self.shared_slots} must be in 1..{tables.SHARED_TILES}")
+        need(1 <= self.shared_words <= MODEL_TILE_ELEMENTS,
+             f"shared_words={self.shared_words} must be in 1..{MODEL_TILE_ELEMENTS}")
         need(0 <= self.tile_capacity < 1 << 31, "tile_capacity must be in 0..2^31-1")
         need(self.profile in PROFILES, f"profile {self.profile!r} not in {PROFILES}")
         need(self.cas_lane_order in CAS_LANE_ORDERS,
@@ -92,9 +104,9 @@ PRESETS: dict[str, MachineConfig] = {
     # the ASL model's sizes
     "asl": MachineConfig(),
     # thousands of States: 4 KiB GM, 4 slots per hand of 1024 Words (8 KiB tiles)
-    "small": MachineConfig(tile_words=1024, hand_slots=4),
+    "small": MachineConfig(tile_words=1024, hand_slots=4, shared_slots=8, shared_words=1024),
     # hundreds of thousands: 2 slots per hand of 256 Words (a 16x16 b16 CUBE tile)
-    "tiny": MachineConfig(tile_words=256, hand_slots=2),
+    "tiny": MachineConfig(tile_words=256, hand_slots=2, shared_slots=4, shared_words=256),
 }
 
 
@@ -109,7 +121,8 @@ def preset(name: str) -> MachineConfig:
 
 @chex.dataclass
 class Tiles:
-    """Local tile register file, one entry per materialized slot (TileInfo)."""
+    """Local tile register files: every leaf has a leading PE axis of 4, then
+    one entry per materialized slot (TileInfo). Shapes below are per PE."""
     allocated: jax.Array        # bool[S]
     dtype: jax.Array            # int32[S] DataType code
     layout: jax.Array           # int32[S] tables.TILE_LAYOUTS index
@@ -127,6 +140,24 @@ class Tiles:
     words: jax.Array            # uint64[S, W] payload carriers
     defined: jax.Array          # bool[S, W] per-slot definedness
     defined_valid: jax.Array    # int32[S] defined elements inside the valid region
+
+
+@chex.dataclass
+class SharedTiles:
+    """The Core's Shared tile registers, one entry per materialized record."""
+    sid: jax.Array              # int32[R] SharedTileID held, -1 = free record
+    allocation_mask: jax.Array  # int32[R] 4-bit PE mask fixed by the allocating write
+    initialized_mask: jax.Array  # int32[R] quarters holding written data
+    published: jax.Array        # bool[R]
+    contents_defined: jax.Array  # bool[R]
+    dtype: jax.Array            # int32[R]
+    layout: jax.Array           # int32[R] (ordinary layouts only)
+    capacity: jax.Array         # int32[R] per-PE TSize bytes
+    rows: jax.Array             # int32[R] physical rows (derived from capacity and cols)
+    cols: jax.Array             # int32[R]
+    valid_rows: jax.Array       # int32[R]
+    valid_cols: jax.Array       # int32[R]
+    words: jax.Array            # uint64[R, shared_words], element e at its RowMajor index
 
 
 @chex.dataclass
@@ -163,8 +194,9 @@ class State:
     pc: jax.Array               # uint64 TPC: address of the next word
     fault: jax.Array            # int32 tables.FAULTS index of _LastFault
     fault_address: jax.Array    # uint64 _FaultAddress
-    tile_capacity: jax.Array    # uint64 system register TILE_CAPACITY (Core budget)
-    tiles: Tiles
+    tile_capacity: jax.Array    # uint64 system register TILE_CAPACITY (bounds each pool)
+    tiles: Tiles                # [4, ...] one Local register file per PE
+    shared: SharedTiles
     block: Block
 
 
@@ -186,22 +218,32 @@ def _empty_block() -> Block:
 
 
 def _reset(cfg: MachineConfig) -> State:
-    S, W = cfg.local_slots, cfg.tile_words
+    P, S, W = tables.NUM_PES, cfg.local_slots, cfg.tile_words
+    u64_code = tables.DTYPE_BY_NAME["U64"].code
+    row_major = tables.TILE_LAYOUT_CODE["RowMajor"]
     tiles = Tiles(
-        allocated=jnp.zeros(S, bool),
-        dtype=jnp.full(S, tables.DTYPE_BY_NAME["U64"].code, jnp.int32),
-        layout=jnp.full(S, tables.TILE_LAYOUT_CODE["RowMajor"], jnp.int32),
-        location=jnp.full(S, tables.TILE_LOCATION_CODE["Any"], jnp.int32),
-        capacity=_i32(S), rows=_i32(S), cols=_i32(S), valid_rows=_i32(S), valid_cols=_i32(S),
-        k_repeat=_i32(S), n_repeat=_i32(S), cell_count=_i32(S), storage_bytes=_i32(S),
-        mask=_i32(S), words=jnp.zeros((S, W), jnp.uint64), defined=jnp.zeros((S, W), bool),
-        defined_valid=_i32(S))
+        allocated=jnp.zeros((P, S), bool),
+        dtype=jnp.full((P, S), u64_code, jnp.int32),
+        layout=jnp.full((P, S), row_major, jnp.int32),
+        location=jnp.full((P, S), tables.TILE_LOCATION_CODE["Any"], jnp.int32),
+        capacity=_i32((P, S)), rows=_i32((P, S)), cols=_i32((P, S)), valid_rows=_i32((P, S)),
+        valid_cols=_i32((P, S)), k_repeat=_i32((P, S)), n_repeat=_i32((P, S)),
+        cell_count=_i32((P, S)), storage_bytes=_i32((P, S)), mask=_i32((P, S)),
+        words=jnp.zeros((P, S, W), jnp.uint64), defined=jnp.zeros((P, S, W), bool),
+        defined_valid=_i32((P, S)))
+    R = cfg.shared_slots
+    shared = SharedTiles(
+        sid=jnp.full(R, -1, jnp.int32), allocation_mask=_i32(R), initialized_mask=_i32(R),
+        published=jnp.zeros(R, bool), contents_defined=jnp.zeros(R, bool),
+        dtype=jnp.full(R, u64_code, jnp.int32), layout=jnp.full(R, row_major, jnp.int32),
+        capacity=_i32(R), rows=_i32(R), cols=_i32(R), valid_rows=_i32(R), valid_cols=_i32(R),
+        words=jnp.zeros((R, cfg.shared_words), jnp.uint64))
     return State(gm=jnp.zeros(cfg.gm_bytes, jnp.uint8),
                  gpr=jnp.zeros((tables.NUM_PES, tables.NUM_GPRS), jnp.uint64),
                  pc=jnp.zeros((), jnp.uint64), fault=_i32(),
                  fault_address=jnp.zeros((), jnp.uint64),
                  tile_capacity=jnp.asarray(cfg.tile_capacity, jnp.uint64),
-                 tiles=tiles, block=_empty_block())
+                 tiles=tiles, shared=shared, block=_empty_block())
 
 
 def _state_shapes(cfg: MachineConfig):
@@ -221,7 +263,19 @@ def reset(cfg: MachineConfig = None) -> State:
 def config_of(s: State) -> MachineConfig:
     """Recover the sizes a State (or a batch of States) was built with."""
     S, W = s.tiles.words.shape[-2:]
-    return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4)
+    R, WS = s.shared.words.shape[-2:]
+    return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4,
+                         shared_slots=int(R), shared_words=int(WS))
+
+
+def pe_tiles(tiles: Tiles, pe) -> Tiles:
+    """PE `pe`'s Local register file (pe may be traced)."""
+    return jax.tree_util.tree_map(lambda a: a[pe], tiles)
+
+
+def with_pe_tiles(tiles: Tiles, pe, local: Tiles) -> Tiles:
+    """`tiles` with PE `pe`'s Local register file replaced by `local`."""
+    return jax.tree_util.tree_map(lambda a, l: a.at[pe].set(l), tiles, local)
 
 
 # ----------------------------------------------------------------- host helpers

@@ -110,26 +110,22 @@ class TileView:
 
 
 def read_tile(s: State, index: int, pe: int = 0) -> TileView:
-    """The Local tile at TileIndex `index` (0..63) as a TileView.
-
-    `pe` names the viewing PE; Local tiles are one register file in the model
-    (spec-notes: multi-PE Local tiles), so every PE sees the same descriptor.
-    """
+    """The Local tile at TileIndex `index` (0..63) of PE `pe`'s register file."""
     _check_state(s)
     index = _check_int("index", index, 0, tables.LOCAL_TILES - 1)
-    _check_int("pe", pe, 0, tables.NUM_PES - 1)
-    hand_slots = s.tiles.allocated.shape[0] // 4
+    pe = _check_int("pe", pe, 0, tables.NUM_PES - 1)
+    hand_slots = s.tiles.allocated.shape[-1] // 4
     hand, k = divmod(index, tables.HAND_SLOTS)
-    t = s.tiles
     if k >= hand_slots:   # past the configured bound: never allocated
         return TileView(index, False, "RowMajor", "U64", 0, 0, 0, 0, 0, "Any", 0, 0, 0, 0, 0, 0,
                         np.zeros(0, np.uint64), np.zeros(0, bool))
+    t = s.tiles
     i = hand * hand_slots + k
-    g = {f: int(np.asarray(getattr(t, f)[i])) for f in (
+    g = {f: int(np.asarray(getattr(t, f)[pe, i])) for f in (
         "dtype", "layout", "location", "capacity", "rows", "cols", "valid_rows", "valid_cols",
         "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask", "defined_valid")}
-    alloc = bool(np.asarray(t.allocated[i]))
-    n = min(g["rows"] * g["cols"], t.words.shape[1]) if alloc else 0
+    alloc = bool(np.asarray(t.allocated[pe, i]))
+    n = min(g["rows"] * g["cols"], t.words.shape[-1]) if alloc else 0
     return TileView(
         index=index, allocated=alloc, layout=tables.TILE_LAYOUTS[g["layout"]],
         dtype=tables.DTYPE_BY_CODE[g["dtype"]].name, rows=g["rows"], columns=g["cols"],
@@ -138,5 +134,68 @@ def read_tile(s: State, index: int, pe: int = 0) -> TileView:
         pe_mask=g["mask"], k_repeat=g["k_repeat"], n_repeat=g["n_repeat"],
         cell_count=g["cell_count"], storage_bytes=g["storage_bytes"],
         defined_valid_elements=g["defined_valid"],
-        words=np.asarray(t.words[i, :n]).astype(np.uint64),
-        defined=np.asarray(t.defined[i, :n]).astype(bool))
+        words=np.asarray(t.words[pe, i, :n]).astype(np.uint64),
+        defined=np.asarray(t.defined[pe, i, :n]).astype(bool))
+
+
+@dataclass(frozen=True)
+class SharedTileView(TileView):
+    """One Shared register (S0..S255) as numpy data; `index` is its SharedTileID.
+
+    words/defined cover the rows x columns elements in RowMajor order; an
+    element is defined when its quarter is initialized and it lies in the
+    valid rectangle (docs/shared-decisions.md section 1).
+    """
+    allocation_mask: int = 0
+    initialized_mask: int = 0
+    published: bool = False
+    record_defined: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"S{self.index}"
+
+    @property
+    def contents_defined(self) -> bool:
+        return self.allocated and self.record_defined
+
+    def summary(self) -> str:
+        if not self.allocated:
+            return f"{self.name}: unallocated"
+        return (f"{self.name}: {self.layout} {self.dtype} {self.rows}x{self.columns}, valid "
+                f"{self.valid_rows}x{self.valid_columns}, {self.capacity_bytes} B per PE, allocated "
+                f"{tables.mask_str(self.allocation_mask)}, initialized "
+                f"{tables.mask_str(self.initialized_mask)}, "
+                f"{'published' if self.published else 'unpublished'}")
+
+
+def read_shared(s: State, shared_id: int) -> SharedTileView:
+    """The Shared register S<shared_id> (0..255) of the Core as a SharedTileView."""
+    _check_state(s)
+    sid = _check_int("shared_id", shared_id, 0, tables.SHARED_TILES - 1)
+    sh = s.shared
+    hit = np.flatnonzero(np.asarray(sh.sid) == sid)
+    if hit.size == 0:
+        return SharedTileView(sid, False, "RowMajor", "U64", 0, 0, 0, 0, 0, "Any", 0, 0, 0, 0, 0, 0,
+                              np.zeros(0, np.uint64), np.zeros(0, bool))
+    i = int(hit[0])
+    g = {f: int(np.asarray(getattr(sh, f)[i])) for f in (
+        "allocation_mask", "initialized_mask", "dtype", "layout", "capacity", "rows", "cols",
+        "valid_rows", "valid_cols")}
+    n = min(g["rows"] * g["cols"], sh.words.shape[-1])
+    bits = tables.DTYPE_BY_CODE[g["dtype"]].bits
+    e = np.arange(n)
+    quarter = np.minimum((e * bits // 8) * 4 // max(g["capacity"], 1), 3)
+    init = ((g["initialized_mask"] >> (3 - quarter)) & 1) == 1
+    inside = (e // max(g["cols"], 1) < g["valid_rows"]) & (e % max(g["cols"], 1) < g["valid_cols"])
+    defined = init & inside
+    return SharedTileView(
+        index=sid, allocated=True, layout=tables.TILE_LAYOUTS[g["layout"]],
+        dtype=tables.DTYPE_BY_CODE[g["dtype"]].name, rows=g["rows"], columns=g["cols"],
+        valid_rows=g["valid_rows"], valid_columns=g["valid_cols"], capacity_bytes=g["capacity"],
+        location="Any", pe_mask=g["allocation_mask"], k_repeat=0, n_repeat=0, cell_count=0,
+        storage_bytes=0, defined_valid_elements=int(np.sum(defined)),
+        words=np.asarray(sh.words[i, :n]).astype(np.uint64), defined=defined,
+        allocation_mask=g["allocation_mask"], initialized_mask=g["initialized_mask"],
+        published=bool(np.asarray(sh.published[i])),
+        record_defined=bool(np.asarray(sh.contents_defined[i])))

@@ -467,12 +467,12 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
     if la[".tile_capacity"] is not None and int(la[".tile_capacity"]) != int(lb[".tile_capacity"]):
         add("tile_capacity", int(la[".tile_capacity"]), int(lb[".tile_capacity"]))
     tile_leaves = [k for k in la if k.startswith(".tiles.") and la[k] is not None]
-    hs = (la[tile_leaves[0]].shape[0] // 4) if tile_leaves else 0
-    for slot in range(hs * 4):
-        name = _tile_name(slot, hs)
+    hs = (la[tile_leaves[0]].shape[1] // 4) if tile_leaves else 0
+    for pe, slot in ((p, q) for p in range(tables.NUM_PES) for q in range(hs * 4)):
+        name = f"PE{pe} {_tile_name(slot, hs)}"
         for k in tile_leaves:
             leaf = k[len(".tiles."):]
-            va, vb = la[k][slot], lb[k][slot]
+            va, vb = la[k][pe, slot], lb[k][pe, slot]
             if np.array_equal(va, vb):
                 continue
             if va.ndim == 0:
@@ -483,6 +483,12 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
                 fmt = (lambda v: bool(v)) if va.dtype == bool else (lambda v: f"0x{int(v):016x}")
                 add(f"tile {name} {leaf}", [fmt(va[i]) for i in shown], [fmt(vb[i]) for i in shown],
                     slots=shown, count=int(where.size))
+    for k in la:
+        if k.startswith(".shared.") and la[k] is not None and not np.array_equal(la[k], lb[k]):
+            rec = np.flatnonzero((la[k] != lb[k]).reshape(la[k].shape[0], -1).any(axis=1))
+            add(f"shared {k[len('.shared.'):]}", f"records {rec.tolist()}",
+                [_py(la[k][i]) if la[k].ndim == 1 else int(np.sum(la[k][i] != lb[k][i]))
+                 for i in rec[:limit]])
     for k in la:
         if k.startswith(".block.") and la[k] is not None and not np.array_equal(la[k], lb[k]):
             add(f"block {k[len('.block.'):]}", _py(la[k]), _py(lb[k]))

@@ -42,12 +42,12 @@ class BatchResult:
         return RunResult.from_state(unstack_state(self.state, i), int(self.executed[i]))
 
 
-def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effects):
+def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effects, core):
     return jax.vmap(lambda s, w, n: run_stream(s, w, n, pe, hold, cfg, max_commits, effects,
-                                               cas_seed))(states, words, lengths)
+                                               cas_seed, core))(states, words, lengths)
 
 
-_STATIC = ("cfg", "max_commits", "effects")
+_STATIC = ("cfg", "max_commits", "effects", "core")
 _run_kept = jax.jit(_batched, static_argnames=_STATIC)
 _run_donated = jax.jit(_batched, static_argnames=_STATIC, donate_argnums=(0,))
 
@@ -92,8 +92,10 @@ def _shard(x, n_dev):
 
 @x64
 def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "abandon",
-        cfg: MachineConfig | None = None, donate: bool = False) -> BatchResult:
-    """Run one word stream per State, all at once (vmapped `pj.run`).
+        cfg: MachineConfig | None = None, donate: bool = False, core: bool = False) -> BatchResult:
+    """Run one word stream per State, all at once (vmapped `pj.run`; with
+    core=True vmapped `pj.run_core`, every completion a collective of the
+    Core's four PEs).
 
     states: a batched State (leading axis B), or one State to start every
     stream from. words: [B, L] ints, or a list of B streams of any lengths.
@@ -104,6 +106,8 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     if not isinstance(states, State):
         raise TypeError(f"states must be a ptojax State, got {type(states).__name__}")
     pe = _check_pe(pe)
+    if core and pe != 0:
+        raise ValueError("core=True runs every PE; leave pe at 0")
     hold = check_on_fault(on_fault)
     w, n = _words_array(words)
     if lengths is not None:
@@ -132,7 +136,8 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     fn = _run_donated if donate else _run_kept
     effects = possible_effects(w, open_block_ops(states))
     st, executed = fn(*args, jnp.int32(pe), jnp.bool_(hold), jnp.int64(cfg.cas_seed & 0xFFFFFFFF),
-                      cfg=cfg.replace(cas_seed=0), max_commits=K, effects=effects)
+                      cfg=cfg.replace(cas_seed=0), max_commits=K, effects=effects,
+                      core=bool(core))
     if pad_b:
         st = jax.tree_util.tree_map(lambda a: a[:B], st)
         executed = executed[:B]

@@ -352,10 +352,10 @@ def _prepare(state: State, case: Case, mcfg: MachineConfig) -> State:
     leaves = {k: np.array(getattr(state.tiles, k)) for k in ("defined", "defined_valid")}
     for index, word in case.undefine:
         slot = mcfg.slot_of(index)
-        if slot is None or not leaves["defined"][slot, word]:
+        if slot is None or not leaves["defined"][case.pe, slot, word]:
             raise RuntimeError(f"undefine ({index}, {word}): no defined Word there")
-        leaves["defined"][slot, word] = False
-        leaves["defined_valid"][slot] -= 1
+        leaves["defined"][case.pe, slot, word] = False
+        leaves["defined_valid"][case.pe, slot] -= 1
     with jax.enable_x64(True):
         tiles = state.tiles.replace(**{k: jnp.asarray(v) for k, v in leaves.items()})
         return state.replace(tiles=tiles, pc=jnp.asarray(np.uint64(case.pc & MASK64), jnp.uint64))

@@ -212,10 +212,26 @@ def ordinary_shape(tsize, col, vr, vc, bits, W: int):
     return ok, rows
 
 
-def destination(state, hand, size_code, mask, hand_slots: int):
+def shared_charge(shared):
+    """Sum of popcount(allocation_mask) * capacity over live Shared records (A.5)."""
+    pc = take(PE_POPCOUNT, shared.allocation_mask)
+    return jnp.sum(jnp.where(shared.sid >= 0, pc * shared.capacity, 0).astype(jnp.int64))
+
+
+def local_pool_in_use(state, cfg):
+    """Charge against the executing PE's Local pool: its own Local tiles, plus
+    the Shared pool under the snapshot's single Core budget (shared-decisions 1)."""
+    used = core_charge(state.tiles)
+    if cfg.semantics == "0.58.3":
+        used = used + shared_charge(state.shared)
+    return used
+
+
+def destination(state, hand, size_code, mask, cfg):
     """Destination hand allocation: (slot, found, tsize, budget_ok) (A.2, A.5)."""
     tsize = jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
-    charge = core_charge(state.tiles) + take(PE_POPCOUNT, mask) * tsize
+    charge = local_pool_in_use(state, cfg) + take(PE_POPCOUNT, mask) * tsize
+    hand_slots = cfg.hand_slots
     slot, found = free_slot(state.tiles, hand, hand_slots)
     return slot, found, tsize, charge <= capacity_register(state.tile_capacity)
 

@@ -1,4 +1,5 @@
-"""TMATMUL / TGEMV completion with All-Local CUBE operands (ADR 0071).
+"""TMATMUL / TGEMV completion: All-Local CUBE operands (ADR 0071) and Shared
+B / Shared A+B operands with ADR 0100's group-M distribution over the Core.
 
 `complete(state, blk, pe, cfg, enable)` evaluates the ordered check list of
 matrix.md B.6 (docs/matmul-decisions.md) as booleans, picks the first
@@ -6,7 +7,10 @@ failing one, and only when every check passes and `enable` holds publishes
 the newly allocated D. The product is one loop over K (ascending, so the
 `ieee` profile's binary32 accumulation order is the documented one) whose
 lanes are D's payload slots: lane j holds output (i, n), reads A[i][k] and
-B[k][n] from their CUBE slots and accumulates.
+B[k][n] from their CUBE slots and accumulates. A Shared operand is read from
+its RowMajor record instead (docs/shared-decisions.md section 5): PE `pe`
+computes its own fragment of valid_M[pe] rows starting at Shared-A row
+pe*M_per_PE, or from its own Local A.
 
 Profiles (MachineConfig.profile, static): `portable` is the model's raw
 64-bit multiply-accumulate mod 2^64; `ieee` decodes each element to its
@@ -24,6 +28,7 @@ import numpy as np
 
 from .. import tables
 from . import binary32
+from . import shared as sh
 from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, capacity_register,
                      cube_descriptor, cube_geometry, destination, install, log2, ordered_fault,
                      ordinary_source_ok, source, take, tile_coords)
@@ -63,6 +68,10 @@ _VECTOR_MODES = (2, 4, 12, 18, 20, 23, 28, 33, 36, 37, 38, 39)
 _SCALAR_MODES = (3, 5, 13, 17, 19, 24, 25, 26, 27, 32, 34, 35)
 _S32_MODES = (2, 3, 4, 5, 12, 13, 17, 18, 19, 20, 35, 39)
 _FP32_MODES = (1, 16, 23, 24, 25, 26, 27, 28, 32, 33, 34, 36, 37, 38)
+
+
+def _pow2(x):
+    return (x > 0) & ((x & (x - 1)) == 0)
 
 
 def _member(x, values):
@@ -154,6 +163,18 @@ def complete(state, blk, pe, cfg, enable):
     sa_on = is_mx & take(MX_SCALED, a_type)
     sb_on = is_mx & take(MX_SCALED, b_type)
 
+    # ---- Shared groups (B.IOS order [A, sA,] B, sB) and ADR 0100's group-M split
+    n_shared = blk.ios_count
+    shared_on = n_shared > 0
+    left_shared = shared_on & (n_shared == 2 + sa_on + sb_on)
+    a_local, b_local = ~left_shared, ~shared_on
+    coop = shared_on & (cfg.semantics == "adr0100")
+    G = M                                   # LB0: group_M on the Shared forms
+    m_per_pe = jnp.where(G <= 64, 16, 32)
+    Mi = jnp.where(coop, jnp.clip(G - pe * m_per_pe, 0, m_per_pe), M)   # this PE's rows
+    row0 = jnp.where(coop, pe * m_per_pe, 0)                             # its first Shared-A row
+    active = Mi > 0
+
     # ---- binding stream (step 3)
     idx, ok = _source_stream(blk)
     rows = jnp.arange(blk.iot.shape[0]) < blk.iot_count
@@ -162,8 +183,14 @@ def complete(state, blk, pe, cfg, enable):
     n_dst = jnp.sum(dst_rows)
     drow = blk.iot[jnp.argmax(dst_rows)]
     mask = blk.iot[0, 3]
+    ios_rows = jnp.arange(blk.ios.shape[0]) < n_shared
+    shared_bad = shared_on & ((n_shared != 1 + sb_on) & ~left_shared
+                              | jnp.any(ios_rows & (blk.ios[:, 1] != 0))
+                              | ~_pow2(N) | ~_pow2(K)
+                              | (((G < 1) | (G > 128) | (mask != 0xF)) if cfg.semantics == "adr0100"
+                                 else ~_pow2(G)))
     vector_mode, scalar_mode = _member(fp["mode"], _VECTOR_MODES), _member(fp["mode"], _SCALAR_MODES)
-    n_math = is_acc.astype(jnp.int32) + 2 + sa_on + sb_on + is_bias
+    n_math = is_acc.astype(jnp.int32) + a_local * (1 + sa_on) + b_local * (1 + sb_on) + is_bias
     n_post = (fp["row_max"] & fp["row_max_init"]) + vector_mode + (fp["relu"] == 3)
     n_scalar = scalar_mode.astype(jnp.int32) + (fp["relu"] == 2)
     ior = blk.ior
@@ -181,7 +208,7 @@ def complete(state, blk, pe, cfg, enable):
     dims_bad = jnp.any(blk.lb_present & (blk.lb == 0))
     gate_bad = ~types_ok | (is_gemv & (blk.ios_count > 0)) | (n_src != n_math + n_post) \
         | (n_dst != 1 + fp["row_max"] + fp["group_max"]) | ~blk.iot_closed | ior_bad | datr_bad \
-        | dims_bad | (blk.iot_count == 0) | ~bindings_encodable
+        | dims_bad | (blk.iot_count == 0) | ~bindings_encodable | shared_bad
 
     post = (fp["mode"] != 0) | (fp["relu"] != 0) | (fp["row_max"] == 1) | (fp["group_max"] == 1)
     mode_class_bad = jnp.where(_member(fp["mode"], _S32_MODES), acc_type != DT["S32"],
@@ -190,14 +217,16 @@ def complete(state, blk, pe, cfg, enable):
     # ---- Local sources (step 7), in stream order C, A, sA, B, sB, Bias
     o_a = is_acc.astype(jnp.int32)
     o_sa = o_a + 1
-    o_b = o_sa + sa_on
+    o_b = o_a + a_local * (1 + sa_on)
     o_sb = o_b + 1
-    o_bias = o_sb + sb_on
+    o_bias = o_b + b_local * (1 + sb_on)
     c_idx, a_idx, sa_idx, b_idx, sb_idx, bias_idx = (
         _source_at(idx, ok, o) for o in (0, o_a, o_sa, o_b, o_sb, o_bias))
     tcap = state.tile_capacity
     d_hand, d_size = drow[1], drow[2]
-    dslot, found, tsize, budget_ok = destination(state, d_hand, d_size, mask, HS)
+    # a cooperative fragment is private to its PE (ADR 0100): its own mask bit, 1 x TSize
+    d_mask = jnp.where(coop, 1 << (3 - pe), mask)
+    dslot, found, tsize, budget_ok = destination(state, d_hand, d_size, d_mask, cfg)
 
     def cube_operand(index, vr, vc, dtype):
         slot, alloc, s, defined = source(tiles, index, HS)
@@ -206,12 +235,19 @@ def complete(state, blk, pe, cfg, enable):
             & (s["dtype"] == dtype)
         return slot, good, lay, cr, cc, s
 
-    a_slot, a_ok, a_lay, a_cr, a_cc, a_s = cube_operand(a_idx, M, K, a_type)
-    a_ok = a_ok & (((a_lay == 0) & (M <= 16)) | ((a_lay == 1) & (M <= 32)))
+    m_fits = lambda lay: ((lay == 0) & (Mi <= 16)) | ((lay == 1) & (Mi <= 32))
+    a_slot, a_ok, a_lay, a_cr, a_cc, a_s = cube_operand(a_idx, Mi, K, a_type)
+    a_ok = a_ok & m_fits(a_lay)
     b_slot, b_ok, b_lay, b_cr, b_cc, b_s = cube_operand(b_idx, K, N, b_type)
     b_ok = b_ok & (b_lay == 2)
-    c_slot, c_ok, c_lay, _, _, c_s = cube_operand(c_idx, M, N, acc_type)
-    c_ok = c_ok & (c_lay == a_lay) & ((fp["mode"] != 0) | (c_s["capacity"] == tsize))
+    c_slot, c_ok, c_lay, _, _, c_s = cube_operand(c_idx, Mi, N, acc_type)
+    # D's M layout: A's (Local A), C's (both Shared + ACC), else by rows per PE (section 5, check 10)
+    if cfg.semantics == "adr0100":
+        shared_lay, shared_lay_ok = jnp.where(m_per_pe == 16, 0, 1), True
+    else:
+        shared_lay, shared_lay_ok = jnp.where(M <= 16, 0, 1), M <= 32
+    d_lay = jnp.where(a_local, a_lay, jnp.where(is_acc, c_lay, shared_lay))
+    c_ok = c_ok & (c_lay == d_lay) & m_fits(c_lay) & ((fp["mode"] != 0) | (c_s["capacity"] == tsize))
 
     def row_major(index, vr, vc, dtype):
         # Bias and scales: legal, fully defined ordinary RowMajor tiles (TileSourceContentsDefined)
@@ -221,59 +257,101 @@ def complete(state, blk, pe, cfg, enable):
         return slot, good, s
 
     kb = (K + 31) // 32
-    sa_slot, sa_ok, sa_s = row_major(sa_idx, M, kb, DT["E8M0"])
+    sa_slot, sa_ok, sa_s = row_major(sa_idx, Mi, kb, DT["E8M0"])
     sb_slot, sb_ok, sb_s = row_major(sb_idx, kb, N, DT["E8M0"])
     bias_slot, bias_ok, _ = row_major(bias_idx, 1, N, acc_type)
-    sources_bad = ~a_ok | ~b_ok | (is_acc & ~c_ok) | (sa_on & ~sa_ok) | (sb_on & ~sb_ok) \
-        | (is_bias & ~bias_ok)
+    # an idle PE of a cooperative block resolves no Local source (ADR 0100)
+    sources_bad = active & (
+        (a_local & (~a_ok | (sa_on & ~sa_ok))) | (b_local & (~b_ok | (sb_on & ~sb_ok)))
+        | (is_acc & ~c_ok) | (is_bias & ~bias_ok) | (left_shared & ~is_acc & ~shared_lay_ok))
 
-    # ---- destination (step 10): A's M layout, accumulator type, valid M x N
+    # ---- Shared sources (check 7s), collectively: ready records with the exact stored shape
+    trans_a, trans_b = fp["trans_a"] == 1, fp["trans_b"] == 1
+    o_sh_b = jnp.where(left_shared, 1 + sa_on, 0)
+
+    def shared_operand(ordinal, rows, cols, dtype):
+        sid = blk.ios[jnp.clip(ordinal, 0, blk.ios.shape[0] - 1), 0]
+        i, exists, _ = sh.lookup(state.shared, sid)
+        r = sh.record(state.shared, i)
+        good = sh.cooperative_ready(r, exists, tcap) & (r["cols"] == cols) \
+            & (rows <= r["valid_rows"]) & (cols <= r["valid_cols"]) & (r["dtype"] == dtype)
+        return i, good, r["cols"]
+
+    sh_a, sh_a_ok, a_cols = shared_operand(0, jnp.where(trans_a, K, G), jnp.where(trans_a, G, K), a_type)
+    sh_sa, sh_sa_ok, sa_cols = shared_operand(1, G, kb, DT["E8M0"])
+    sh_b, sh_b_ok, b_cols = shared_operand(o_sh_b, jnp.where(trans_b, N, K), jnp.where(trans_b, K, N),
+                                           b_type)
+    sh_sb, sh_sb_ok, sb_cols = shared_operand(o_sh_b + 1, kb, N, DT["E8M0"])
+    shared_sources_bad = (left_shared & (~sh_a_ok | (sa_on & ~sh_sa_ok))) \
+        | (shared_on & (~sh_b_ok | (sb_on & ~sh_sb_ok)))
+
+    # ---- destination (step 10): D's M layout, accumulator type, valid Mi x N
     d_cls = take(DT_CLASS, acc_type)
-    d_cr, d_cc, d_g, d_shape_ok = cube_geometry(jnp.clip(a_lay, 0, 1), d_cls, M, N, tsize,
+    d_cr, d_cc, d_g, d_shape_ok = cube_geometry(jnp.clip(d_lay, 0, 1), d_cls, Mi, N, tsize,
                                                 capacity_register(tcap), W)
 
     fault = ordered_fault(
         (~blk.fpatr_present, "Fault_BundleControl"),
-        (~is_gemv & (blk.ios_count > 0), "Fault_Unimplemented"),       # Shared operands: issue 5
         (gate_bad, "Fault_TileLegality"),
         (is_gemv & (M != 1), "Fault_TileLegality"),
-        ((fp["trans_a"] == 1) | (fp["trans_b"] == 1), "Fault_TileLegality"),
+        ((trans_a & a_local) | (trans_b & b_local), "Fault_TileLegality"),
         (mode_class_bad, "Fault_TileLegality"),
         (post, "Fault_Unimplemented"),                                  # post-process not modelled
-        (sources_bad, "Fault_TileLegality"),
+        (shared_sources_bad | sources_bad, "Fault_TileLegality"),
         (is_acc & (c_idx == d_hand), "Fault_TileLegality"),
-        (~found | ~budget_ok | ~d_shape_ok, "Fault_TileAllocation"),
+        (active & (~found | ~budget_ok | ~d_shape_ok), "Fault_TileAllocation"),
     )
-    do = enable & (fault == 0)
+    do = enable & (fault == 0) & active
 
     # ---- product: lanes = D's payload slots
-    r, c = tile_coords(True, jnp.clip(a_lay, 0, 1), d_cr, d_cc, False, 0, 1, W)
-    lane_ok = (r < M) & (c < N) & (jnp.arange(W) < d_g["cell_count"] * d_cr * d_cc)
-    a_words, b_words = tiles.words[a_slot], tiles.words[b_slot]
-    sa_words, sb_words = tiles.words[sa_slot], tiles.words[sb_slot]
+    r, c = tile_coords(True, jnp.clip(d_lay, 0, 1), d_cr, d_cc, False, 0, 1, W)
+    lane_ok = (r < Mi) & (c < N) & (jnp.arange(W) < d_g["cell_count"] * d_cr * d_cc)
+    # operand tables: a Local tile's Words or a Shared record's (one length for both)
+    L = max(W, cfg.shared_words)
+    fit = lambda x: x if x.shape[0] == L else jnp.zeros(L, x.dtype).at[: x.shape[0]].set(x)
+    shared_words = lambda i: fit(state.shared.words[i])
+    local_words = lambda slot: fit(tiles.words[slot])
+    a_words = jnp.where(left_shared, shared_words(sh_a), local_words(a_slot))
+    sa_words = jnp.where(left_shared, shared_words(sh_sa), local_words(sa_slot))
+    b_words = jnp.where(shared_on, shared_words(sh_b), local_words(b_slot))
+    sb_words = jnp.where(shared_on, shared_words(sh_sb), local_words(sb_slot))
     la_cr, la_cc, lb_cr = log2(a_cr), log2(a_cc), log2(b_cr)
     a_b4_m16 = (take(DT_BITS, a_type) == 4) & (a_lay == 0)
     b_krep = jnp.maximum(b_s["k_repeat"], 1)
     ri, ci = jnp.clip(r, 0, 31), c
-    # slot of A[i][k] = a_base[lane] + a_step(k); of B[k][n] = b_base[lane] + b_step(k)
-    a_base = ri << la_cc
-    b_base = (((ci >> 3) * b_krep) << (lb_cr + 3)) + ((ci & 7) << lb_cr)
+    # slot of A[i][k] = a_base[lane] + a_step(k); of B[k][n] = b_base[lane] + b_step(k).
+    # Shared A row = this PE's first row + i (stored transposed: column); Shared B likewise
+    row = row0 + ri
+    a_base = jnp.where(left_shared, jnp.where(trans_a, row, row * a_cols), ri << la_cc)
+    b_base = jnp.where(shared_on, jnp.where(trans_b, ci * b_cols, ci),
+                       (((ci >> 3) * b_krep) << (lb_cr + 3)) + ((ci & 7) << lb_cr))
 
     def a_step(k):
         q = k & (a_cc - 1)
         q = jnp.where(a_b4_m16, q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
-        return ((k >> la_cc) << (la_cr + la_cc)) + q
+        return jnp.where(left_shared, jnp.where(trans_a, k * a_cols, k),
+                         ((k >> la_cc) << (la_cr + la_cc)) + q)
 
     def b_step(k):
-        return ((k >> lb_cr) << (lb_cr + 3)) + (k & (b_cr - 1))
+        return jnp.where(shared_on, jnp.where(trans_b, k, k * b_cols),
+                         ((k >> lb_cr) << (lb_cr + 3)) + (k & (b_cr - 1)))
 
-    # per operand slot, its MX scale word (1 for an absent scale): A[i][k] takes
-    # sA[i][k div 32], B[k][n] takes sB[k div 32][n]
-    a_r, a_c = tile_coords(True, jnp.clip(a_lay, 0, 1), a_cr, a_cc, a_b4_m16, 0, 1, W)
-    b_r, b_c = tile_coords(True, 2, b_cr, 8, False, b_krep, 1, W)
-    sa = jnp.where(sa_on, sa_words[jnp.clip(a_r * sa_s["cols"] + (a_c >> 5), 0, W - 1)], U64(1))
-    sb = jnp.where(sb_on, sb_words[jnp.clip((b_r >> 5) * sb_s["cols"] + b_c, 0, W - 1)], U64(1))
-    gather = lambda table, base, step: table[jnp.clip(base + step, 0, W - 1)]
+    # per operand table entry, its logical (row, k) / (k, n) and MX scale word (1 for
+    # an absent scale): A[i][k] takes sA[i][k div 32], B[k][n] takes sB[k div 32][n]
+    e = jnp.arange(L, dtype=jnp.int32)
+    stored = lambda cols, trans: (jnp.where(trans, e % jnp.maximum(cols, 1), e // jnp.maximum(cols, 1)),
+                                  jnp.where(trans, e // jnp.maximum(cols, 1), e % jnp.maximum(cols, 1)))
+    a_r, a_c = tile_coords(True, jnp.clip(a_lay, 0, 1), a_cr, a_cc, a_b4_m16, 0, 1, L)
+    a_sr, a_sc = stored(a_cols, trans_a)
+    a_r, a_c = jnp.where(left_shared, a_sr, a_r), jnp.where(left_shared, a_sc, a_c)
+    b_r, b_c = tile_coords(True, 2, b_cr, 8, False, b_krep, 1, L)
+    b_sr, b_sc = stored(b_cols, trans_b)
+    b_r, b_c = jnp.where(shared_on, b_sr, b_r), jnp.where(shared_on, b_sc, b_c)
+    sa_c = jnp.where(left_shared, sa_cols, sa_s["cols"])
+    sb_c = jnp.where(shared_on, sb_cols, sb_s["cols"])
+    sa = jnp.where(sa_on, sa_words[jnp.clip(a_r * sa_c + (a_c >> 5), 0, L - 1)], U64(1))
+    sb = jnp.where(sb_on, sb_words[jnp.clip((b_r >> 5) * sb_c + b_c, 0, L - 1)], U64(1))
+    gather = lambda table, base, step: table[jnp.clip(base + step, 0, L - 1)]
 
     c_words = tiles.words[c_slot]           # C has D's layout and shape: same slots
     bias_words = tiles.words[bias_slot][jnp.clip(c, 0, W - 1)]
@@ -318,10 +396,10 @@ def complete(state, blk, pe, cfg, enable):
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
     new_words = jnp.where(lane_ok, d_words, tiles.words[dslot])
-    vals = dict(dtype=acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(a_lay, 0, 1)),
+    vals = dict(dtype=acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(d_lay, 0, 1)),
                 location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
-                cols=d_g["storage_cols"], valid_rows=M, valid_cols=N, k_repeat=d_g["k_repeat"],
+                cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
                 n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
-                storage_bytes=d_g["required_bytes"], mask=mask, defined_valid=M * N)
+                storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
     tiles = install(tiles, dslot, do, vals, new_words, lane_ok)
     return fault, U64(0), state.replace(tiles=tiles)

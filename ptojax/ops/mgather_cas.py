@@ -87,7 +87,7 @@ def complete(state, blk, pe, cfg, enable, cas_seed=0):
         | ~(shape_ok[0] & shape_ok[1] & shape_ok[2])
 
     # D.4 step 6: destination as C.7 step 4 with shape (VR, VC, Col)
-    dslot, found, tsize, budget_ok = destination(state, b1[1], b1[2], mask, HS)
+    dslot, found, tsize, budget_ok = destination(state, b1[1], b1[2], mask, cfg)
     dshape_ok, drows = ordinary_shape(tsize, col, vr, vc, tbits, W)
     whole_ok = drows * col <= W      # the pad fill covers the whole physical region
     alloc_bad = ~found | ~budget_ok | ~dshape_ok | ~whole_ok

@@ -69,7 +69,7 @@ def complete(state, blk, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})
     relayout = blk.datr_present & (code != 0)
 
     # ---------------- TLOAD destination (both paths)
-    dslot, found, tsize, budget_ok = destination(state, iot0[1], iot0[2], bind_mask, HS)
+    dslot, found, tsize, budget_ok = destination(state, iot0[1], iot0[2], bind_mask, cfg)
 
     # CUBE destination geometry: VR = LB1, VC = LB0
     vr_c, vc_c = lb[1], lb[0]

@@ -1,0 +1,113 @@
+"""Shared tile registers as array code (docs/shared-decisions.md section 1).
+
+`State.shared` materializes the Core's S0..S255 as records tagged with the
+SharedTileID they hold. These helpers find a record, judge its descriptor,
+read its elements with the quarter/undefined-register rule, and derive the
+ordinary shape rules the Shared paths share (DerivedTileRows and friends).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .. import tables
+from .common import DT_BITS, U64, capacity_register, take
+
+ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
+MAX_SHARED_BYTES = 262144
+
+
+def tsize(size_code):
+    """TSize bytes of a SizeCode 1..12 (clipped)."""
+    return jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
+
+
+def derived_rows(capacity, cols, bits):
+    """DerivedTileRows: whole rows of a power-of-two column count, else 0."""
+    cap_bits = capacity.astype(jnp.int64) * 8
+    unit = jnp.maximum(cols.astype(jnp.int64) * bits, 1)
+    rows = cap_bits // unit
+    ok = (capacity > 0) & (cols > 0) & ((cols & (cols - 1)) == 0) & (cap_bits % unit == 0) \
+        & (rows >= 1) & (rows <= 65535) & (bits > 0)
+    return jnp.where(ok, rows, 0).astype(jnp.int32)
+
+
+def shape_legal(capacity, cols, vr, vc, bits):
+    """TileDescriptorShapeLegal for an ordinary tile of `capacity` bytes."""
+    rows = derived_rows(capacity, cols, bits)
+    elems = capacity.astype(jnp.int64) * 8 // jnp.maximum(bits, 1)
+    return (rows != 0) & (vr <= rows) & (vc <= cols) & (vr.astype(jnp.int64) * vc <= elems)
+
+
+def minimum_capacity(cols, vr, vc, bits):
+    """MinimumTileCapacityBytesForShape: the smallest TSize admitting the shape, else 0."""
+    sizes = jnp.int32(128) << jnp.arange(12, dtype=jnp.int32)
+    ok = shape_legal(sizes, cols, vr, vc, bits)
+    return jnp.where(jnp.any(ok), sizes[jnp.argmax(ok)], 0)
+
+
+def lookup(shared, sid):
+    """(record index, exists, free record available) for SharedTileID `sid`.
+
+    An existing record is returned when there is one, else the lowest free
+    record (where a first write would put the register).
+    """
+    hit = shared.sid == sid
+    free = shared.sid < 0
+    exists = jnp.any(hit)
+    return jnp.where(exists, jnp.argmax(hit), jnp.argmax(free)).astype(jnp.int32), exists, jnp.any(free)
+
+
+def record(shared, i):
+    """Descriptor fields of record `i` as a dict of scalars."""
+    return {k: getattr(shared, k)[i] for k in (
+        "allocation_mask", "initialized_mask", "published", "contents_defined", "dtype", "layout",
+        "capacity", "rows", "cols", "valid_rows", "valid_cols")}
+
+
+def capacity_legal(capacity, tile_capacity):
+    """SharedTileCapacityIsLegal: whole CELLs, 128 B .. 256 KiB, within TILE_CAPACITY."""
+    return (capacity >= 128) & (capacity % 128 == 0) & (capacity <= MAX_SHARED_BYTES) \
+        & (capacity.astype(jnp.int64) <= capacity_register(tile_capacity))
+
+
+def descriptor_legal(r, exists, tile_capacity):
+    """SharedTileDescriptorLegal of an existing record's fields `r`."""
+    bits = take(DT_BITS, r["dtype"])
+    elems = r["capacity"].astype(jnp.int64) * 8 // jnp.maximum(bits, 1)
+    return exists & (r["allocation_mask"] != 0) \
+        & ((r["initialized_mask"] & ~r["allocation_mask"] & 0xF) == 0) \
+        & capacity_legal(r["capacity"], tile_capacity) \
+        & (r["rows"] == derived_rows(r["capacity"], r["cols"], bits)) & (r["rows"] != 0) \
+        & (r["valid_rows"] >= 0) & (r["valid_cols"] >= 0) \
+        & (r["valid_rows"] <= r["rows"]) & (r["valid_cols"] <= r["cols"]) \
+        & (r["rows"].astype(jnp.int64) * r["cols"] <= elems) & (r["layout"] == ROW_MAJOR)
+
+
+def quarter(e, bits, capacity):
+    """PE owning element e of a Shared tile: floor(4 * byte offset / capacity)."""
+    byte = (e.astype(jnp.int64) * bits) // 8
+    return jnp.clip((byte * 4) // jnp.maximum(capacity, 1).astype(jnp.int64), 0, 3).astype(jnp.int32)
+
+
+def in_mask(mask, pe):
+    """Whether PE `pe`'s bit (PE0 = bit 3) is set in a 4-bit mask."""
+    return ((mask >> (3 - pe)) & 1) == 1
+
+
+def read_words(shared, i, exists, sid, e):
+    """ReadSharedTileWord for elements e (int32[...]) of SharedTileID `sid` in record i:
+    the payload Word of an initialized quarter, else the undefined-register Word sid XOR e."""
+    r = record(shared, i)
+    q = quarter(e, take(DT_BITS, r["dtype"]), r["capacity"])
+    init = exists & in_mask(r["initialized_mask"], q)
+    words = shared.words[i][jnp.clip(e, 0, shared.words.shape[-1] - 1)]
+    undefined = sid.astype(U64) ^ e.astype(U64)
+    return jnp.where(init, words, undefined)
+
+
+def cooperative_ready(r, exists, tile_capacity):
+    """SharedTileCooperativeMatrixReady: legal, all four quarters allocated,
+    initialized and published, contents defined."""
+    return descriptor_legal(r, exists, tile_capacity) & (r["allocation_mask"] == 0xF) \
+        & (r["initialized_mask"] == 0xF) & r["published"] & r["contents_defined"]
