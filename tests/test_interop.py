@@ -1,9 +1,11 @@
 """ptojax.interop: State <-> pto.asl-model.arch-state.v1 envelopes.
 
 Schema validity of to_arch_state output (jsonschema, when importable), lossless
-round trips (every State leaf, dtype and shape included), the mapping itself,
-a hypothesis round trip over random machine contents, and malformed input.
-States come from pj.reference.run (no XLA compile), so the file stays fast.
+round trips (every State leaf, dtype and shape included; every PE's view of a
+State with distinct Local files on several PEs and Shared records), the mapping
+itself, a hypothesis round trip over random machine contents, and malformed
+input. States come from pj.reference.run (no XLA compile) or direct leaf edits
+(the Shared records), so the file stays fast.
 """
 
 import copy
@@ -61,7 +63,7 @@ def poke(s, **fields):
 
 
 def poke_sub(s, part, **fields):
-    """Replace leaves of s.tiles or s.block with numpy values of the same dtype."""
+    """Replace leaves of s.tiles, s.shared or s.block with numpy values of the same dtype."""
     sub = getattr(s, part)
     with jax.enable_x64(True):
         new = sub.replace(**{k: jax.numpy.asarray(np.asarray(v, np.asarray(getattr(sub, k)).dtype))
@@ -159,21 +161,85 @@ def states():
     defined = np.asarray(st_.tiles.defined).copy()
     rows = np.asarray(st_.tiles.rows).copy()
     layout = np.asarray(st_.tiles.layout).copy()
-    words[1, 5] = 0xDEADBEEF
-    defined[1, 7] = True
-    rows[1] = 9
-    layout[1] = tables.TILE_LAYOUT_CODE["CUBE_N8"]
+    words[0, 1, 5] = 0xDEADBEEF                               # PE0's file
+    defined[0, 1, 7] = True
+    rows[0, 1] = 9
+    layout[0, 1] = tables.TILE_LAYOUT_CODE["CUBE_N8"]
     hs = SMALL.hand_slots
     m1 = 2 * hs                                               # slot of M#1
-    words[m1, 100] = (1 << 64) - 1
-    defined[m1, 200] = True
+    words[0, m1, 100] = (1 << 64) - 1
+    defined[0, m1, 200] = True
     st_ = poke_sub(st_, "tiles", words=words, defined=defined, rows=rows, layout=layout)
     out["stale"] = poke(st_, tile_capacity=4096, pc=0xFFFF_FFFF_FFFF_FFFC)
+
+    out["multi_pe"] = multi_pe_state()
+    out["shared"] = with_shared_records(out["multi_pe"])
+    out["shared_stale"] = with_stale_free_record(out["shared"])
     return out
 
 
+def multi_pe_state():
+    """Distinct Local files: PE0 M#1 (CUBE TLOAD on PE0), PE2 T#1 (TLOAD run on PE2),
+    PE1 reset, PE3 a free slot with stale Words and a stale descriptor field."""
+    s = ok(fp16_input(), CUBE_LOAD)
+    s = pj.write_memory(s, 0x400, bytes([9, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 6, 0, 0, 0]))
+    for name, v in (("x2", 0x400), ("x3", 12), ("a3", 0x500)):
+        s = pj.write_gpr(s, name, v, pe=2)
+    s = ok(s, ORDINARY, pe=2)
+    words = np.asarray(s.tiles.words).copy()
+    cols = np.asarray(s.tiles.cols).copy()
+    words[3, 0, 3] = 0xABC
+    cols[3, 0] = 4
+    return poke_sub(s, "tiles", words=words, cols=cols)
+
+
+# Shared records written as leaves (the Shared TLOAD is tested elsewhere):
+# record 0 = S5, FP16 8x16 in a 256-byte TSize, complete and published;
+# record 1 free; record 2 = S200, U32 4x8 (128 bytes), valid 3x6, quarters of
+# PE0 and PE2 initialized, a stale Word past its storage; record 3 = S0, U4X2
+# 4x16 (32 bytes), allocated to PE2+PE3, PE3's quarter initialized.
+SHARED_RECORDS = [
+    dict(record=0, sid=5, allocation_mask=0b1111, initialized_mask=0b1111, published=True,
+         contents_defined=True, dtype="FP16", capacity=256, rows=8, cols=16, valid_rows=8,
+         valid_cols=16),
+    dict(record=2, sid=200, allocation_mask=0b1111, initialized_mask=0b1010, published=False,
+         contents_defined=False, dtype="U32", capacity=128, rows=4, cols=8, valid_rows=3,
+         valid_cols=6),
+    dict(record=3, sid=0, allocation_mask=0b0011, initialized_mask=0b0001, published=False,
+         contents_defined=False, dtype="U4X2", capacity=32, rows=4, cols=16, valid_rows=4,
+         valid_cols=16),
+]
+
+
+def with_shared_records(s):
+    sh = {k: np.asarray(v).copy() for k, v in s.shared.items()}
+    rng = np.random.default_rng(7)
+    for r in SHARED_RECORDS:
+        i = r["record"]
+        for k, v in r.items():
+            if k != "record":
+                sh[k][i] = tables.DTYPE_BY_NAME[v].code if k == "dtype" else v
+        n = r["rows"] * r["cols"]
+        sh["words"][i, :n] = rng.integers(0, 1 << 16, n)
+    sh["words"][2, 8:16] = 0                      # PE1's quarter of S200 never written
+    sh["words"][2, 24:32] = 0
+    sh["words"][2, 40] = 0x1234                   # stale Word past S200's storage
+    sh["words"][3, :48] = 0                       # S0: only PE3's quarter written
+    return poke_sub(s, "shared", **sh)
+
+
+def with_stale_free_record(s):
+    sh = {k: np.asarray(v).copy() for k, v in s.shared.items()}
+    sh["dtype"][5] = tables.DTYPE_BY_NAME["FP32"].code
+    sh["rows"][5] = 3
+    sh["published"][5] = True
+    sh["words"][5, 2] = 7
+    return poke_sub(s, "shared", **sh)
+
+
 STATE_NAMES = ["reset_asl", "reset_tiny", "cube_load_store", "ordinary_load_store",
-               "fault_abandon", "fault_hold", "open_block", "stale"]
+               "fault_abandon", "fault_hold", "open_block", "stale", "multi_pe", "shared",
+               "shared_stale"]
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +334,92 @@ def test_stale_payload_and_free_slots_travel_in_extensions(envelopes):
     assert envelopes["stale"]["state"]["scalar"]["registers"]["TILE_CAPACITY"] == 4096
 
 
+def test_local_files_of_every_pe(states):
+    """state.tile is the chosen PE's file; the other three travel in local_files."""
+    s = states["multi_pe"]
+    envs = [to_arch_state(s, pe=p) for p in range(4)]
+    regs = [sorted(d["state"]["tile"]["registers"]) for d in envs]
+    assert regs == [["M#1"], [], ["T#1"], []]
+    t1 = envs[2]["state"]["tile"]["registers"]["T#1"]
+    assert t1["data"][:4] == [9, 8, 7, 6]
+    assert t1["descriptor"]["extensions"]["ptojax"]["allocation_mask"] == 0b1111
+    assert envs[3]["state"]["tile"]["extensions"]["ptojax"]["free_slots"] == {
+        "T#1": {"fields": {"cols": 4}, "words": [[3, 0xABC]], "defined": []}}
+    for p, d in enumerate(envs):
+        check_schema(d)
+        lf = d["state"]["tile"]["extensions"]["ptojax"]["local_files"]
+        assert len(lf) == 4 and lf[p] is None
+        for q in range(4):
+            if q != p:      # PE q's file is the same object in every view
+                mine = envs[q]["state"]["tile"]
+                assert lf[q] == {"registers": mine["registers"],
+                                 "free_slots": mine["extensions"]["ptojax"]["free_slots"]}
+        assert_same_state(s, from_arch_state(json.loads(json.dumps(d))))
+        assert to_arch_state(from_arch_state(d), pe=p) == d
+
+
+def test_shared_tiles(states, envelopes):
+    s = states["shared"]
+    sh = envelopes["shared"]["state"]["shared"]
+    assert list(sh["tiles"]) == ["S5", "S200", "S0"]          # record order
+    assert sh["generations"] == {} and sh["extensions"] == {"ptojax": {"free_records": []}}
+    words = np.asarray(s.shared.words)
+    s5 = sh["tiles"]["S5"]
+    assert s5["descriptor"] == {"dtype": "FP16", "layout": "RowMajor", "shape": [8, 16],
+                                "valid_shape": [8, 16], "strides": [16, 1],
+                                "extensions": {"ptojax": {"capacity_bytes": 256}}}
+    assert s5["allocation_mask"] == 0b1111 and s5["generation"] == 0
+    assert s5["data"] == [int(x) for x in words[0, :128]] and all(s5["defined"])
+    assert s5["extensions"]["ptojax"] == {"record": 0, "initialized_mask": 0b1111,
+                                          "published": True, "contents_defined": True,
+                                          "words_tail": []}
+    s200 = sh["tiles"]["S200"]
+    assert s200["descriptor"]["shape"] == [4, 8] and s200["descriptor"]["valid_shape"] == [3, 6]
+    assert s200["data"] == [int(x) for x in words[2, :32]]
+    # quarters of 8 U32 elements: PE0 and PE2 initialized, inside valid 3x6
+    assert [i for i, b in enumerate(s200["defined"]) if b] == [0, 1, 2, 3, 4, 5, 16, 17, 18, 19, 20, 21]
+    assert s200["extensions"]["ptojax"] == {"record": 2, "initialized_mask": 0b1010,
+                                            "published": False, "contents_defined": False,
+                                            "words_tail": [[40, 0x1234]]}
+    s0 = sh["tiles"]["S0"]
+    assert s0["descriptor"]["dtype"] == "U4X2" and s0["allocation_mask"] == 0b0011
+    assert [i for i, b in enumerate(s0["defined"]) if b] == list(range(48, 64))
+    # the envelope's view agrees with pj.read_shared
+    for sid, rec in ((5, s5), (200, s200), (0, s0)):
+        v = pj.read_shared(s, sid)
+        assert rec["data"] == [int(x) for x in v.words] and rec["defined"] == v.defined.tolist()
+        assert rec["allocation_mask"] == v.allocation_mask
+    stale = envelopes["shared_stale"]["state"]["shared"]["extensions"]["ptojax"]["free_records"]
+    assert stale == [{"record": 5, "fields": {"published": True,
+                                              "dtype": tables.DTYPE_BY_NAME["FP32"].code, "rows": 3},
+                      "words": [[2, 7]]}]
+
+
+def test_shared_records_without_record_index_take_the_lowest_free_records(envelopes):
+    d = copy.deepcopy(envelopes["shared"])
+    tiles = d["state"]["shared"]["tiles"]
+    del tiles["S200"]["extensions"]["ptojax"]["record"]
+    del tiles["S0"]["extensions"]["ptojax"]["record"]
+    s = from_arch_state(d)
+    assert np.asarray(s.shared.sid).tolist() == [5, 0, 200, -1, -1, -1, -1, -1]
+    assert pj.read_shared(s, 200).words.tolist() == tiles["S200"]["data"]
+    check_schema(d)
+
+
+def test_format_1_envelopes_still_import(states, envelopes):
+    """Before the PE axis: one Local file (PE pe_id's), no Shared records."""
+    d = copy.deepcopy(envelopes["cube_load_store"])
+    top = d["state"]["extensions"]["ptojax"]
+    top["format"] = 1
+    del top["shared_slots"], top["shared_words"]
+    del d["state"]["tile"]["extensions"]["ptojax"]["local_files"]
+    d["state"]["shared"]["extensions"] = {}
+    s = from_arch_state(d, SMALL)
+    assert_same_state(states["cube_load_store"], s)
+    s = from_arch_state(d)                                     # default Shared sizes
+    assert pj.state.config_of(s).shared_slots == MachineConfig().shared_slots
+
+
 def test_fault(envelopes):
     f = envelopes["fault_abandon"]["state"]["fault"]
     assert f["pending"] and f["code"] == "Fault_DataAlignment" and f["address"] == 0x101
@@ -312,6 +464,8 @@ def test_export_argument_errors(states):
     s = states["reset_tiny"]
     with pytest.raises(ValueError, match="does not match the State"):
         to_arch_state(s, SMALL)
+    with pytest.raises(ValueError, match="does not match the State"):
+        to_arch_state(s, TINY.replace(shared_slots=5))
     with pytest.raises(ValueError, match="kind"):
         to_arch_state(s, kind="snapshot")
     with pytest.raises(ValueError, match="pe"):
@@ -366,22 +520,53 @@ def machine_contents(draw):
     return gm_writes, dense, gpr, pc, fault, fault_address, tile_capacity, seed
 
 
+def random_words(rng, shape, p=0.3):
+    return np.where(rng.random(shape) < p,
+                    rng.integers(0, 1 << 63, shape, dtype=np.uint64) * np.uint64(2)
+                    + rng.integers(0, 2, shape, dtype=np.uint64), 0).astype(np.uint64)
+
+
+def random_shared(s, rng):
+    """Random Shared records: held ones (distinct sids, any record positions) with
+    random descriptors, masks, flags and Words; free ones canonical or stale."""
+    R, WS = np.asarray(s.shared.words).shape
+    codes = sorted(tables.DTYPE_BY_CODE)
+    sh = {k: np.asarray(v).copy() for k, v in s.shared.items()}
+    held = rng.random(R) < 0.6
+    sh["sid"] = np.where(held, rng.choice(tables.SHARED_TILES, R, replace=False), -1).astype(np.int32)
+    sh["dtype"] = np.where(held, rng.choice(codes, R), sh["dtype"]).astype(np.int32)
+    sh["layout"] = np.where(held, rng.integers(0, len(tables.TILE_LAYOUTS), R),
+                            sh["layout"]).astype(np.int32)
+    for k in ("allocation_mask", "initialized_mask"):
+        sh[k] = np.where(held, rng.integers(0, 16, R), 0).astype(np.int32)
+    for k in ("published", "contents_defined"):
+        sh[k] = held & (rng.random(R) < 0.5)
+    for k in ("capacity", "rows", "cols", "valid_rows", "valid_cols"):
+        sh[k] = np.where(held, rng.integers(0, 40, R), 0).astype(np.int32)
+    sh["capacity"] = np.where(held & (rng.random(R) < 0.5), 64 << rng.integers(0, 13, R),
+                              sh["capacity"]).astype(np.int32)
+    sh["words"] = np.where(held[:, None], random_words(rng, (R, WS)), 0).astype(np.uint64)
+    stale = ~held & (rng.random(R) < 0.3)           # free records that are not canonical
+    sh["rows"] = np.where(stale, rng.integers(-5, 40, R), sh["rows"]).astype(np.int32)
+    sh["published"] = sh["published"] | (stale & (rng.random(R) < 0.5))
+    sh["words"] = np.where(stale[:, None], random_words(rng, (R, WS), 0.05), sh["words"])
+    return poke_sub(s, "shared", **sh)
+
+
 def random_tiles_and_block(s, rng):
-    S, W = np.asarray(s.tiles.words).shape
+    P, S, W = np.asarray(s.tiles.words).shape
     codes = sorted(tables.DTYPE_BY_CODE)
     t = {k: np.asarray(v).copy() for k, v in s.tiles.items()}
-    t["allocated"] = rng.random(S) < 0.5
-    t["dtype"] = rng.choice(codes, S).astype(np.int32)
-    t["layout"] = rng.integers(0, len(tables.TILE_LAYOUTS), S).astype(np.int32)
-    t["location"] = rng.integers(0, len(tables.TILE_LOCATIONS), S).astype(np.int32)
+    t["allocated"] = rng.random((P, S)) < 0.5
+    t["dtype"] = rng.choice(codes, (P, S)).astype(np.int32)
+    t["layout"] = rng.integers(0, len(tables.TILE_LAYOUTS), (P, S)).astype(np.int32)
+    t["location"] = rng.integers(0, len(tables.TILE_LOCATIONS), (P, S)).astype(np.int32)
     for k in ("capacity", "rows", "cols", "valid_rows", "valid_cols", "k_repeat", "n_repeat",
               "cell_count", "storage_bytes", "defined_valid"):
-        t[k] = rng.integers(0, 40, S).astype(np.int32)
-    t["mask"] = rng.integers(0, 16, S).astype(np.int32)
-    t["words"] = np.where(rng.random((S, W)) < 0.3,
-                          rng.integers(0, 1 << 63, (S, W), dtype=np.uint64) * np.uint64(2)
-                          + rng.integers(0, 2, (S, W), dtype=np.uint64), 0).astype(np.uint64)
-    t["defined"] = rng.random((S, W)) < 0.5
+        t[k] = rng.integers(0, 40, (P, S)).astype(np.int32)
+    t["mask"] = rng.integers(0, 16, (P, S)).astype(np.int32)
+    t["words"] = random_words(rng, (P, S, W))
+    t["defined"] = rng.random((P, S, W)) < 0.5
     b = {k: np.asarray(v).copy() for k, v in s.block.items()}
     b["active"] = np.asarray(rng.random() < 0.5)
     b["pc"] = np.asarray(rng.integers(0, 1 << 63, dtype=np.uint64) * np.uint64(2))
@@ -401,6 +586,7 @@ def random_tiles_and_block(s, rng):
     b["fpatr"] = np.asarray(rng.integers(0, 1 << 32), np.uint32)
     b["catr"] = np.asarray(rng.integers(0, 1 << 32), np.uint32)
     s = poke_sub(s, "tiles", **t)
+    s = random_shared(s, rng)
     return poke_sub(s, "block", **b)
 
 
@@ -420,6 +606,7 @@ def test_hypothesis_round_trip(contents):
     d = to_arch_state(s, pe=seed % 4)
     check_schema(d)
     assert_same_state(s, from_arch_state(json.loads(json.dumps(d)), TINY))
+    assert_same_state(s, from_arch_state(json.loads(json.dumps(to_arch_state(s, pe=(seed >> 2) % 4)))))
 
 
 # ----------------------------------------------------------------- malformed input
@@ -499,8 +686,19 @@ BAD = {
     "block header bool": (_set(BLOCK + ("extensions", "ptojax", "zero_seen"), 0), "must be a boolean"),
     "block start_pc": (_set(BLOCK + ("start_pc",), 4), "disagrees with the header"),
     "block active": (_set(BLOCK + ("active",), False), "disagrees with extensions"),
-    "shared tiles": (_set(("state", "shared", "tiles", "S1"), {}), "Shared tiles"),
-    "extension format": (_set(("state", "extensions", "ptojax", "format"), 2), "format"),
+    "shared tile fields": (_set(("state", "shared", "tiles", "S1"), {}), "missing required field"),
+    "extension format": (_set(("state", "extensions", "ptojax", "format"), 3), "format"),
+    "extension format bool": (_set(("state", "extensions", "ptojax", "format"), True), "format"),
+    "extension sizes": (_del(("state", "extensions", "ptojax", "shared_slots")),
+                        "missing required field.*shared_slots"),
+    "local_files length": (_set(("state", "tile", "extensions", "ptojax", "local_files"), [None] * 3),
+                           "must have 4 entries"),
+    "local_files own PE": (_set(("state", "tile", "extensions", "ptojax", "local_files", 0),
+                                {"registers": {}, "free_slots": {}}), "must be null"),
+    "local_files entry": (_set(("state", "tile", "extensions", "ptojax", "local_files", 1), {}),
+                          r"local_files\[1\]: missing required field"),
+    "local_files tile": (_set(("state", "tile", "extensions", "ptojax", "local_files", 2,
+                               "registers", "M#9"), {}), r"local_files\[2\].registers\['M#9'\]"),
 }
 
 
@@ -511,6 +709,87 @@ def test_malformed_envelope_raises_value_error(envelopes, case):
     mutate(d)
     with pytest.raises(ValueError, match=match):
         from_arch_state(d, SMALL)
+
+
+def _move_tile(old, new):
+    def f(d):
+        tiles = d["state"]["shared"]["tiles"]
+        tiles[new] = tiles.pop(old)
+    return f
+
+
+def _more_shared_tiles(n, free_record=None):
+    def f(d):
+        if free_record is not None:      # a stale free record claims this record
+            d["state"]["shared"]["extensions"]["ptojax"]["free_records"] = [
+                {"record": free_record, "fields": {"rows": 1}, "words": []}]
+        tiles = d["state"]["shared"]["tiles"]
+        for i in range(n):
+            t = copy.deepcopy(tiles["S5"])
+            del t["extensions"]["ptojax"]["record"]
+            tiles[f"S{10 + i}"] = t
+    return f
+
+
+S5 = ("state", "shared", "tiles", "S5")
+S5X = S5 + ("extensions", "ptojax")
+FREE_RECORDS = ("state", "shared", "extensions", "ptojax", "free_records")
+BAD_SHARED = {
+    "sid past 255": (_move_tile("S5", "S256"), "not S0..S255"),
+    "sid spelling": (_move_tile("S5", "S05"), "not S0..S255"),
+    "not a sid": (_move_tile("S5", "T#1"), "Shared tile name"),
+    "more tiles than records": (_more_shared_tiles(6),
+                                "9 Shared tiles do not fit cfg.shared_slots=8"),
+    "no record left": (_more_shared_tiles(5, free_record=6),
+                       "no record of cfg.shared_slots=8 left for S14"),
+    "allocation mask": (_set(S5 + ("allocation_mask",), 16), "allocation_mask: 16 out of range 0..15"),
+    "initialized mask": (_set(S5X + ("initialized_mask",), -1), "initialized_mask: -1 out of range"),
+    "published not bool": (_set(S5X + ("published",), 1), "published: must be a boolean"),
+    "record past slots": (_set(S5X + ("record",), 8), "record 8 does not fit cfg.shared_slots=8"),
+    "record twice": (_set(S5X + ("record",), 2), "record 2 is also held by"),
+    "free record twice": (_set(FREE_RECORDS, [{"record": 3, "fields": {}, "words": []}]),
+                          "record 3 is also held by S0"),
+    "free record sid": (_set(FREE_RECORDS, [{"record": 7, "fields": {"sid": 4}, "words": []}]),
+                        "a free record holds sid -1"),
+    "free record word": (_set(FREE_RECORDS, [{"record": 7, "fields": {}, "words": [[1024, 1]]}]),
+                         "does not fit cfg.shared_words=1024"),
+    "defined disagrees": (_set(S5 + ("defined", 3), False), r"defined\[3\]: False disagrees"),
+    "data too long": (_set(S5 + ("data",), [0] * 1025), "do not fit cfg.shared_words=1024"),
+    "strides": (_set(S5 + ("descriptor", "strides"), [1, 8]), "Shared payload order"),
+    "missing capacity": (_set(S5 + ("descriptor", "extensions"), {}), "capacity"),
+    "missing tile extension": (_set(S5 + ("extensions",), {}), "initialized mask"),
+    "tail offset": (_set(S5X + ("words_tail",), [[5000, 1]]), "does not fit cfg.shared_words"),
+    "shared dtype": (_set(S5 + ("descriptor", "dtype"), "FP12"), "unknown DataType"),
+    "generation": (_set(("state", "shared", "generations", "S5"), -1), "out of range"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SHARED))
+def test_malformed_shared_tiles_raise_value_error(envelopes, case):
+    mutate, match = BAD_SHARED[case]
+    d = copy.deepcopy(envelopes["shared"])
+    mutate(d)
+    with pytest.raises(ValueError, match=match):
+        from_arch_state(d, SMALL)
+
+
+def test_export_rejects_malformed_shared_records(states):
+    s = states["shared"]
+    sid = np.asarray(s.shared.sid).copy()
+    sid[2] = 5
+    with pytest.raises(ValueError, match="sid 5 is also held by record 0"):
+        to_arch_state(poke_sub(s, "shared", sid=sid))
+    sid[2] = 256
+    with pytest.raises(ValueError, match="sid 256 is neither"):
+        to_arch_state(poke_sub(s, "shared", sid=sid))
+    mask = np.asarray(s.shared.initialized_mask).copy()
+    mask[0] = 17
+    with pytest.raises(ValueError, match="not a 4-bit mask"):
+        to_arch_state(poke_sub(s, "shared", initialized_mask=mask))
+    dt = np.asarray(s.shared.dtype).copy()
+    dt[0] = 15
+    with pytest.raises(ValueError, match="dtype code 15"):
+        to_arch_state(poke_sub(s, "shared", dtype=dt))
 
 
 def test_not_an_object_and_sizes_that_do_not_fit(envelopes):
@@ -525,5 +804,13 @@ def test_not_an_object_and_sizes_that_do_not_fit(envelopes):
     big = from_arch_state(d, MachineConfig(gm_bytes=8192, tile_words=2048, hand_slots=8))
     v = pj.read_tile(big, 32)
     assert v.layout == "CUBE_M16" and v.valid_rows == 2 and int(v.words[0]) == 0x3C00
+    d = envelopes["shared"]
+    with pytest.raises(ValueError, match="do not fit cfg.shared_words=64"):
+        from_arch_state(d, SMALL.replace(shared_words=64))
+    with pytest.raises(ValueError, match="record 3 does not fit cfg.shared_slots=3"):
+        from_arch_state(d, SMALL.replace(shared_slots=3))
+    big = from_arch_state(d, SMALL.replace(shared_slots=12, shared_words=2048))
+    assert np.asarray(big.shared.sid).tolist() == [5, -1, 200, 0] + [-1] * 8
+    assert pj.read_shared(big, 200).words.tolist() == d["state"]["shared"]["tiles"]["S200"]["data"]
     with pytest.raises(TypeError):
         from_arch_state(d, "small")

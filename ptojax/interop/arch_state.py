@@ -1,14 +1,17 @@
 """ptojax State <-> `pto.asl-model.arch-state.v1` envelope (docs/interop.md).
 
-`to_arch_state(state, cfg=None)` writes one State as a plain-JSON dict that
-validates against the asl-model runner's schema (data/NOTICE);
-`from_arch_state(d, cfg=None)` reads it back. The architectural fields go where
-the schema puts them (memory cells, scalar registers, pc/tpc, fault, Local tile
-registers with descriptors, the open block); what the schema has no place for
-(the other PEs' GPR files, capacity, allocation mask, location, CUBE derived
-fields, definedness counts, stale payload words, the raw block header) goes
-under an "extensions" object's "ptojax" key, so that
-`from_arch_state(to_arch_state(s))` equals `s` leaf for leaf.
+`to_arch_state(state, cfg=None, pe=p)` writes one State as a plain-JSON dict
+that validates against the asl-model runner's schema (data/NOTICE): PE p's
+single-PE view (the ASL model's view). `from_arch_state(d, cfg=None)` reads it
+back. The architectural fields go where the schema puts them (memory cells,
+scalar registers, pc/tpc, fault, PE p's Local tile registers with
+descriptors, the Core's Shared tile registers, the open block); what the schema
+has no place for (the other PEs' GPR files and Local tile files, capacity,
+allocation mask, location, CUBE derived fields, definedness counts, Shared
+initialized mask / published / contents-defined flags and record order, stale
+payload words, the raw block header) goes under an "extensions" object's
+"ptojax" key, so that `from_arch_state(to_arch_state(s))` equals `s` leaf for
+leaf.
 """
 
 from __future__ import annotations
@@ -23,18 +26,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..state import Block, MachineConfig, State, Tiles, _check_state, _empty_block, config_of
+from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, _check_state, _empty_block,
+                     config_of)
 
 SCHEMA_ID = "pto.asl-model.arch-state.v1"
 KINDS = ("initial_state", "state_snapshot")
 EXT = "ptojax"                 # key of ptojax's entries in every "extensions" object
-EXT_FORMAT = 1                 # version of what ptojax puts under that key
+EXT_FORMAT = 2                 # version of what ptojax puts under that key
+# format 1 (before the per-PE Local files and Shared records): still read; its one
+# Local file is PE pe_id's, the other PEs' files and the Shared records are reset.
+EXT_FORMATS = (1, 2)
 GM_REGION_NAME = "GM"
 TILE_CAPACITY_REGISTER = "TILE_CAPACITY"
 
 _U64 = (1 << 64) - 1
 _I32 = (-(1 << 31), (1 << 31) - 1)
 _TILE_NAME = re.compile(r"^([TUMN])#([1-9][0-9]?)$")
+_SHARED_NAME = re.compile(r"^S(0|[1-9][0-9]{0,2})$")
 _CELL_ADDRESS = re.compile(r"^0x(?:0|[1-9a-f][0-9a-f]*)$")
 
 # Tiles leaves besides the payload: (leaf, name in descriptor.extensions.ptojax)
@@ -48,6 +56,14 @@ _TILE_SCALARS = ("allocated", "dtype", "layout", "location", "capacity", "rows",
 _FREE_DEFAULTS = {"allocated": False, "dtype": tables.DTYPE_BY_NAME["U64"].code,
                   "layout": tables.TILE_LAYOUT_CODE["RowMajor"],
                   "location": tables.TILE_LOCATION_CODE["Any"]}
+
+# SharedTiles leaves besides the payload, and a free record's canonical values
+_SHARED_SCALARS = ("sid", "allocation_mask", "initialized_mask", "published", "contents_defined",
+                   "dtype", "layout", "capacity", "rows", "cols", "valid_rows", "valid_cols")
+_SHARED_BOOLS = ("published", "contents_defined")
+_SHARED_FREE = {"sid": -1, "published": False, "contents_defined": False,
+                "dtype": tables.DTYPE_BY_NAME["U64"].code,
+                "layout": tables.TILE_LAYOUT_CODE["RowMajor"]}
 
 
 def schema() -> dict:
@@ -154,13 +170,127 @@ def _block_attributes(b: dict) -> dict:
     return attrs
 
 
+def _shared_defined(f: dict, n: int) -> np.ndarray:
+    """Definedness of Shared elements 0..n-1 (as pj.read_shared): the element's quarter
+    q(e) = floor(4*floor(e*bits/8)/capacity) is in initialized_mask and e = r*cols+c
+    lies inside the valid rectangle."""
+    bits = tables.DTYPE_BY_CODE[f["dtype"]].bits
+    e = np.arange(n, dtype=np.int64)
+    quarter = np.minimum((e * bits // 8) * 4 // max(f["capacity"], 1), 3)
+    init = ((f["initialized_mask"] >> (3 - quarter)) & 1) == 1
+    cols = max(f["cols"], 1)
+    return init & (e // cols < f["valid_rows"]) & (e % cols < f["valid_cols"])
+
+
+def _export_local(t: dict, pe: int, S: int, W: int, hs: int) -> tuple[dict, dict]:
+    """One PE's Local file: allocated slots as tileValue registers, stale free slots."""
+    regs: dict[str, Any] = {}
+    free: dict[str, Any] = {}
+    words, defined = t["words"][pe].astype(np.uint64), t["defined"][pe].astype(bool)
+    for slot in range(S):
+        name = tables.tile_name(_index_of_slot(slot, hs))
+        f = {k: int(t[k][pe, slot]) for k in _TILE_SCALARS}
+        where = f"PE{pe} tile {name}"
+        if f["allocated"]:
+            if f["dtype"] not in tables.DTYPE_BY_CODE:
+                raise ValueError(f"{where}: dtype code {f['dtype']} is not assigned")
+            if not 0 <= f["layout"] < len(tables.TILE_LAYOUTS):
+                raise ValueError(f"{where}: layout {f['layout']} is not a TILE_LAYOUTS index")
+            if not 0 <= f["location"] < len(tables.TILE_LOCATIONS):
+                raise ValueError(f"{where}: location {f['location']} is not a TILE_LOCATIONS index")
+            for k in ("rows", "cols", "valid_rows", "valid_cols", "capacity", "mask", "k_repeat",
+                      "n_repeat", "cell_count", "storage_bytes", "defined_valid"):
+                if f[k] < 0:
+                    raise ValueError(f"{where}: {k}={f[k]} is negative")
+            layout = tables.TILE_LAYOUTS[f["layout"]]
+            n = min(f["rows"] * f["cols"], W)
+            dext = {ext: (tables.TILE_LOCATIONS[f[leaf]] if leaf == "location" else f[leaf])
+                    for leaf, ext in _DESC_EXT}
+            vext = {"defined_valid_elements": f["defined_valid"],
+                    "words_tail": _sparse(words[slot], n),
+                    "defined_tail": [int(i) for i in np.flatnonzero(defined[slot, n:]) + n]}
+            regs[name] = {
+                "descriptor": {"dtype": tables.DTYPE_BY_CODE[f["dtype"]].name, "layout": layout,
+                               "shape": [f["rows"], f["cols"]],
+                               "valid_shape": [f["valid_rows"], f["valid_cols"]],
+                               "strides": _strides(layout, f["rows"], f["cols"]),
+                               "extensions": {EXT: dext}},
+                "data": [int(x) for x in words[slot, :n].tolist()],
+                "defined": [bool(x) for x in defined[slot, :n].tolist()],
+                "generation": 0,
+                "extensions": {EXT: vext}}
+        else:
+            stale = {k: v for k, v in f.items() if v != _FREE_DEFAULTS.get(k, 0)}
+            w = _sparse(words[slot], 0)
+            dd = [int(i) for i in np.flatnonzero(defined[slot])]
+            if stale or w or dd:
+                free[name] = {"fields": stale, "words": w, "defined": dd}
+    return regs, free
+
+
+def _export_shared(sh: dict, WS: int) -> tuple[dict, list]:
+    """Shared records: held ones as sharedTile values "S<sid>" (record order), and the
+    free records that differ from the canonical free record."""
+    tiles: dict[str, Any] = {}
+    free: list = []
+    words = sh["words"].astype(np.uint64)
+    holder: dict[int, int] = {}
+    for r in range(words.shape[0]):
+        f = {k: (bool(sh[k][r]) if k in _SHARED_BOOLS else int(sh[k][r])) for k in _SHARED_SCALARS}
+        sid = f["sid"]
+        if sid == -1:
+            stale = {k: v for k, v in f.items() if v != _SHARED_FREE.get(k, 0)}
+            w = _sparse(words[r], 0)
+            if stale or w:
+                free.append({"record": r, "fields": stale, "words": w})
+            continue
+        where = f"Shared record {r}"
+        if not 0 <= sid < tables.SHARED_TILES:
+            raise ValueError(f"{where}: sid {sid} is neither -1 (free) nor 0..{tables.SHARED_TILES - 1}")
+        if sid in holder:
+            raise ValueError(f"{where}: sid {sid} is also held by record {holder[sid]}")
+        holder[sid] = r
+        where = f"{where} (S{sid})"
+        if f["dtype"] not in tables.DTYPE_BY_CODE:
+            raise ValueError(f"{where}: dtype code {f['dtype']} is not assigned")
+        if not 0 <= f["layout"] < len(tables.TILE_LAYOUTS):
+            raise ValueError(f"{where}: layout {f['layout']} is not a TILE_LAYOUTS index")
+        for k in ("allocation_mask", "initialized_mask"):
+            if not 0 <= f[k] <= 0xF:
+                raise ValueError(f"{where}: {k}={f[k]} is not a 4-bit mask")
+        for k in ("capacity", "rows", "cols", "valid_rows", "valid_cols"):
+            if f[k] < 0:
+                raise ValueError(f"{where}: {k}={f[k]} is negative")
+        n = min(f["rows"] * f["cols"], WS)
+        tiles[f"S{sid}"] = {
+            "descriptor": {"dtype": tables.DTYPE_BY_CODE[f["dtype"]].name,
+                           "layout": tables.TILE_LAYOUTS[f["layout"]],
+                           "shape": [f["rows"], f["cols"]],
+                           "valid_shape": [f["valid_rows"], f["valid_cols"]],
+                           "strides": [f["cols"], 1],
+                           "extensions": {EXT: {"capacity_bytes": f["capacity"]}}},
+            "data": [int(x) for x in words[r, :n].tolist()],
+            "defined": [bool(x) for x in _shared_defined(f, n).tolist()],
+            "generation": 0,
+            "allocation_mask": f["allocation_mask"],
+            "extensions": {EXT: {"record": r, "initialized_mask": f["initialized_mask"],
+                                 "published": f["published"],
+                                 "contents_defined": f["contents_defined"],
+                                 "words_tail": _sparse(words[r], n)}}}
+    return tiles, free
+
+
 def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int = 0,
                   kind: str = "state_snapshot") -> dict:
     """One State as a `pto.asl-model.arch-state.v1` envelope (a plain-JSON dict).
 
-    `pe` is the PE whose GPR file fills `state.scalar.registers` (and `pe_id`);
-    all four files travel in `scalar.extensions.ptojax.gpr`. `cfg`, when given,
-    must match the State's sizes; it is recorded in `metadata`.
+    The envelope is PE `pe`'s single-PE view (the ASL model's view): PE `pe`'s
+    GPR file fills `state.scalar.registers` and its Local tile file
+    `state.tile.registers` (`pe_id` = pe); all four GPR files travel in
+    `scalar.extensions.ptojax.gpr` and the other PEs' Local files in
+    `tile.extensions.ptojax.local_files`. The Core's Shared records are
+    `state.shared.tiles["S<sid>"]`. `cfg`, when given, must match the State's
+    sizes; it is recorded in `metadata`.
     """
     _check_state(state)
     if kind not in KINDS:
@@ -169,16 +299,21 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
         raise ValueError(f"pe must be 0..{tables.NUM_PES - 1}, got {pe!r}")
     pe = int(pe)
     sizes = config_of(state)
-    S, W = state.tiles.words.shape
+    P, S, W = state.tiles.words.shape
+    R, WS = state.shared.words.shape
+    if P != tables.NUM_PES:
+        raise ValueError(f"State.tiles has {P} Local files; expected one per PE ({tables.NUM_PES})")
     if cfg is None:
         cfg = sizes
     elif not isinstance(cfg, MachineConfig):
         raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
-    elif cfg.gm_bytes != sizes.gm_bytes or cfg.hand_slots != sizes.hand_slots or cfg.tile_words > W:
+    elif (cfg.gm_bytes != sizes.gm_bytes or cfg.hand_slots != sizes.hand_slots or cfg.tile_words > W
+          or cfg.shared_slots != R or cfg.shared_words > WS):
         raise ValueError(
-            f"cfg (gm_bytes={cfg.gm_bytes}, hand_slots={cfg.hand_slots}, tile_words={cfg.tile_words}) "
-            f"does not match the State (gm_bytes={sizes.gm_bytes}, hand_slots={sizes.hand_slots}, "
-            f"{W} payload Words per slot)")
+            f"cfg (gm_bytes={cfg.gm_bytes}, hand_slots={cfg.hand_slots}, tile_words={cfg.tile_words}, "
+            f"shared_slots={cfg.shared_slots}, shared_words={cfg.shared_words}) does not match the "
+            f"State (gm_bytes={sizes.gm_bytes}, hand_slots={sizes.hand_slots}, {W} payload Words "
+            f"per Local slot, {R} Shared records of {WS} Words)")
     hs = S // 4
 
     gm = np.asarray(state.gm).astype(np.uint8)
@@ -188,6 +323,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     fault_address = int(np.asarray(state.fault_address))
     tile_capacity = int(np.asarray(state.tile_capacity))
     t = {k: np.asarray(v) for k, v in state.tiles.items()}
+    sh = {k: np.asarray(v) for k, v in state.shared.items()}
     b = {k: np.asarray(v) for k, v in state.block.items()}
 
     # ---- scalar: the chosen PE's GPRs by ABI name, TILE_CAPACITY, TPC
@@ -215,48 +351,18 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
                "recoverable": fname in tables.MEMORY_FAULTS,
                "extensions": {EXT: {"trap_number": tables.TRAP_NUMBER.get(fname)}}}
 
-    # ---- Local tiles: allocated ones as registers, stale free slots in extensions
-    tile_regs: dict[str, Any] = {}
-    free: dict[str, Any] = {}
-    words, defined = t["words"].astype(np.uint64), t["defined"].astype(bool)
-    for slot in range(S):
-        name = tables.tile_name(_index_of_slot(slot, hs))
-        f = {k: int(t[k][slot]) for k in _TILE_SCALARS}
-        if f["allocated"]:
-            if f["dtype"] not in tables.DTYPE_BY_CODE:
-                raise ValueError(f"tile {name}: dtype code {f['dtype']} is not assigned")
-            if not 0 <= f["layout"] < len(tables.TILE_LAYOUTS):
-                raise ValueError(f"tile {name}: layout {f['layout']} is not a TILE_LAYOUTS index")
-            if not 0 <= f["location"] < len(tables.TILE_LOCATIONS):
-                raise ValueError(f"tile {name}: location {f['location']} is not a TILE_LOCATIONS index")
-            for k in ("rows", "cols", "valid_rows", "valid_cols", "capacity", "mask", "k_repeat",
-                      "n_repeat", "cell_count", "storage_bytes", "defined_valid"):
-                if f[k] < 0:
-                    raise ValueError(f"tile {name}: {k}={f[k]} is negative")
-            layout = tables.TILE_LAYOUTS[f["layout"]]
-            n = min(f["rows"] * f["cols"], W)
-            dext = {ext: (tables.TILE_LOCATIONS[f[leaf]] if leaf == "location" else f[leaf])
-                    for leaf, ext in _DESC_EXT}
-            vext = {"defined_valid_elements": f["defined_valid"],
-                    "words_tail": _sparse(words[slot], n),
-                    "defined_tail": [int(i) for i in np.flatnonzero(defined[slot, n:]) + n]}
-            tile_regs[name] = {
-                "descriptor": {"dtype": tables.DTYPE_BY_CODE[f["dtype"]].name, "layout": layout,
-                               "shape": [f["rows"], f["cols"]],
-                               "valid_shape": [f["valid_rows"], f["valid_cols"]],
-                               "strides": _strides(layout, f["rows"], f["cols"]),
-                               "extensions": {EXT: dext}},
-                "data": [int(x) for x in words[slot, :n].tolist()],
-                "defined": [bool(x) for x in defined[slot, :n].tolist()],
-                "generation": 0,
-                "extensions": {EXT: vext}}
-        else:
-            stale = {k: v for k, v in f.items() if v != _FREE_DEFAULTS.get(k, 0)}
-            w = _sparse(words[slot], 0)
-            dd = [int(i) for i in np.flatnonzero(defined[slot])]
-            if stale or w or dd:
-                free[name] = {"fields": stale, "words": w, "defined": dd}
-    tile = {"registers": tile_regs, "extensions": {EXT: {"free_slots": free}}}
+    # ---- Local tiles: PE pe's file as registers; the other PEs' files in extensions
+    files = [_export_local(t, p, S, W, hs) for p in range(tables.NUM_PES)]
+    tile_regs, free = files[pe]
+    local_files = [None if p == pe else {"registers": regs, "free_slots": fr}
+                   for p, (regs, fr) in enumerate(files)]
+    tile = {"registers": tile_regs,
+            "extensions": {EXT: {"free_slots": free, "local_files": local_files}}}
+
+    # ---- Shared tiles: the Core's records
+    shared_tiles, free_records = _export_shared(sh, WS)
+    shared = {"tiles": shared_tiles, "generations": {},
+              "extensions": {EXT: {"free_records": free_records}}}
 
     # ---- the open block: readable attributes + the raw header for the round trip
     active = bool(b["active"])
@@ -271,18 +377,19 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
         "schema": SCHEMA_ID,
         "kind": kind,
         "state": {
-            "scalar": scalar, "block": block, "tile": tile,
-            "shared": {"tiles": {}, "generations": {}, "extensions": {}},
+            "scalar": scalar, "block": block, "tile": tile, "shared": shared,
             "memory": memory, "fault": fault_d,
             "pe_id": pe, "thread_id": 0, "cycle": 0,
             "extensions": {EXT: {"format": EXT_FORMAT, "gm_bytes": int(gm.shape[0]),
-                                 "hand_slots": hs, "tile_words": int(W)}},
+                                 "hand_slots": hs, "tile_words": int(W),
+                                 "shared_slots": int(R), "shared_words": int(WS)}},
         },
         "artifact": {"model": "ptojax", "version": __version__, "semantics": cfg.semantics,
                      "profile": cfg.profile},
         "metadata": {"machine_config": {
             "gm_bytes": cfg.gm_bytes, "tile_words": cfg.tile_words, "hand_slots": cfg.hand_slots,
-            "tile_capacity": cfg.tile_capacity, "profile": cfg.profile,
+            "tile_capacity": cfg.tile_capacity, "shared_slots": cfg.shared_slots,
+            "shared_words": cfg.shared_words, "profile": cfg.profile,
             "cas_lane_order": cfg.cas_lane_order, "cas_seed": cfg.cas_seed,
             "semantics": cfg.semantics}},
     }
@@ -358,13 +465,13 @@ def _slot(cfg: MachineConfig, name: str, label: str) -> int:
     return slot
 
 
-def _put_sparse(row: np.ndarray, pairs, label: str, W: int, lo: int):
+def _put_sparse(row: np.ndarray, pairs, label: str, W: int, lo: int, bound: str = "cfg.tile_words"):
     for i, p in enumerate(_list(pairs, label)):
         off, val = _list(p, f"{label}[{i}]", 2)
         off = _int(off, f"{label}[{i}][0]", lo, (1 << 31) - 1)
         val = _int(val, f"{label}[{i}][1]", 0, _U64)
         if off >= W:
-            _fail(label, f"payload offset {off} does not fit cfg.tile_words={W}")
+            _fail(label, f"payload offset {off} does not fit {bound}={W}")
         row[off] = val
 
 
@@ -469,6 +576,146 @@ def _read_free(v, name: str, label: str, cfg: MachineConfig, t: dict):
     _put_bits(t["defined"][slot], v["defined"], f"{label}.defined", cfg.tile_words, 0)
 
 
+def _shared_sid(name, label: str) -> int:
+    m = _SHARED_NAME.match(name) if isinstance(name, str) else None
+    if m is None or not 0 <= int(m.group(1)) < tables.SHARED_TILES:
+        _fail(label, f"Shared tile name {name!r} is not S0..S{tables.SHARED_TILES - 1}")
+    return int(m.group(1))
+
+
+def _record_index(v, label: str, R: int) -> int:
+    r = _int(v, label, 0, (1 << 31) - 1)
+    if r >= R:
+        _fail(label, f"record {r} does not fit cfg.shared_slots={R}")
+    return r
+
+
+def _read_shared_tile(v, sid: int, label: str, cfg: MachineConfig) -> tuple[Optional[int], dict]:
+    """(record index or None, {leaf: value}) of one sharedTile value."""
+    WS = cfg.shared_words
+    v = _obj(v, label, ("descriptor", "data", "defined", "generation", "allocation_mask",
+                        "extensions"))
+    dl = f"{label}.descriptor"
+    d = _obj(v["descriptor"], dl, ("dtype", "layout", "shape", "valid_shape", "strides", "extensions"))
+    dtype = _dtype_code(d["dtype"], f"{dl}.dtype")
+    layout = _layout_code(d["layout"], f"{dl}.layout")
+    rows, cols = (_int(x, f"{dl}.shape[{i}]", 0, _I32[1])
+                  for i, x in enumerate(_list(d["shape"], f"{dl}.shape", 2)))
+    vrows, vcols = (_int(x, f"{dl}.valid_shape[{i}]", 0, _I32[1])
+                    for i, x in enumerate(_list(d["valid_shape"], f"{dl}.valid_shape", 2)))
+    strides = _list(d["strides"], f"{dl}.strides")
+    if strides != [cols, 1]:
+        _fail(f"{dl}.strides", f"{strides} is not ptojax's Shared payload order (element "
+              f"r*columns+c, expected {[cols, 1]})")
+    dext = _ext(d["extensions"], f"{dl}.extensions")
+    if dext is None:
+        _fail(f"{dl}.extensions", f"needs a {EXT!r} entry: the schema has no place for the "
+              "Shared tile's capacity")
+    el = f"{dl}.extensions.{EXT}"
+    _obj(dext, el, ("capacity_bytes",))
+    f = {"sid": sid, "dtype": dtype, "layout": layout, "rows": rows, "cols": cols,
+         "valid_rows": vrows, "valid_cols": vcols,
+         "capacity": _int(dext["capacity_bytes"], f"{el}.capacity_bytes", 0, _I32[1]),
+         "allocation_mask": _int(v["allocation_mask"], f"{label}.allocation_mask", 0, 0xF)}
+    _int(v["generation"], f"{label}.generation", 0, 1 << 63)
+    vext = _ext(v["extensions"], f"{label}.extensions")
+    if vext is None:
+        _fail(f"{label}.extensions", f"needs a {EXT!r} entry: the schema has no place for the "
+              "Shared tile's initialized mask, published and contents-defined flags")
+    vl = f"{label}.extensions.{EXT}"
+    _obj(vext, vl, ("initialized_mask", "published", "contents_defined", "words_tail"),
+         ("record",))
+    f["initialized_mask"] = _int(vext["initialized_mask"], f"{vl}.initialized_mask", 0, 0xF)
+    f["published"] = _bool(vext["published"], f"{vl}.published")
+    f["contents_defined"] = _bool(vext["contents_defined"], f"{vl}.contents_defined")
+    record = (_record_index(vext["record"], f"{vl}.record", cfg.shared_slots)
+              if "record" in vext else None)
+    data = _list(v["data"], f"{label}.data")
+    dfn = _list(v["defined"], f"{label}.defined")
+    if len(data) > WS:
+        _fail(f"{label}.data", f"{len(data)} payload Words do not fit cfg.shared_words={WS}")
+    if len(dfn) != len(data):
+        _fail(f"{label}.defined", f"has {len(dfn)} entries for {len(data)} payload Words")
+    n = len(data)
+    words = np.zeros(WS, np.uint64)
+    words[:n] = np.array([_int(x, f"{label}.data[{i}]", 0, _U64) for i, x in enumerate(data)],
+                         dtype=np.uint64)
+    got = np.array([_bool(x, f"{label}.defined[{i}]") for i, x in enumerate(dfn)], dtype=bool)
+    want = _shared_defined(f, n)
+    if not np.array_equal(got, want):
+        i = int(np.flatnonzero(got != want)[0])
+        _fail(f"{label}.defined[{i}]", f"{bool(got[i])} disagrees with the initialized mask "
+              f"{f['initialized_mask']:04b} and valid shape (ptojax derives Shared definedness: "
+              "element quarter initialized and inside the valid rectangle)")
+    _put_sparse(words, vext["words_tail"], f"{vl}.words_tail", WS, n, "cfg.shared_words")
+    f["words"] = words
+    return record, f
+
+
+def _read_shared(v, label: str, cfg: MachineConfig) -> dict:
+    """SharedTiles leaves as numpy arrays."""
+    R, WS = cfg.shared_slots, cfg.shared_words
+    sh = {k: np.full(R, _SHARED_FREE.get(k, 0), dtype=bool if k in _SHARED_BOOLS else np.int32)
+          for k in _SHARED_SCALARS}
+    sh["words"] = np.zeros((R, WS), np.uint64)
+    v = _obj(v, label, ("tiles", "generations", "extensions"))
+    tiles = _obj(v["tiles"], f"{label}.tiles")
+    if len(tiles) > R:
+        _fail(f"{label}.tiles", f"{len(tiles)} Shared tiles do not fit cfg.shared_slots={R}")
+    for k, g in _obj(v["generations"], f"{label}.generations").items():
+        _int(g, f"{label}.generations.{k}", 0, 1 << 63)
+    owner: dict[int, str] = {}          # record index -> what claims it
+    placed, unplaced = [], []
+    for name, tv in tiles.items():
+        tl = f"{label}.tiles[{name!r}]"
+        sid = _shared_sid(name, tl)
+        record, f = _read_shared_tile(tv, sid, tl, cfg)
+        if record is None:
+            unplaced.append((sid, f))
+            continue
+        if record in owner:
+            _fail(f"{tl}.extensions.{EXT}.record", f"record {record} is also held by {owner[record]}")
+        owner[record] = name
+        placed.append((record, f))
+    ext = _ext(v["extensions"], f"{label}.extensions")
+    free_records = []
+    if ext is not None:
+        el = f"{label}.extensions.{EXT}"
+        _obj(ext, el, ("free_records",))
+        for i, fr in enumerate(_list(ext["free_records"], f"{el}.free_records")):
+            fl = f"{el}.free_records[{i}]"
+            fr = _obj(fr, fl, ("record", "fields", "words"))
+            record = _record_index(fr["record"], f"{fl}.record", R)
+            if record in owner:
+                _fail(f"{fl}.record", f"record {record} is also held by {owner[record]}")
+            owner[record] = f"free record entry {i}"
+            fields = _obj(fr["fields"], f"{fl}.fields", optional=_SHARED_SCALARS)
+            if fields.get("sid", -1) != -1:
+                _fail(f"{fl}.fields.sid", "a free record holds sid -1")
+            vals = {}
+            for k, val in fields.items():
+                vals[k] = (_bool(val, f"{fl}.fields.{k}") if k in _SHARED_BOOLS
+                           else _int(val, f"{fl}.fields.{k}", *_I32))
+            words = np.zeros(WS, np.uint64)
+            _put_sparse(words, fr["words"], f"{fl}.words", WS, 0, "cfg.shared_words")
+            free_records.append((record, vals, words))
+    # tiles without a record index take the lowest unclaimed records, in SharedTileID order
+    spare = (r for r in range(R) if r not in owner)
+    for sid, f in sorted(unplaced, key=lambda x: x[0]):
+        r = next(spare, None)
+        if r is None:
+            _fail(f"{label}.tiles", f"no record of cfg.shared_slots={R} left for S{sid}")
+        placed.append((r, f))
+    for r, f in placed:
+        for k, val in f.items():
+            sh[k][r] = val
+    for r, vals, words in free_records:
+        for k, val in vals.items():
+            sh[k][r] = val
+        sh["words"][r] = words
+    return sh
+
+
 def _read_block(v, label: str) -> dict:
     """Block leaves as numpy arrays (the reset block when inactive with no extension)."""
     v = _obj(v, label, ("active", "block_id", "start_pc", "instruction_count", "attributes",
@@ -518,10 +765,12 @@ def _read_block(v, label: str) -> dict:
 def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     """The State described by a `pto.asl-model.arch-state.v1` envelope.
 
-    `cfg` gives the State's sizes (GM bytes, hand slots, payload Words); by
-    default the sizes recorded in `state.extensions.ptojax`, else
-    MachineConfig(). Raises ValueError on a malformed envelope or on content
-    that does not fit `cfg`.
+    `state.tile` becomes PE `pe_id`'s Local file, `tile.extensions.ptojax.local_files`
+    the other PEs' (reset when absent), `state.shared.tiles` the Shared records.
+    `cfg` gives the State's sizes (GM bytes, hand slots, payload Words, Shared
+    records and their Words); by default the sizes recorded in
+    `state.extensions.ptojax`, else MachineConfig(). Raises ValueError on a
+    malformed envelope or on content that does not fit `cfg`.
     """
     env = _obj(d, "envelope", ("schema", "kind", "state", "artifact", "metadata"))
     if env["schema"] != SCHEMA_ID:
@@ -539,18 +788,25 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     top = _ext(st["extensions"], "state.extensions")
     if top is not None:
         tl = f"state.extensions.{EXT}"
-        _obj(top, tl, ("format", "gm_bytes", "hand_slots", "tile_words"))
-        if top["format"] != EXT_FORMAT:
-            _fail(f"{tl}.format", f"unsupported ptojax extension format {top['format']!r}; "
-                  f"expected {EXT_FORMAT}")
-        src = {k: _int(top[k], f"{tl}.{k}", 1, 1 << 30) for k in ("gm_bytes", "hand_slots", "tile_words")}
+        fmt = _obj(top, tl).get("format")
+        if isinstance(fmt, bool) or fmt not in EXT_FORMATS:
+            _fail(f"{tl}.format", f"unsupported ptojax extension format {fmt!r}; "
+                  f"expected one of {EXT_FORMATS}")
+        keys = ("format", "gm_bytes", "hand_slots", "tile_words")
+        if fmt >= 2:
+            keys += ("shared_slots", "shared_words")
+        _obj(top, tl, keys)
+        src = {k: _int(top[k], f"{tl}.{k}", 1, 1 << 30) for k in keys[1:]}
     else:
         src = None
     if cfg is None:
-        cfg = MachineConfig(**src) if src is not None else MachineConfig()
+        try:
+            cfg = MachineConfig(**src) if src is not None else MachineConfig()
+        except ValueError as e:
+            _fail(f"state.extensions.{EXT}", str(e))
     elif not isinstance(cfg, MachineConfig):
         raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
-    S, W, G = cfg.local_slots, cfg.tile_words, cfg.gm_bytes
+    P, S, W, G = tables.NUM_PES, cfg.local_slots, cfg.tile_words, cfg.gm_bytes
 
     # ---- scalar
     sc = _obj(st["scalar"], "state.scalar", ("registers", "pc", "tpc", "flags", "mode", "extensions"))
@@ -624,43 +880,55 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     _bool(fl["recoverable"], "state.fault.recoverable")
     _obj(fl["extensions"], "state.fault.extensions")
 
-    # ---- Local tiles
-    t = {k: np.full(S, _FREE_DEFAULTS.get(k, 0), dtype=bool if k == "allocated" else np.int32)
+    # ---- Local tiles: state.tile is PE pe_id's file, the others travel in extensions
+    t = {k: np.full((P, S), _FREE_DEFAULTS.get(k, 0), dtype=bool if k == "allocated" else np.int32)
          for k in _TILE_SCALARS}
-    t["words"] = np.zeros((S, W), np.uint64)
-    t["defined"] = np.zeros((S, W), bool)
+    t["words"] = np.zeros((P, S, W), np.uint64)
+    t["defined"] = np.zeros((P, S, W), bool)
     tl = _obj(st["tile"], "state.tile", ("registers", "extensions"))
-    seen = set()
-    for name, v in _obj(tl["registers"], "state.tile.registers").items():
-        label = f"state.tile.registers[{name!r}]"
-        _read_tile(v, name, label, cfg, t)
-        seen.add(name)
     text = _ext(tl["extensions"], "state.tile.extensions")
+    el = f"state.tile.extensions.{EXT}"
     if text is not None:
-        el = f"state.tile.extensions.{EXT}"
-        _obj(text, el, ("free_slots",))
-        for name, v in _obj(text["free_slots"], f"{el}.free_slots").items():
-            label = f"{el}.free_slots[{name!r}]"
-            if name in seen:
-                _fail(label, f"tile {name} is both allocated and free")
-            _read_free(v, name, label, cfg, t)
+        _obj(text, el, ("free_slots",), ("local_files",))
+    files = {pe: (tl["registers"], "state.tile.registers",
+                  None if text is None else text["free_slots"], f"{el}.free_slots")}
+    if text is not None:
+        if "local_files" in text:
+            lf = _list(text["local_files"], f"{el}.local_files", P)
+            for p, v in enumerate(lf):
+                fl = f"{el}.local_files[{p}]"
+                if p == pe:
+                    if v is not None:
+                        _fail(fl, f"must be null: PE {pe}'s Local file is state.tile.registers "
+                              "(pe_id)")
+                    continue
+                v = _obj(v, fl, ("registers", "free_slots"))
+                files[p] = (v["registers"], f"{fl}.registers", v["free_slots"], f"{fl}.free_slots")
+    for p, (regs, rlabel, free, flabel) in sorted(files.items()):
+        tp = {k: a[p] for k, a in t.items()}        # views of PE p's file
+        seen = set()
+        for name, v in _obj(regs, rlabel).items():
+            _read_tile(v, name, f"{rlabel}[{name!r}]", cfg, tp)
+            seen.add(name)
+        if free is not None:
+            for name, v in _obj(free, flabel).items():
+                label = f"{flabel}[{name!r}]"
+                if name in seen:
+                    _fail(label, f"tile {name} is both allocated and free")
+                _read_free(v, name, label, cfg, tp)
 
-    # ---- Shared tiles: not modelled by ptojax
-    sh = _obj(st["shared"], "state.shared", ("tiles", "generations", "extensions"))
-    if _obj(sh["tiles"], "state.shared.tiles"):
-        _fail("state.shared.tiles", "ptojax does not model Shared tiles; the envelope holds some")
-    for k, g in _obj(sh["generations"], "state.shared.generations").items():
-        _int(g, f"state.shared.generations.{k}", 0, 1 << 63)
-    _obj(sh["extensions"], "state.shared.extensions")
+    # ---- Shared tiles: the Core's records
+    sh = _read_shared(st["shared"], "state.shared", cfg)
 
     blk = _read_block(st["block"], "state.block")
 
     with jax.enable_x64(True):
         tiles = Tiles(**{k: jnp.asarray(v) for k, v in t.items()})
+        shared = SharedTiles(**{k: jnp.asarray(v) for k, v in sh.items()})
         block = Block(**{k: jnp.asarray(v) for k, v in blk.items()})
         return State(gm=jnp.asarray(gm), gpr=jnp.asarray(gpr),
                      pc=jnp.asarray(tpc, jnp.uint64),
                      fault=jnp.asarray(tables.FAULTS.index(code), jnp.int32),
                      fault_address=jnp.asarray(fault_address, jnp.uint64),
                      tile_capacity=jnp.asarray(tile_capacity, jnp.uint64),
-                     tiles=tiles, block=block)
+                     tiles=tiles, shared=shared, block=block)
