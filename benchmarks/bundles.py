@@ -17,6 +17,11 @@ payload Words per tile, so that 65536 States fit in about 1.6 GB):
 * TMATMUL FP16 16x32x16 (M x K x N) in the portable and ieee profiles, S8
   (portable), and TGEMV FP16 1x32x16 (ieee): A and B loaded beforehand by
   CUBE TLOADs (reference model); these run on a 512-Word-tile config.
+* Cooperative TMATMUL FP16 (ADR 0100) with group_M = 64 (16 rows per PE)
+  and 100 (32, 32, 32, 4 rows), K = 32, N = 16, both operands Shared
+  (loaded beforehand by Shared TLOADs), run on the whole Core:
+  pj.batch.run(..., core=True) against pj.reference.run_core; each bundle
+  publishes one D fragment per active PE.
 
 For every bundle and batch size one run measures, side by side:
 
@@ -78,12 +83,24 @@ MATRIX = {
     "TMATMUL S8 16x32x16 portable":   ("TMATMUL", "S8", 16, 32, 16, "portable"),
     "TGEMV FP16 1x32x16 ieee":        ("TGEMV", "FP16", 1, 32, 16, "ieee"),
 }
+# cooperative bundles (run_core): name -> (dtype, group_M, K, N, profile); Shared A
+# (group_M x K) in S1 and B (K x N) in S2, one D fragment per active PE in hand M
+COOP = {
+    "COOP TMATMUL FP16 64x32x16 portable":  ("FP16", 64, 32, 16, "portable"),
+    "COOP TMATMUL FP16 100x32x16 portable": ("FP16", 100, 32, 16, "portable"),
+    "COOP TMATMUL FP16 64x32x16 ieee":      ("FP16", 64, 32, 16, "ieee"),
+}
 for _name, (_op, _dt, _m, _k, _n, _p) in MATRIX.items():
     BUNDLES[_name] = (_op, "matrix", _dt, _m, _n, 2, "M")
+for _name, (_dt, _m, _k, _n, _p) in COOP.items():
+    BUNDLES[_name] = ("TMATMUL", "coop", _dt, _m, _n, 4, "M")
 
 
 def matrix_config(pj, name):
-    return pj.MachineConfig(tile_words=512, hand_slots=2, profile=MATRIX[name][5])
+    if name in COOP:   # room for a 128x32 FP16 Shared A and a 32-row FP32 fragment
+        return pj.MachineConfig(tile_words=512, hand_slots=2, shared_slots=2, shared_words=4096,
+                                gm_bytes=16384, profile=COOP[name][4])
+    return pj.MachineConfig(tile_words=512, hand_slots=2, shared_slots=1, profile=MATRIX[name][5])
 
 
 # MGATHER.CAS lane addresses: "distinct" or "dup" (see the module docstring)
@@ -121,6 +138,38 @@ def matrix_program(name):
                       "B.IOT T#1, T#2, mask=1000, last, ->M<4>", "BSTOP"])
 
 
+def coop_program(name):
+    dtype, g, k, n, _ = COOP[name]
+    return "\n".join([f"BSTART.TMATMUL {dtype}", "B.FPATR 0, 0, 0, 0, 0, 0, 0, 0, 0",
+                      f"B.DIM zero, {g}, ->LB0", f"B.DIM zero, {n}, ->LB1", f"B.DIM zero, {k}, ->LB2",
+                      "B.IOS S1, mask=1111", "B.IOS S2, mask=1111",
+                      "B.IOT mask=1111, last, ->M<5>", "BSTOP"])
+
+
+def coop_state(pj, cfg, name, rng):
+    """A cooperative bundle's State: Shared A (S1) and B (S2) filled by Shared
+    TLOADs on the Core (reference model) from small random FP16 values."""
+    dtype, g, k, n, _ = COOP[name]
+    s = pj.reset(cfg)
+    rows_a = 128 if g > 64 else 64
+    for sid, (rows, cols, vr), base in ((1, (rows_a, k, g), 0), (2, (k, n, k), 8192)):
+        vals = rng.integers(-8, 9, (vr, cols)).astype(np.float16)
+        s = pj.write_memory(s, base, vals.view(np.uint8).tobytes())
+        size = (rows * cols * 2).bit_length() - 7          # TSize = rows x cols FP16
+        text = "\n".join([f"BSTART.TLOAD {dtype}", f"B.DIM zero, {cols}, ->LB0",
+                          f"B.DIM zero, {vr}, ->LB1", f"B.DIM zero, {cols}, ->LB2",
+                          f"B.IOS mask=1111, ->S{sid}<{size}>", "BSTOP"])
+        for pe in range(4):   # every PE's GPRs address its quarter of the rows
+            s = pj.write_gpr(s, "a0", base, pe=pe)
+            s = pj.write_gpr(s, "a1", cols * 2, pe=pe)
+        text = text.replace("BSTOP", "B.IOR a0, a1\nBSTOP")
+        r = pj.reference.run_core(s, pj.asm.assemble(text), cfg=cfg)
+        if r.fault != "Fault_None":
+            raise RuntimeError(f"{name}: loading Shared S{sid} faulted: {r.fault}")
+        s = r.state
+    return s, None
+
+
 def matrix_state(pj, cfg, name, rng):
     """A matrix bundle's State: A (M x K, ND2M16) and B (K x N, ND2N8) loaded by
     CUBE TLOADs (reference model) from random small values in GM."""
@@ -150,6 +199,8 @@ def start_state(pj, cfg, name, rng):
         return cas_state(pj, cfg, name, rng)
     if name in MATRIX:
         return matrix_state(pj, cfg, name, rng)
+    if name in COOP:
+        return coop_state(pj, cfg, name, rng)
     eb = _elem_bytes(dtype)
     data = rng.integers(0, 256, rows * cols * eb, dtype=np.uint8)
     if dtype == "FP16":   # finite values only, so the bytes are ordinary numbers
@@ -204,11 +255,12 @@ def same_state(a, b):
     return all(np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))
 
 
-def time_reference(pj, s, words, n, cfg):
-    pj.reference.run(s, words, cfg=cfg)     # first call: imports, caches
+def time_reference(pj, s, words, n, cfg, core=False):
+    run = pj.reference.run_core if core else pj.reference.run
+    run(s, words, cfg=cfg)     # first call: imports, caches
     t0 = time.perf_counter()
     for _ in range(n):
-        r = pj.reference.run(s, words, cfg=cfg)
+        r = run(s, words, cfg=cfg)
     dt = time.perf_counter() - t0
     return n / dt, r
 
@@ -221,7 +273,7 @@ def make_batch(jax, s, B):
     return jax.block_until_ready(out)
 
 
-def time_batch(pj, jax, s, words, B, repeats, cfg):
+def time_batch(pj, jax, s, words, B, repeats, cfg, core=False):
     """(best seconds, first-call seconds, last BatchResult) of pj.batch.run, donate=True.
 
     The time includes pj.batch.run's host-side work (padding the words,
@@ -234,7 +286,7 @@ def time_batch(pj, jax, s, words, B, repeats, cfg):
         states = make_batch(jax, s, B)
         del res
         t0 = time.perf_counter()
-        res = pj.batch.run(states, w, donate=True, cfg=cfg)
+        res = pj.batch.run(states, w, donate=True, cfg=cfg, core=core)
         jax.block_until_ready(res.state)
         times.append(time.perf_counter() - t0)
         del states
@@ -337,15 +389,18 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     t_start = time.perf_counter()
     bundles, starts = [], {}
-    cfgs = {name: matrix_config(pj, name) if name in MATRIX else cfg for name in names}
+    cfgs = {name: matrix_config(pj, name) if name in MATRIX or name in COOP else cfg
+            for name in names}
     for name in names:
         op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
-        words = pj.asm.assemble(matrix_program(name) if name in MATRIX
-                                else program(op, layout, dtype, rows, cols, size, hand))
+        words = pj.asm.assemble(matrix_program(name) if name in MATRIX else coop_program(name)
+                                if name in COOP else program(op, layout, dtype, rows, cols, size, hand))
         s, data = start_state(pj, cfgs[name], name, rng)
         starts[name] = (s, words)
         bundles.append({"bundle": name, "op": op, "layout": layout or "NORM", "dtype": dtype,
                         **({"mkn_profile": MATRIX[name][2:]} if name in MATRIX else {}),
+                        **({"group_m_k_n_profile": COOP[name][1:], "core": True}
+                           if name in COOP else {}),
                         **({"lanes": CAS_LANES[name]} if op == "MGATHER.CAS" else {}),
                         "shape": [rows, cols], "size_code": size,
                         "words": [f"0x{w:08x}" for w in words],
@@ -355,7 +410,7 @@ def main(argv=None):
     reference = {}
     for name in names:
         s, words = starts[name]
-        rate, ref = time_reference(pj, s, words, ref_runs, cfgs[name])
+        rate, ref = time_reference(pj, s, words, ref_runs, cfgs[name], core=name in COOP)
         if ref.fault != "Fault_None":
             raise RuntimeError(f"{name}: the reference model faults: {ref.fault}")
         reference[name] = (rate, ref)
@@ -366,7 +421,8 @@ def main(argv=None):
     for B in sizes:
         for name in names:
             s, words = starts[name]
-            best, first, res = time_batch(pj, jax, s, words, B, repeats, cfgs[name])
+            best, first, res = time_batch(pj, jax, s, words, B, repeats, cfgs[name],
+                                          core=name in COOP)
             if B == sizes[0] and not same_state(res[0].state, reference[name][1].state):
                 raise RuntimeError(f"{name}: pj.batch.run and pj.reference.run disagree")
             del res

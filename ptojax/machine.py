@@ -203,8 +203,8 @@ _EFFECT_STARTS = {
 _EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE", "TSTORE.SPART"),
                "MGATHER.CAS": ("MGATHER.CAS",),
                "MATMUL": tuple(n for n, e, _ in tables.OPS if e == "CUBE")}
-# Shared TLOAD/TSTORE/TSTORE.SPART: a B.IOS word or a TSTORE.SPART start in the
-# words, or an open TLSU block (it may hold a B.IOS binding already)
+# Shared TLOAD/TSTORE/TSTORE.SPART: a B.IOS word with a TLOAD/TSTORE start, a
+# TSTORE.SPART start, or an open TLSU block (it may hold a B.IOS binding already)
 _IOS_MASK, _IOS_MATCH = 0xF00871FF, 0x00001013
 _SHARED_OPEN = ("TLOAD", "TSTORE", "TSTORE.SPART")
 ALL_EFFECTS = frozenset(_EFFECT_STARTS) | {"SHARED"}
@@ -221,8 +221,10 @@ def possible_effects(words, open_ops=()) -> frozenset:
     out = {e for e, matches in _EFFECT_STARTS.items()
            if np.any(np.isin(w, np.asarray(matches, np.uint32)))
            or any(tables.OP_ID[o] in opened for o in _EFFECT_OPS[e])}
-    if (np.any((raw & np.uint32(_IOS_MASK)) == _IOS_MATCH) or np.any(w == 0x00E11181)
-            or any(tables.OP_ID[o] in opened for o in _SHARED_OPEN)):
+    tlsu_start = np.any(np.isin(w, np.asarray(_EFFECT_STARTS["TLOAD"] + _EFFECT_STARTS["TSTORE"],
+                                               np.uint32)))
+    if ((tlsu_start and np.any((raw & np.uint32(_IOS_MASK)) == _IOS_MATCH))
+            or np.any(w == 0x00E11181) or any(tables.OP_ID[o] in opened for o in _SHARED_OPEN)):
         out.add("SHARED")
     return frozenset(out)
 

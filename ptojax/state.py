@@ -43,20 +43,23 @@ class MachineConfig:
     `shared_slots` records materialize the Core's 256 Shared registers (a
     SharedTileID takes a free record when first written; none left is
     Fault_TileAllocation) and `shared_words` bounds a Shared payload the same
-    way (docs/shared-decisions.md section 1).
+    way (docs/shared-decisions.md section 1); it defaults to `tile_words`.
     """
     gm_bytes: int = 4096
     tile_words: int = MODEL_TILE_ELEMENTS
     hand_slots: int = tables.HAND_SLOTS
     tile_capacity: int = tables.TILE_CAPACITY_RESET
     shared_slots: int = 16
-    shared_words: int = MODEL_TILE_ELEMENTS
+    shared_words: Optional[int] = None     # None: tile_words
     profile: str = "portable"
     cas_lane_order: str = "row-major"
     cas_seed: int = 0
     semantics: str = "adr0100"
 
     def __post_init__(self):
+        if self.shared_words is None:
+            object.__setattr__(self, "shared_words", self.tile_words)
+
         def need(cond, msg):
             if not cond:
                 raise ValueError(f"MachineConfig: {msg}")

@@ -306,15 +306,15 @@ def complete(state, blk, pe, cfg, enable):
     # ---- product: lanes = D's payload slots
     r, c = tile_coords(True, jnp.clip(d_lay, 0, 1), d_cr, d_cc, False, 0, 1, W)
     lane_ok = (r < Mi) & (c < N) & (jnp.arange(W) < d_g["cell_count"] * d_cr * d_cc)
-    # operand tables: a Local tile's Words or a Shared record's (one length for both)
-    L = max(W, cfg.shared_words)
-    fit = lambda x: x if x.shape[0] == L else jnp.zeros(L, x.dtype).at[: x.shape[0]].set(x)
-    shared_words = lambda i: fit(state.shared.words[i])
-    local_words = lambda slot: fit(tiles.words[slot])
-    a_words = jnp.where(left_shared, shared_words(sh_a), local_words(a_slot))
-    sa_words = jnp.where(left_shared, shared_words(sh_sa), local_words(sa_slot))
-    b_words = jnp.where(shared_on, shared_words(sh_b), local_words(b_slot))
-    sb_words = jnp.where(shared_on, shared_words(sh_sb), local_words(sb_slot))
+    # operands are read lane by lane from a Local tile row or a Shared record row
+    # (no table of either is copied: a Shared record may be much longer than W)
+    WS = cfg.shared_words
+
+    def fetch(local, shared, slot, i, use_shared, idx):
+        lv = local[slot, jnp.clip(idx, 0, W - 1)]
+        sv = shared[i, jnp.clip(idx, 0, WS - 1)]
+        return jnp.where(use_shared, sv, lv)
+
     la_cr, la_cc, lb_cr = log2(a_cr), log2(a_cc), log2(b_cr)
     a_b4_m16 = (take(DT_BITS, a_type) == 4) & (a_lay == 0)
     b_krep = jnp.maximum(b_s["k_repeat"], 1)
@@ -336,50 +336,55 @@ def complete(state, blk, pe, cfg, enable):
         return jnp.where(shared_on, jnp.where(trans_b, k, k * b_cols),
                          ((k >> lb_cr) << (lb_cr + 3)) + (k & (b_cr - 1)))
 
-    # per operand table entry, its logical (row, k) / (k, n) and MX scale word (1 for
-    # an absent scale): A[i][k] takes sA[i][k div 32], B[k][n] takes sB[k div 32][n]
-    e = jnp.arange(L, dtype=jnp.int32)
-    stored = lambda cols, trans: (jnp.where(trans, e % jnp.maximum(cols, 1), e // jnp.maximum(cols, 1)),
-                                  jnp.where(trans, e // jnp.maximum(cols, 1), e % jnp.maximum(cols, 1)))
-    a_r, a_c = tile_coords(True, jnp.clip(a_lay, 0, 1), a_cr, a_cc, a_b4_m16, 0, 1, L)
-    a_sr, a_sc = stored(a_cols, trans_a)
-    a_r, a_c = jnp.where(left_shared, a_sr, a_r), jnp.where(left_shared, a_sc, a_c)
-    b_r, b_c = tile_coords(True, 2, b_cr, 8, False, b_krep, 1, L)
-    b_sr, b_sc = stored(b_cols, trans_b)
-    b_r, b_c = jnp.where(shared_on, b_sr, b_r), jnp.where(shared_on, b_sc, b_c)
-    sa_c = jnp.where(left_shared, sa_cols, sa_s["cols"])
+    # MX scale words per lane and k (1 for an absent scale): A[i][k] takes sA[i][k div 32]
+    # (a Shared sA row is absolute like A's, a Local one this PE's), B[k][n] takes sB[k div 32][n]
+    a_row = jnp.where(left_shared, row, ri) * jnp.where(left_shared, sa_cols, sa_s["cols"])
     sb_c = jnp.where(shared_on, sb_cols, sb_s["cols"])
-    sa = jnp.where(sa_on, sa_words[jnp.clip(a_r * sa_c + (a_c >> 5), 0, L - 1)], U64(1))
-    sb = jnp.where(sb_on, sb_words[jnp.clip((b_r >> 5) * sb_c + b_c, 0, L - 1)], U64(1))
-    gather = lambda table, base, step: table[jnp.clip(base + step, 0, L - 1)]
+    words, shared = tiles.words, state.shared.words
+
+    def scales(k):
+        sa = fetch(words, shared, sa_slot, sh_sa, left_shared, a_row + (k >> 5))
+        sb = fetch(words, shared, sb_slot, sh_sb, shared_on, ci + (k >> 5) * sb_c)
+        return jnp.where(sa_on, sa, U64(1)), jnp.where(sb_on, sb, U64(1))
+
+    def operands(a_table, b_table, k, rows=(a_slot, sh_a, b_slot, sh_b)):
+        """A[i][k] and B[k][n] of every lane from (Local, Shared) tables of raw Words, or of
+        decoded values (one row each: rows = 0)."""
+        a = fetch(a_table[0], a_table[1], rows[0], rows[1], left_shared, a_base + a_step(k))
+        b = fetch(b_table[0], b_table[1], rows[2], rows[3], shared_on, b_base + b_step(k))
+        return a, b
 
     c_words = tiles.words[c_slot]           # C has D's layout and shape: same slots
     bias_words = tiles.words[bias_slot][jnp.clip(c, 0, W - 1)]
     trips = jnp.where(do, K, 0)
 
     if cfg.profile != "ieee":
-        a_scaled, b_scaled = a_words * sa, b_words * sb
-
         def body(k, acc):
-            return acc + gather(a_scaled, a_base, a_step(k)) * gather(b_scaled, b_base, b_step(k))
+            sa, sb = scales(k)
+            a, b = operands((words, shared), (words, shared), k)
+            return acc + (a * sa) * (b * sb)
         acc = jax.lax.fori_loop(0, trips, body, jnp.where(is_acc, c_words, U64(0)))
         d_words = acc + jnp.where(is_bias, bias_words, U64(0))
     else:
         is_float = acc_type == DT["FP32"]
         scale = lambda w: jnp.where(w == U64(0xFF), jnp.nan,
                                     jnp.ldexp(jnp.float64(1), (w & U64(0xFF)).astype(jnp.int32) - 127))
-        # operand values decoded once per bundle; MX scales are exact powers of two
-        a_val = _float_value(a_type, a_words) * jnp.where(sa_on, scale(sa), 1.0)
-        b_val = _float_value(b_type, b_words) * jnp.where(sb_on, scale(sb), 1.0)
-        # integer inputs (<= 16 bits) are exact as float64 values, and so are their products
-        a_val = jnp.where(is_float, a_val, _int_value(a_type, a_words).astype(jnp.int64).astype(jnp.float64))
-        b_val = jnp.where(is_float, b_val, _int_value(b_type, b_words).astype(jnp.int64).astype(jnp.float64))
+        # operand values decoded once per bundle (the A and B rows of the Local file and
+        # of the Shared records); integer inputs (<= 16 bits) are exact as float64 values,
+        # and so are their products; MX scales are exact powers of two, applied per product
+        def decode(dtype, table):
+            return jnp.where(is_float, _float_value(dtype, table),
+                             _int_value(dtype, table).astype(jnp.int64).astype(jnp.float64))
+        a_val = (decode(a_type, words[a_slot][None]), decode(a_type, shared[sh_a][None]))
+        b_val = (decode(b_type, words[b_slot][None]), decode(b_type, shared[sh_b][None]))
 
         def body(k, carry):
             acc_i, acc_f = carry
             # the exact product, rounded once, then a binary32 add (both via float64);
             # integers: the exact product, summed mod 2^64 (reduced to 32 bits at the end)
-            exact = gather(a_val, a_base, a_step(k)) * gather(b_val, b_base, b_step(k))
+            sa, sb = scales(k)
+            a, b = operands(a_val, b_val, k, (0, 0, 0, 0))
+            exact = (a * jnp.where(sa_on, scale(sa), 1.0)) * (b * jnp.where(sb_on, scale(sb), 1.0))
             acc_f = binary32.round_value(acc_f + binary32.round_value(exact))
             acc_i = acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64)
             return acc_i, acc_f
