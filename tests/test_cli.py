@@ -282,3 +282,32 @@ def test_bench_bundles_smoke(tmp_path, capsys):
     assert all(r["bundles_per_s"] > 0 and r["batch"] == 1 for r in data["rows"])
     assert all(s["ratio"] > 0 for s in data["summary"])
     assert data["presets"]["tiny"]["state_bytes"] == pj.preset("tiny").state_bytes
+
+
+COOP_EXAMPLE = EXAMPLE.with_name("coop_tmatmul.s")
+
+
+def test_run_core_cooperative_example(capsys):
+    # the reference model keeps it cheap; the JAX path of the same program is in
+    # tests/test_cooperative.py (the scenarios re-bound on pj.run_core)
+    text = COOP_EXAMPLE.read_text()
+    rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--reference", "--core")
+    assert rc == 0, err
+    assert "reference model, config small, portable profile, the whole Core (PE0..PE3)" in out
+    assert "tiles changed: 2" in out
+    assert "PE0 T#1 (tile 0): CUBE_M16 U32 16x4, valid 16x4, 256 B, Matrix, mask 1000" in out
+    assert "PE1 T#1 (tile 0): CUBE_M16 U32 16x4, valid 4x4, 256 B, Matrix, mask 0100" in out
+    assert "S1: RowMajor U16 32x4, valid 20x4, 256 B per PE, allocated 1111, initialized 1111" in out
+    # the file documents PE0's row 0 and PE1's row 0 (D row 16)
+    assert "00000003 00000001 00000003 00000005" in out and "3 1 3 5" in text
+    assert "00000083 00000081 00000083 00000085" in out and "131 129 131 133" in text
+    rc, out, _ = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--reference", "--core", "--json")
+    rep = json.loads(out)
+    assert rep["pe"] == "core" and [(t["pe"], t["valid_rows"]) for t in rep["tiles"]] == [(0, 16), (1, 4)]
+    assert [s["name"] for s in rep["shared"]] == ["S1", "S2"]
+    assert rep["shared"][0]["allocation_mask"] == "1111" and rep["shared"][0]["published"]
+    # PE1's single-PE view publishes only PE1's fragment
+    rc, out, _ = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--reference", "--pe", "1")
+    assert rc == 0 and "tiles changed: 1" in out and "PE1 T#1 (tile 0)" in out
+    rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--reference", "--core", "--pe", "1")
+    assert rc == 2 and "--core runs every PE" in err
