@@ -163,9 +163,10 @@ class Setup:
         return s
 
 
-def allocated_indices(s):
-    hs = s.tiles.words.shape[0] // 4
-    return [(slot // hs) * 16 + slot % hs for slot in np.flatnonzero(np.asarray(s.tiles.allocated))]
+def allocated_indices(s, pe=0):
+    hs = s.tiles.words.shape[1] // 4
+    return [(slot // hs) * 16 + slot % hs
+            for slot in np.flatnonzero(np.asarray(s.tiles.allocated)[pe])]
 
 
 def ok(s, words, cfg=None):
@@ -293,7 +294,7 @@ def padding_state(pad=3):
 def poison(s, index, layout, dt, vr, vc, r, c):
     """Set the padding slot (r, c) of a CUBE tile to all ones, defined."""
     slot = ref_layouts.payload_index(layout, tables.dtype(dt), vr, vc, r, c)
-    hs = s.tiles.words.shape[0] // 4
+    hs = s.tiles.words.shape[1] // 4
     sl = (index // 16) * hs + index % 16
     s = poke_tiles(s, "words", (sl, slot), np.uint64(MASK64))
     return poke_tiles(s, "defined", (sl, slot), True)
@@ -314,7 +315,7 @@ def test_e1_padding_never_read():
 def undefine(s, index, layout, dt, vr, vc, r, c):
     """Mark one valid element undefined (defined flag and defined_valid)."""
     slot = ref_layouts.payload_index(layout, tables.dtype(dt), vr, vc, r, c)
-    hs = s.tiles.words.shape[0] // 4
+    hs = s.tiles.words.shape[1] // 4
     sl = (index // 16) * hs + index % 16
     s = poke_tiles(s, "defined", (sl, slot), False)
     return poke_tiles(s, "defined_valid", sl, vr * vc - 1)
@@ -820,10 +821,12 @@ def test_check_1_missing_fpatr():
     fails(s, [w for w in words if w != FPATR0], "Fault_BundleControl")
 
 
-def test_check_1b_shared_operand_unimplemented():
+def test_check_1b_shared_operand_takes_the_cooperative_path():
+    # a Shared B (right-only group) is checked as docs/shared-decisions.md 5:
+    # S9 holds no record, so the Shared readiness check rejects the block
     s, a, b, *_ = base_state()
     words = [mstart("TMATMUL", "FP16"), FPATR0, *dims(1, 1, 2), ios(9, 7), iot(a, hand=0), BSTOP]
-    fails(s, words, "Fault_Unimplemented")
+    fails(s, words, "Fault_TileLegality")
     # B.FPATR missing still comes first
     fails(s, [w for w in words if w != FPATR0], "Fault_BundleControl")
 
@@ -1039,8 +1042,8 @@ def test_check_10_no_free_slot_in_hand():
 def test_check_10_core_budget(pemode, spare, good):
     s, a, b, *_ = base_state()
     used = sum(bin(int(m)).count("1") * int(c) for al, m, c in
-               zip(np.asarray(s.tiles.allocated), np.asarray(s.tiles.mask),
-                   np.asarray(s.tiles.capacity)) if al)
+               zip(np.asarray(s.tiles.allocated)[0], np.asarray(s.tiles.mask)[0],
+                   np.asarray(s.tiles.capacity)[0]) if al)
     s = poke(s, tile_capacity=used + spare)
     words = matmul_words("TMATMUL", "FP16", [a, b], 1, 1, 2, pemode=pemode)
     if good:

@@ -15,6 +15,7 @@ import importlib.util
 import itertools
 import pathlib
 
+import jax
 import numpy as np
 import pytest
 
@@ -278,12 +279,20 @@ def test_comparison_is_raw_bit_equality(dt, old, expected, swaps):
     assert gm(st, 0x400, n) == (0x11 if swaps else old).to_bytes(n, "little")
 
 
+def local_file_of_pe0_on(s, pe):
+    """PE `pe`'s Local register file replaced by a copy of PE0's."""
+    with jax.enable_x64(True):
+        return s.replace(tiles=jax.tree_util.tree_map(lambda a: a.at[pe].set(a[0]), s.tiles))
+
+
 def test_base_comes_from_the_current_pe():
     s = sources(("U8", row(0)), ("U8", row(1)), ("U8", row(2)), base=0,
                 memory=((0x300, bytes([1])),))
-    s = write_gpr(s, "a0", 0x300, pe=2)
+    s = local_file_of_pe0_on(write_gpr(s, "a0", 0x300, pe=2), 2)
     st = ok(s, cas("U8", 1), pe=2)
     assert gm(st, 0x300, 1) == bytes([2]) and gm(st, 0, 1) == bytes([0])
+    # the destination lands in PE2's file; PE0's file is untouched
+    assert allocated(st, pe=2) == allocated(s, pe=2) + [3] and allocated(st) == allocated(s)
 
 
 def test_explicit_zero_base_register():
@@ -637,7 +646,7 @@ def test_checker_rejects_tampered_results():
     bad_mem = write_memory(good, 0x180, bytes([77]))
     assert not cas_check.explains(s, words, bad_mem).ok
     # a value no order produces for the destination's carrier (upper bits set)
-    w = int(np.asarray(good.tiles.words)[3, 0])
+    w = int(np.asarray(good.tiles.words)[0, 3, 0])
     res = cas_check.explains(s, words, poke_tiles(good, "words", (3, 0), w | 1 << 40))
     assert not res.ok and "tiles.words" in res.reason
     # anything else must match the oracle's run

@@ -96,10 +96,10 @@ def poke(s, **fields):
                             for k, v in fields.items()})
 
 
-def poke_tiles(s, field, index, value):
-    """Set one entry of a Tiles array (index: a slot, or (slot, word))."""
+def poke_tiles(s, field, index, value, pe=0):
+    """Set one entry of PE `pe`'s Tiles array (index: a slot, or (slot, word))."""
     a = np.asarray(getattr(s.tiles, field)).copy()
-    a[index] = value
+    a[pe][index] = value
     with jax.enable_x64(True):
         return s.replace(tiles=s.tiles.replace(**{field: jax.numpy.asarray(a)}))
 
@@ -132,22 +132,25 @@ def u16_at(s, addr):
     return int.from_bytes(gm(s, addr, 2), "little")
 
 
-def tile(s, index):
-    """Descriptor and payload of TileIndex `index` (own slot mapping, state.py)."""
-    hs = s.tiles.words.shape[0] // 4
+def tile(s, index, pe=0):
+    """Descriptor and payload of TileIndex `index` in PE `pe`'s Local file
+    (own slot mapping, state.py: leaves are [PE, slot, ...])."""
+    hs = s.tiles.words.shape[1] // 4
     slot = (index // 16) * hs + index % 16
-    return {k: np.asarray(v)[slot] for k, v in s.tiles.items()}
+    return {k: np.asarray(v)[pe, slot] for k, v in s.tiles.items()}
 
 
-def allocated(s):
-    hs = s.tiles.words.shape[0] // 4
-    return [(slot // hs) * 16 + slot % hs for slot in np.flatnonzero(np.asarray(s.tiles.allocated))]
+def allocated(s, pe=0):
+    hs = s.tiles.words.shape[1] // 4
+    return [(slot // hs) * 16 + slot % hs
+            for slot in np.flatnonzero(np.asarray(s.tiles.allocated)[pe])]
 
 
-def charge(s):
+def charge(s, pe=0):
     t = s.tiles
     return int(sum(bin(int(m)).count("1") * int(c) for a, m, c in
-                   zip(np.asarray(t.allocated), np.asarray(t.mask), np.asarray(t.capacity)) if a))
+                   zip(np.asarray(t.allocated)[pe], np.asarray(t.mask)[pe],
+                       np.asarray(t.capacity)[pe]) if a))
 
 
 def leaves(s):
@@ -826,10 +829,8 @@ def test_c7_5_preflight(base, stride, fault, addr):
 @pytest.mark.parametrize("words", [
     [bstart("TLOAD", "U16"), datr(1, 0, 0), iot_dst(0), BSTOP],          # ordinary relayout
     [bstart("TSTORE", "U16"), datr(27, 0, 0), iot_src(0), BSTOP],
-    [bstart("TLOAD", "U16"), ios(7, 7, 1), BSTOP],                       # Shared destination
-    [bstart("TSTORE", "U16"), ios(7, 7), BSTOP],
-    [bstart("TSTORE.SPART", "U16"), ios(7, 3), BSTOP],
-    [bstart("TMATMUL", "FP16"), FPATR0, ios(9), iot_src(0), BSTOP],       # Shared matrix operand
+    [bstart("TLOAD", "U16"), datr(1, 0, 0), ios(7, 7, 1), BSTOP],        # Shared relayout
+    [bstart("TSTORE.SPART", "U16"), datr(6, 0, 0), ios(7, 3), BSTOP],
 ])
 def test_unimplemented_operations(words):
     s = small()
@@ -1097,9 +1098,11 @@ def test_base_and_stride_come_from_the_current_pe():
     s = put_u16(small(), 0x100, 42)
     s = with_regs(s, pe=3, x2=0x100, x3=2)
     st = ok(s, cube_load(22, "FP16", 1, 1, regs=True), pe=3)
-    assert int(tile(st, 0)["words"][0]) == 42
+    assert int(tile(st, 0, pe=3)["words"][0]) == 42        # PE3's own Local file
+    assert allocated(st, pe=3) == [0] and all(allocated(st, pe=p) == [] for p in range(3))
     st = ok(s, cube_load(22, "FP16", 1, 1, regs=True), pe=0)
     assert int(tile(st, 0)["words"][0]) == 0
+    assert allocated(st) == [0] and all(allocated(st, pe=p) == [] for p in (1, 2, 3))
 
 
 def test_run_clears_the_fault_register_and_odd_pc():

@@ -3,7 +3,10 @@
 Plain Python (ints, lists, bytearray), written from the spec digests and
 docs/execution-model.md, independently of the JAX implementation:
 
-- `run(state, words, pe=0, *, on_fault="abandon", cfg=None) -> RunResult`
+- `run(state, words, pe=0, *, on_fault="abandon", cfg=None) -> RunResult`:
+  PE `pe`'s view (its GPRs and Local file; the Core's Shared registers).
+- `run_core(state, words, *, on_fault="abandon", cfg=None) -> RunResult`: the
+  four PEs execute the stream together (docs/shared-decisions.md section 2).
 - `layouts`: CUBE CELL geometry and ND <-> CUBE conversions (cell_shape,
   geometry, legal, payload_index, nd_to_cube, cube_to_nd).
 - `cas_check`: does some legal serialization of the MGATHER.CAS lanes explain
@@ -12,7 +15,7 @@ docs/execution-model.md, independently of the JAX implementation:
 
 from . import cas_check, layouts
 from .layouts import cell_shape, cube_to_nd, geometry, legal, nd_to_cube, payload_index
-from .run import run
+from .run import run, run_core
 
-__all__ = ["run", "layouts", "cas_check", "cell_shape", "geometry", "legal", "payload_index",
+__all__ = ["run", "run_core", "layouts", "cas_check", "cell_shape", "geometry", "legal", "payload_index",
            "nd_to_cube", "cube_to_nd"]

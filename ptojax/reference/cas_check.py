@@ -231,9 +231,10 @@ def explains(initial_state: State, words, observed_state: State, pe: int = 0, *,
                            undecided=True)
     obs_gm = bytes(np.asarray(observed_state.gm).astype(np.uint8))
     obs_words = np.asarray(observed_state.tiles.words)
-    if obs_words.ndim != 2 or rec.slot >= obs_words.shape[0] or len(obs_gm) != len(rec.gm_before):
+    if (obs_words.ndim != 3 or rec.pe >= obs_words.shape[0] or rec.slot >= obs_words.shape[1]
+            or len(obs_gm) != len(rec.gm_before)):
         return CheckResult(False, None, "the observed State has other sizes than the initial one")
-    dest = obs_words[rec.slot]
+    dest = obs_words[rec.pe, rec.slot]
     groups: dict = {}
     for lane in rec.lanes:
         groups.setdefault(lane.address, []).append(lane)

@@ -1,16 +1,24 @@
 """Plain-Python machine state of the reference model, and its State conversion.
 
-`Machine.from_state` turns a ptojax State (any array leaves) into ints, lists
-and a bytearray; `Machine.to_state` writes the result back into a State with
-exactly the array layout and dtypes of ptojax/state.py. Tile payload rows are
-converted lazily (only the slots an operation touches), so a default-sized
-State with 64 x 32768 payload Words stays cheap to run.
+`Machine(state, cfg)` turns a ptojax State (any array leaves) into ints, lists
+and a bytearray: four Local tile register files (one per PE, the leading axis
+of every State.tiles leaf) and the Core's Shared tile records
+(docs/shared-decisions.md section 1). `Machine.to_state` writes the result
+back into a State with exactly the array layout and dtypes of
+ptojax/state.py. Payload rows (Local slots and Shared records) are converted
+lazily, only those an operation touches, so a default-sized State with
+4 x 64 x 32768 payload Words stays cheap to run.
+
+`Machine.cur` is the executing PE: `tiles`, `payload`, `tile_at` and the
+capacity helpers act on that PE's Local file, so the per-operation code reads
+as a single-PE machine (`run(pe=p)` is PE p's view; `run_core` moves `cur`
+from PE to PE).
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 import numpy as np
@@ -49,6 +57,34 @@ class Tile:
     @property
     def contents_defined(self) -> bool:
         return self.allocated and self.defined_valid == self.valid_rows * self.valid_cols
+
+
+@dataclass
+class SharedRecord:
+    """One materialized Shared register record (shared-decisions.md section 1).
+    sid -1 = a free record; a SharedTileID without a record is descriptor_valid = false."""
+    sid: int = -1
+    allocation_mask: int = 0
+    initialized_mask: int = 0
+    published: bool = False
+    contents_defined: bool = False
+    dtype: int = tables.DTYPE_BY_NAME["U64"].code
+    layout: int = tables.TILE_LAYOUT_CODE["RowMajor"]
+    capacity: int = 0
+    rows: int = 0
+    cols: int = 0
+    valid_rows: int = 0
+    valid_cols: int = 0
+
+    @property
+    def layout_name(self) -> Optional[str]:
+        return tables.TILE_LAYOUTS[self.layout] if 0 <= self.layout < len(tables.TILE_LAYOUTS) else None
+
+
+SHARED_FIELDS = tuple(f.name for f in fields(SharedRecord))
+TILE_FIELDS = ("allocated", "dtype", "layout", "location", "capacity", "rows", "cols",
+               "valid_rows", "valid_cols", "k_repeat", "n_repeat", "cell_count",
+               "storage_bytes", "mask", "defined_valid")
 
 
 @dataclass
@@ -96,31 +132,45 @@ class Block:
 
 
 class Machine:
-    """GM bytes, per-PE GPRs, Local tiles, fault register, PC and the open block."""
+    """GM bytes, per-PE GPRs, per-PE Local tiles, Shared records, fault register,
+    PC and the open block."""
 
     def __init__(self, state: State, cfg: Optional[MachineConfig] = None):
-        leaves = {k: np.asarray(v) for k, v in state.items() if k not in ("tiles", "block")}
+        leaves = {k: np.asarray(v) for k, v in state.items()
+                  if k not in ("tiles", "shared", "block")}
         if leaves["gm"].ndim != 1:
             raise ValueError("reference.run takes one State, not a batch")
-        t = {k: np.asarray(v) for k, v in state.tiles.items() if k not in ("words", "defined")}
-        S, W = state.tiles.words.shape
+        P, S, W = state.tiles.words.shape
+        if P != tables.NUM_PES:
+            raise ValueError(f"State has {P} Local register files, expected {tables.NUM_PES}")
         if S % 4:
             raise ValueError(f"State has {S} tile slots, not a multiple of 4")
+        R, WS = state.shared.words.shape
         self.hand_slots = S // 4
         self.array_words = W
         self.tile_words = W
+        self.shared_slots = R
+        self.shared_words = WS
         if cfg is not None:
-            if cfg.hand_slots != self.hand_slots or cfg.gm_bytes != leaves["gm"].shape[0]:
-                raise ValueError("cfg does not match the State's sizes (hand_slots, gm_bytes)")
+            if (cfg.hand_slots != self.hand_slots or cfg.gm_bytes != leaves["gm"].shape[0]
+                    or cfg.shared_slots != R):
+                raise ValueError("cfg does not match the State's sizes "
+                                 "(hand_slots, gm_bytes, shared_slots)")
             if cfg.tile_words > W:
                 raise ValueError(f"cfg.tile_words={cfg.tile_words} exceeds the State's {W} Words")
+            if cfg.shared_words > WS:
+                raise ValueError(f"cfg.shared_words={cfg.shared_words} exceeds the State's "
+                                 f"{WS} Shared Words")
             self.tile_words = cfg.tile_words
+            self.shared_words = cfg.shared_words
         # MGATHER.CAS lane order (cas_order.py); the any-serialization checker
         # (cas_check.py) may force an explicit order and record each CAS's lanes
         self.cas_lane_order = cfg.cas_lane_order if cfg is not None else "row-major"
         self.cas_seed = cfg.cas_seed if cfg is not None else 0
         # numeric profile of the matrix family ("portable" raw words / "ieee")
         self.profile = cfg.profile if cfg is not None else "portable"
+        # cooperative rules: "adr0100" (default) or "0.58.3" (shared-decisions.md)
+        self.semantics = cfg.semantics if cfg is not None else "adr0100"
         self.cas_forced_order: Optional[list] = None
         self.cas_trace: Optional[list] = None
         self.gm = bytearray(leaves["gm"].astype(np.uint8).tobytes())
@@ -130,17 +180,27 @@ class Machine:
         self.fault_address = int(leaves["fault_address"]) & MASK64
         self.tile_capacity = int(leaves["tile_capacity"])
         self._state = state
-        cols = {k: t[k].tolist() for k in ("allocated", "dtype", "layout", "location", "capacity",
-                                            "rows", "cols", "valid_rows", "valid_cols", "k_repeat",
-                                            "n_repeat", "cell_count", "storage_bytes", "mask",
-                                            "defined_valid")}
-        self.tiles = [Tile(**{k: (bool(v[i]) if k == "allocated" else int(v[i]))
-                              for k, v in cols.items()}) for i in range(S)]
-        self._arrays = None          # numpy copies of words/defined, made on first payload use
-        self._payload: dict[int, tuple[list, list]] = {}
+        t = {k: np.asarray(getattr(state.tiles, k)).tolist() for k in TILE_FIELDS}
+        self.files = [[Tile(**{k: (bool(v[p][i]) if k == "allocated" else int(v[p][i]))
+                               for k, v in t.items()}) for i in range(S)] for p in range(P)]
+        sh = {k: np.asarray(getattr(state.shared, k)).tolist() for k in SHARED_FIELDS}
+        self.shared = [SharedRecord(**{k: (bool(v[i]) if k in ("published", "contents_defined")
+                                           else int(v[i])) for k, v in sh.items()})
+                       for i in range(R)]
+        self._arrays = None          # numpy copies of Local words/defined, made on first use
+        self._shared_array = None    # numpy copy of the Shared words, made on first use
+        self._payloads: list[dict] = [{} for _ in range(P)]
+        self._shared_payload: dict[int, list] = {}
+        self.cur = 0                 # the executing PE
+        self.core = False            # run_core: completions are collectives
         self.block = self._block_from_state(state.block)
 
-    # ------------------------------------------------------------- tiles
+    # ------------------------------------------------------------- Local tiles (PE cur)
+
+    @property
+    def tiles(self) -> list:
+        """The executing PE's Local file (one Tile per materialized slot)."""
+        return self.files[self.cur]
 
     def slot_of(self, index: int) -> Optional[int]:
         """Materialized slot of TileIndex 0..63: (i//16)*hand_slots + i%16, None past hand_slots."""
@@ -150,17 +210,19 @@ class Machine:
         return hand * self.hand_slots + k if k < self.hand_slots else None
 
     def tile_at(self, index: int) -> Tile:
-        """Descriptor of TileIndex `index`; an unmaterialized index reads as a free tile."""
+        """Descriptor of TileIndex `index` in PE cur's file; unmaterialized = a free tile."""
         slot = self.slot_of(index)
         return self.tiles[slot] if slot is not None else Tile()
 
-    def payload(self, slot: int) -> tuple[list, list]:
-        """(words, defined) lists of one slot, converted on first use."""
-        if slot not in self._payload:
+    def payload(self, slot: int, pe: Optional[int] = None) -> tuple[list, list]:
+        """(words, defined) lists of one slot of PE `pe` (default cur), converted on first use."""
+        pe = self.cur if pe is None else pe
+        cache = self._payloads[pe]
+        if slot not in cache:
             words, defined = self._payload_arrays()
-            self._payload[slot] = ([int(x) for x in words[slot].tolist()],
-                                   [bool(x) for x in defined[slot].tolist()])
-        return self._payload[slot]
+            cache[slot] = ([int(x) for x in words[pe, slot].tolist()],
+                           [bool(x) for x in defined[pe, slot].tolist()])
+        return cache[slot]
 
     def _payload_arrays(self):
         if self._arrays is None:
@@ -168,9 +230,61 @@ class Machine:
                             np.asarray(self._state.tiles.defined).astype(bool))
         return self._arrays
 
+    def local_charge(self, pe: Optional[int] = None) -> int:
+        """Local pool of PE `pe` (default cur): sum over its allocated tiles of
+        popcount(mask) * capacity (the A.5 charge, per PE file)."""
+        pe = self.cur if pe is None else pe
+        return sum(bin(t.mask & 0xF).count("1") * t.capacity for t in self.files[pe] if t.allocated)
+
     def capacity_in_use(self) -> int:
-        """A.5: sum over allocated tiles of popcount(mask) * capacity."""
-        return sum(bin(t.mask & 0xF).count("1") * t.capacity for t in self.tiles if t.allocated)
+        """What a new Local allocation of PE cur is weighed against: its Local
+        pool (adr0100), or Local(cur) + Shared (0.58.3's one Core budget)."""
+        used = self.local_charge()
+        if self.semantics == "0.58.3":
+            used += self.shared_charge()
+        return used
+
+    # ------------------------------------------------------------- Shared records
+
+    def shared_charge(self) -> int:
+        """Shared pool: sum over records of popcount(allocation_mask) * capacity."""
+        return sum(bin(r.allocation_mask & 0xF).count("1") * r.capacity
+                   for r in self.shared if r.sid >= 0)
+
+    def record_of(self, sid: int) -> Optional[int]:
+        """Index of the record holding SharedTileID `sid`, None when it has none."""
+        for i, r in enumerate(self.shared):
+            if r.sid == sid:
+                return i
+        return None
+
+    def free_record(self) -> Optional[int]:
+        """Lowest free record (sid -1)."""
+        for i, r in enumerate(self.shared):
+            if r.sid < 0:
+                return i
+        return None
+
+    def shared_payload(self, record: int) -> list:
+        """Payload Words of one record, converted on first use."""
+        if record not in self._shared_payload:
+            if self._shared_array is None:
+                self._shared_array = np.asarray(self._state.shared.words).astype(np.uint64)
+            self._shared_payload[record] = [int(x) for x in self._shared_array[record].tolist()]
+        return self._shared_payload[record]
+
+    # ------------------------------------------------------------- collective rollback
+
+    def snapshot(self):
+        """Everything a completing block can change (run_core's all-or-none)."""
+        return (bytes(self.gm), copy.deepcopy(self.files), copy.deepcopy(self._payloads),
+                copy.deepcopy(self.shared), copy.deepcopy(self._shared_payload))
+
+    def restore(self, snap) -> None:
+        gm, files, payloads, shared, shared_payload = snap
+        self.gm = bytearray(gm)
+        self.files, self._payloads = files, payloads
+        self.shared, self._shared_payload = shared, shared_payload
 
     # ------------------------------------------------------------- block
 
@@ -207,18 +321,20 @@ class Machine:
 
         with jax.enable_x64(True):
             old = self._state.tiles
-            if self._payload:       # only slots an operation touched were converted
+            if any(self._payloads):     # only slots an operation touched were converted
                 words, defined = (a.copy() for a in self._payload_arrays())
-                for slot, (w, d) in self._payload.items():
-                    words[slot] = np.array(w, dtype=np.uint64)
-                    defined[slot] = np.array(d, dtype=bool)
+                for pe, cache in enumerate(self._payloads):
+                    for slot, (w, d) in cache.items():
+                        words[pe, slot] = np.array(w, dtype=np.uint64)
+                        defined[pe, slot] = np.array(d, dtype=bool)
                 words, defined = jnp.asarray(words), jnp.asarray(defined)
             else:
                 words = jnp.asarray(old.words, jnp.uint64)
                 defined = jnp.asarray(old.defined, bool)
 
             def col(name, dt=np.int32):
-                return jnp.asarray(np.array([getattr(t, name) for t in self.tiles], dtype=dt))
+                return jnp.asarray(np.array([[getattr(t, name) for t in f] for f in self.files],
+                                            dtype=dt))
 
             tiles = self._state.tiles.replace(
                 allocated=col("allocated", bool), dtype=col("dtype"), layout=col("layout"),
@@ -228,6 +344,7 @@ class Machine:
                 storage_bytes=col("storage_bytes"), mask=col("mask"),
                 words=words, defined=defined,
                 defined_valid=col("defined_valid"))
+            shared = self._shared_to_state()
             b = self.block
             iot = np.zeros((MAX_IOT, 8), np.int32)
             for i, binding in enumerate(b.iots):
@@ -259,4 +376,22 @@ class Machine:
                 fault=jnp.asarray(self.fault, jnp.int32),
                 fault_address=jnp.asarray(self.fault_address, jnp.uint64),
                 tile_capacity=jnp.asarray(self.tile_capacity, jnp.uint64),
-                tiles=tiles, block=block)
+                tiles=tiles, shared=shared, block=block)
+
+    def _shared_to_state(self):
+        import jax.numpy as jnp
+
+        old = self._state.shared
+        if self._shared_payload:
+            words = np.asarray(old.words).astype(np.uint64).copy()
+            for rec, w in self._shared_payload.items():
+                words[rec] = np.array(w, dtype=np.uint64)
+            words = jnp.asarray(words)
+        else:
+            words = jnp.asarray(old.words, jnp.uint64)
+
+        def col(name):
+            dt = bool if name in ("published", "contents_defined") else np.int32
+            return jnp.asarray(np.array([getattr(r, name) for r in self.shared], dtype=dt))
+
+        return old.replace(words=words, **{k: col(k) for k in SHARED_FIELDS})

@@ -1,4 +1,5 @@
-"""TMATMUL / TGEMV completion of the reference model, All-Local operands.
+"""TMATMUL / TGEMV completion of the reference model, All-Local operands
+(Shared operands: cooperative.py, which reuses this module's helpers).
 
 `matmul(m, b, op_name, pe)` runs the ordered completion checks of
 docs/matmul-decisions.md (spec/matrix.md B.6, the ASL's
@@ -438,9 +439,11 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
     # 1. B.FPATR is mandatory
     if not b.fpatr_present:
         return BUNDLE_CONTROL
-    # 1b. Shared (B.IOS) operands of TMATMUL*: issue 5
+    # Shared (B.IOS) operands of TMATMUL*: the cooperative path
+    # (docs/shared-decisions.md 5); TGEMV* with a B.IOS fails the gate below
     if b.ios and not f.gemv:
-        return UNIMPLEMENTED
+        from .cooperative import cooperative_matmul
+        return cooperative_matmul(m, b, f)
     p = Fpatr.of(b.fpatr)
     # 3. the combined gate: types, stream, B.IOR, B.DATR, dimensions, masks
     if not gate_legal(f, b, p):

@@ -53,6 +53,7 @@ class CasRecord:
     order: list                # lane indices in the order they executed
     gm_before: bytes           # GM just before the first lane
     gm_after: bytes            # GM just after the last lane
+    pe: int = 0                # the executing PE (whose Local file holds the slot)
 
 
 # ----------------------------------------------------------------- D.4 step 3
@@ -301,7 +302,7 @@ def mgather_cas(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     if m.cas_trace is not None:
         m.cas_trace.append(CasRecord(slot=slot, tile_index=_tile_index(m, slot), dtype=d,
                                      lanes=lanes, order=order, gm_before=gm_before,
-                                     gm_after=bytes(m.gm)))
+                                     gm_after=bytes(m.gm), pe=m.cur))
     return None
 
 

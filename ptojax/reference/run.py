@@ -1,12 +1,19 @@
 """Word-stream executor of the reference model (docs/execution-model.md).
 
 `run(state, words, pe=0, *, on_fault="abandon", cfg=None)` executes 32-bit
-command words one by one: decode (encoding.md 1), the header commands
-(encoding.md 3-4), block completion at BSTOP or at the next BSTART, and the
-TLOAD/TSTORE completions of transport.py, the MGATHER.CAS completion of
-mgather_cas.py and the TMATMUL/TGEMV completion of matmul.py. The first
-fault stops the stream at that word. Plain Python throughout; one function
-per spec rule.
+command words one by one on PE `pe`'s view: decode (encoding.md 1), the
+header commands (encoding.md 3-4), block completion at BSTOP or at the next
+BSTART, and the TLOAD/TSTORE completions of transport.py, the Shared
+TLOAD/TSTORE/TSTORE.SPART completions of shared.py, the MGATHER.CAS
+completion of mgather_cas.py and the TMATMUL/TGEMV completion of matmul.py
+(cooperative forms: cooperative.py). The first fault stops the stream at that
+word.
+
+`run_core(state, words, *, on_fault="abandon", cfg=None)` runs the stream on
+the Core's four PEs together (docs/shared-decisions.md section 2): a common
+header phase (B.DIM reads PE0's GPRs), and each completion as one collective
+over the participating PEs, all or none. Plain Python throughout; one
+function per spec rule.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import numpy as np
 from .. import tables
 from ..result import RunResult
 from ..state import MAX_IOS, MAX_IOT, MachineConfig, State
-from . import matmul, mgather_cas, transport
+from . import matmul, mgather_cas, shared, transport
 from .decode import Decoded, decode
 from .machine import MASK64, Binding, Block, Machine
 from .transport import BUNDLE_CONTROL, ILLEGAL, TILE_LEGALITY, Fault
@@ -39,10 +46,24 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     return RunResult.from_state(m.to_state(), executed)
 
 
-def run_machine(m: Machine, stream: list, pe: int, on_fault: str) -> int:
-    """Execute the word list on `m` in place; return the count of completed words."""
+def run_core(state: State, words, *, on_fault: str = "abandon",
+             cfg: Optional[MachineConfig] = None) -> RunResult:
+    """Execute `words` from state.pc on the Core's four PEs together: each block
+    completes as one collective (shared-decisions.md section 2)."""
+    check_args(state, 0, on_fault)
+    stream = _word_list(words)
+    m = Machine(state, cfg)
+    executed = run_machine(m, stream, 0, on_fault, core=True)
+    return RunResult.from_state(m.to_state(), executed)
+
+
+def run_machine(m: Machine, stream: list, pe: int, on_fault: str, core: bool = False) -> int:
+    """Execute the word list on `m` in place; return the count of completed words.
+    core=False: PE `pe`'s view; core=True: the four PEs (header phase on PE0)."""
     # Each run clears the fault register (it resumes like a trap handler would).
     m.fault, m.fault_address = 0, 0
+    m.cur = pe
+    m.core = core
     start = m.pc
     for i, word in enumerate(stream):
         address = (start + 4 * i) & MASK64
@@ -148,12 +169,53 @@ def complete(m: Machine, continuation: int, pe: int) -> Optional[Fault]:
     if b.catr_present and (b.catr >> 26) & 1 and (op is None or op[1] != "TLSU"):
         return BUNDLE_CONTROL                   # DR=1 only for TLSU (TEPL) blocks
     if op is not None:
-        f = tile_operation(m, b, op, pe)
+        f = collective(m, b, op) if m.core else tile_operation(m, b, op, pe)
         if f is not None:
             return f
     trap = b.catr_present and (b.catr >> 19) & 1
     m.block = Block()
     return POST_COMMIT if trap else None
+
+
+def block_mask(b: Block) -> int:
+    """The block's common binding mask: the first B.IOT's, else the first B.IOS's,
+    0 when nothing was recorded (header issue keeps the masks equal; a B.IOT
+    issued after a B.IOS is compared with earlier B.IOTs only, E 4.6)."""
+    if b.iots:
+        return b.iots[0].mask & 0xF
+    if b.ios:
+        return b.ios[0][2] & 0xF
+    return 0
+
+
+def shared_tlsu_block(b: Block, op: tuple) -> bool:
+    """A TLSU block with a B.IOS: one collective action of the Core."""
+    return op[1] == "TLSU" and bool(b.ios)
+
+
+def participants(b: Block, op: tuple) -> list:
+    """PEs that complete the block under run_core: the mask bits in order 0..3,
+    PE0 alone for a zero mask; a Shared TLSU block runs once (its lowest PE)."""
+    mask = block_mask(b)
+    pes = [p for p in range(tables.NUM_PES) if mask & tables.pe_bit(p)] or [0]
+    return pes[:1] if shared_tlsu_block(b, op) else pes
+
+
+def collective(m: Machine, b: Block, op: tuple) -> Optional[Fault]:
+    """shared-decisions.md 2: every participating PE completes the block on its
+    own view, in PE order, on the state its predecessors left; the first
+    (lowest-numbered) fault is the collective's, and then no PE's effects stay."""
+    snap = m.snapshot()
+    try:
+        for p in participants(b, op):
+            m.cur = p
+            f = tile_operation(m, b, op, p)
+            if f is not None:
+                m.restore(snap)
+                return f
+        return None
+    finally:
+        m.cur = 0
 
 
 def zero_mask(b: Block) -> bool:
@@ -172,10 +234,10 @@ def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
         return mgather_cas.mgather_cas(m, b, pe)
     if op[1] == "CUBE":
         return matmul.matmul(m, b, name, pe)    # TMATMUL* / TGEMV* (matmul-decisions.md)
+    if b.ios or name == "TSTORE.SPART":
+        return shared.shared_tlsu(m, b, name)   # Shared TLOAD/TSTORE/TSTORE.SPART
     if name not in ("TLOAD", "TSTORE"):
-        return UNIMPLEMENTED                    # TSTORE.SPART
-    if b.ios:
-        return UNIMPLEMENTED                    # Shared-tile TLOAD/TSTORE
+        return UNIMPLEMENTED
     if name == "TLOAD":
         return transport.ordinary_tload(m, b, pe)
     return transport.ordinary_tstore(m, b, pe)

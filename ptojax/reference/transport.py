@@ -139,9 +139,12 @@ def free_slot(m: Machine, hand: int) -> Optional[int]:
     return None
 
 
-def budget_ok(m: Machine, mask: int, tsize: int) -> bool:
-    """A.5: Core budget: in-use charges + popcount(mask)*TSize <= TILE_CAPACITY."""
-    return m.capacity_in_use() + pe_count(mask) * tsize <= m.tile_capacity
+def budget_ok(m: Machine, mask: int, tsize: int, charge_pes: Optional[int] = None) -> bool:
+    """A.5 / shared-decisions.md 1: a new Local allocation of the executing PE:
+    its pool in use (adr0100: its Local pool; 0.58.3: Local + Shared) plus the
+    new charge popcount(mask)*TSize (or charge_pes*TSize) <= TILE_CAPACITY."""
+    n = pe_count(mask) if charge_pes is None else charge_pes
+    return m.capacity_in_use() + n * tsize <= m.tile_capacity
 
 
 def allocate(m: Machine, slot: int, **descriptor) -> Tile:
