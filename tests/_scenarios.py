@@ -11,10 +11,12 @@ import pathlib
 
 
 def rebind(filename: str, runner, module_name: str) -> dict:
-    """The test functions of tests/`filename`, with its `run` replaced by `runner`."""
+    """The test functions of tests/`filename`, with its `run` replaced by `runner`
+    (or, for a dict, each named runner replaced: {"run": ..., "run_core": ...})."""
     spec = importlib.util.spec_from_file_location(
         module_name, pathlib.Path(__file__).with_name(filename))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.run = runner
+    for name, fn in (runner if isinstance(runner, dict) else {"run": runner}).items():
+        setattr(module, name, fn)
     return {name: obj for name, obj in vars(module).items() if name.startswith("test_")}

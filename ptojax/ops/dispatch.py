@@ -64,16 +64,18 @@ def complete_core(state, blk, cfg, enable, effects, cas_seed=0):
     """Complete `blk` as a collective of the Core's PEs (shared-decisions 2).
 
     Each participating PE (the mask's bits, PE0 alone for a 0000 mask; a
-    Shared TLSU block once) completes on the state its predecessors left, in
+    Shared TLSU block once, as the lowest PE of its mask) completes on the state its predecessors left, in
     PE order. The first faulting PE's fault is the collective's, and then no
     PE's effects are kept.
     """
     mask = block_mask(blk)
+    in_mask = lambda pe: ((mask >> (3 - pe)) & 1) == 1
+    lowest = jnp.where(mask == 0, 0, jax.lax.clz(jnp.maximum(mask, 1).astype(jnp.int32)) - 28)
     once = is_shared_tlsu(blk) | (mask == 0)
 
     def one(carry, pe):
         s, fault, addr = carry
-        takes_part = jnp.where(once, pe == 0, ((mask >> (3 - pe)) & 1) == 1)
+        takes_part = jnp.where(once, pe == lowest, in_mask(pe))
         go = takes_part & (fault == 0)
         f, a, s2 = complete(s, blk, pe, cfg, enable & go, effects, cas_seed)
         f = jnp.where(go, f, 0)

@@ -47,7 +47,7 @@ def complete(state, blk, cfg, enable):
     datr_extra = (blk.datr[3] != 0) | (blk.datr[4] != 0) | (blk.datr[5] != 0) | (blk.datr[6] != 0)
     attr_bad = blk.datr_present & ((blk.datr[1] != 0) | (blk.datr[2] != 0) | datr_extra)
     relayout = blk.datr_present & (blk.datr[0] != 0)
-    edt = jnp.where(blk.datr_present & (blk.datr[1] != tables.DTYPE_NONE), blk.datr[1], blk.dtype)
+    edt = blk.dtype          # the Shared path transfers the BSTART DataType (never B.DATR's)
     bits = take(DT_BITS, edt)
 
     i, exists, has_free = sh.lookup(shared, sid)
@@ -66,8 +66,8 @@ def complete(state, blk, cfg, enable):
     pool = shared_charge(shared) + take(PE_POPCOUNT, mask) * tsz
     if cfg.semantics == "0.58.3":
         pool = pool + core_charge(state.tiles)
-    fits = sh.capacity_legal(tsz, state.tile_capacity) & (pool <= cap_reg)
-    update_bad = jnp.where(exists, ~compatible, ~fits)
+    update_bad = ~sh.capacity_legal(tsz, state.tile_capacity) \
+        | jnp.where(exists, ~compatible, pool > cap_reg)
     load_bound_bad = (rows_l.astype(jnp.int64) * cols_l > WS) | (~exists & ~has_free)
 
     # TSTORE steps 4-5
