@@ -9,7 +9,8 @@
     ptojax bench layouts|bundles [ARGS]  the benchmarks of the repository's benchmarks/
     ptojax fuzz [--ops LIST] [--count N] [--seed S] [--batch B] [--sample F]
                 [--config tiny|small|asl] [--profile portable|ieee] [--on-fault abandon|hold]
-                [--cas-weight P] [--matmul-weight P] [--json] [--out DIR]
+                [--cas-weight P] [--matmul-weight P] [--core] [--coop-weight P]
+                [--json] [--out DIR]
                 [--export DIR] [--against CMD] [--shard I/N | --distributed] ...
     ptojax replay FILE [--against CMD | --reference] [--json]
 
@@ -886,6 +887,17 @@ def _fuzz_progress(enabled: bool):
     return update, stop
 
 
+class _CoreReference:
+    """The shrinker's other side for Core cases: pj.reference.run_core."""
+
+    def __init__(self, on_fault, cfg):
+        self.on_fault, self.cfg = on_fault, cfg
+
+    def run(self, case, state):
+        from ptojax.batch.campaign import reference_outcome
+        return reference_outcome(state, case.words, case.pe, self.on_fault, self.cfg, case.core)
+
+
 def _write_mismatches(res, cc, args, say) -> list:
     """Shrink the first case of each mismatch signature and write the files."""
     from ptojax.batch import casefile, shrink
@@ -895,7 +907,7 @@ def _write_mismatches(res, cc, args, say) -> list:
     by_sig = {}
     for m in res.kept:
         by_sig.setdefault(m.signature, m)
-    runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault)
+    runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault, core=cc.core)
     ext = None
     files = []
     try:
@@ -911,14 +923,16 @@ def _write_mismatches(res, cc, args, say) -> list:
             if not args.no_shrink and n < args.shrink_limit:
                 say(f"shrinking mismatch {n + 1} (case {m.k}, {len(m.case.words)} words, "
                     f"{', '.join(sig[:4])}) ...")
-                fails = shrink.reference_predicate(runner, cc.on_fault, mcfg, other)
+                fails = shrink.reference_predicate(runner, cc.on_fault, mcfg,
+                                                   other or (_CoreReference(cc.on_fault, mcfg)
+                                                             if cc.core else None))
                 case, stats = shrink.shrink(m.case, fails, seconds=args.shrink_seconds)
                 say(f"  -> {len(case.words)} words after {stats['kept']} kept of {stats['tried']} "
                     f"tried changes ({stats['seconds']:.1f} s)")
             got = runner.run([case])[0]
             st = initial_state(case, mcfg)
             want = other.run(case, st) if other else reference_outcome(st, case.words, case.pe,
-                                                                      cc.on_fault, mcfg)
+                                                                      cc.on_fault, mcfg, case.core)
             names = ("jax", "external" if other else "reference")
             diffs = differences(got, want, names)
             if not diffs:        # flaky? keep the original then
@@ -927,7 +941,7 @@ def _write_mismatches(res, cc, args, say) -> list:
                 got = runner.run([case])[0]
                 st = initial_state(case, mcfg)
                 want = other.run(case, st) if other else reference_outcome(
-                    st, case.words, case.pe, cc.on_fault, mcfg)
+                    st, case.words, case.pe, cc.on_fault, mcfg, case.core)
                 diffs = differences(got, want, names)
             d = casefile.repro_json(case, cfg=mcfg, config_name=cc.config, on_fault=cc.on_fault,
                                     rows=cc.rows, campaign={"seed": cc.seed, "k": m.k, "index": m.index},
@@ -956,8 +970,11 @@ def print_fuzz_report(rep: dict, con=None):
     sample = rep["sample"]
     t.add_row("cases run", f"{rep['cases']:,} (pj.batch.run, config {rep['config']}, "
                            f"{rep['cases_per_call']} cases per call, on_fault {rep['on_fault']}, "
-                           f"PE {rep['pe']}, {rep['devices']} device(s))")
-    t.add_row("compared", f"{rep['compared']:,} with pj.reference.run "
+                           + ("the Core (core=True, coop_weight "
+                              f"{rep.get('coop_weight', 0):g}), " if rep.get("core")
+                              else f"PE {rep['pe']}, ") + f"{rep['devices']} device(s))")
+    ref = "pj.reference.run_core" if rep.get("core") else "pj.reference.run"
+    t.add_row("compared", f"{rep['compared']:,} with {ref} "
                           f"({'all' if sample >= 1 else f'seeded sample, fraction {sample:g}'})")
     t.add_row("mismatches", f"{rep['mismatches']:,}")
     if "against" in rep:
@@ -1007,6 +1024,14 @@ def cmd_fuzz(args) -> int:
             and args.cas_weight + args.matmul_weight > 1.0:
         raise CliError(f"--cas-weight {args.cas_weight} + --matmul-weight {args.matmul_weight}: "
                        "the two probabilities sum past 1")
+    if args.coop_weight is not None and not 0.0 <= args.coop_weight <= 1.0:
+        raise CliError(f"--coop-weight {args.coop_weight}: expected a probability in 0..1")
+    if args.coop_weight and not args.core:
+        raise CliError("--coop-weight: cooperative kinds run on the Core; add --core")
+    if args.core and args.pe != 0:
+        raise CliError("--core runs every PE; leave --pe at 0")
+    if args.core and args.against:
+        raise CliError("--core: the --against protocol carries one PE's view only")
     if args.jobs is not None and args.jobs < 1:
         raise CliError(f"--jobs {args.jobs}: expected at least 1")
     try:
@@ -1024,7 +1049,11 @@ def cmd_fuzz(args) -> int:
     cc = C.CampaignConfig(seed=args.seed, count=args.count, config=args.config, rows=args.batch,
                           sample=args.sample, on_fault=args.on_fault, pe=args.pe, ops=ops,
                           kinds=kinds, jobs=jobs, shard=shard, cas_weight=args.cas_weight,
-                          matmul_weight=args.matmul_weight, profile=args.profile)
+                          matmul_weight=args.matmul_weight, profile=args.profile, core=args.core,
+                          coop_weight=args.coop_weight)
+    if cc.cas + cc.matmul + cc.coop > 1.0 + 1e-12:
+        raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}) and cooperative "
+                       f"({cc.coop:g}) shares sum past 1")
     mcfg = cc.machine
     err = _console(stderr=True)
 
@@ -1105,7 +1134,7 @@ def cmd_replay(args) -> int:
         raise CliError(f"{args.file}: {len(rp.words)} words; replay runs streams of at most 16")
     use_compile_cache()
     rows = args.batch or rp.rows
-    got = JaxRunner(rp.cfg, rows, rp.pe, rp.on_fault).run([(rp.state, rp.words)])[0]
+    got = JaxRunner(rp.cfg, rows, rp.pe, rp.on_fault, core=rp.core).run([(rp.state, rp.words)])[0]
     command = args.against or (rp.data.get("against") if not args.reference else None)
     if command:
         try:
@@ -1115,7 +1144,7 @@ def cmd_replay(args) -> int:
             raise CliError(f"--against: {e}") from None
         names = ("jax", "external")
     else:
-        want = reference_outcome(rp.state, rp.words, rp.pe, rp.on_fault, rp.cfg)
+        want = reference_outcome(rp.state, rp.words, rp.pe, rp.on_fault, rp.cfg, rp.core)
         names = ("jax", "reference")
     diffs = differences(got, want, names)
     saved = rp.data.get("differences")
@@ -1128,7 +1157,8 @@ def cmd_replay(args) -> int:
                                                  "pc": hex(want.pc)}},
                           "saved_differences": saved}, indent=1))
         return 1 if diffs else 0
-    out = [f"replay {args.file}: {len(rp.words)} words, PE {rp.pe}, on_fault {rp.on_fault}, "
+    out = [f"replay {args.file}: {len(rp.words)} words, {'the Core' if rp.core else f'PE {rp.pe}'}, "
+           f"on_fault {rp.on_fault}, "
            f"config {rp.data.get('config', {}).get('preset', '?')}"]
     case = rp.data.get("case")
     if case:
@@ -1246,6 +1276,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probability that a drawn case is a TMATMUL/TGEMV kind (default: 0 unless "
                         "--ops names a matrix operation, 1 when it names only matrix operations, "
                         "else 1/3)")
+    f.add_argument("--core", action="store_true",
+                   help="run every case on the Core's four PEs: pj.batch.run(core=True) against "
+                        "pj.reference.run_core (docs/shared-decisions.md); draws cooperative "
+                        "TMATMUL and Shared TLOAD/TSTORE kinds too (--coop-weight)")
+    f.add_argument("--coop-weight", type=float, metavar="P",
+                   help="with --core: probability that a drawn case is a cooperative / Shared kind "
+                        "(default 1/3 when --ops includes a TMATMUL form or is all, else 0)")
     f.add_argument("--count", type=int, default=1000, help="cases to run (default 1000)")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
     f.add_argument("--batch", type=int, default=256,

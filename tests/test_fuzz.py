@@ -152,6 +152,64 @@ def test_matrix_ops_selection_and_weights():
     assert possible_effects(C.filler_words()) == {"TLOAD", "TSTORE", "MGATHER.CAS", "MATMUL"}
 
 
+def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
+    """--core: every case runs on the Core (run_core on both sides), cooperative /
+    Shared kinds drawn with coop_weight (1/3 by default with a TMATMUL form or
+    all ops), their labels in the coverage universe, the flag in case files."""
+    cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=C.parse_ops(ops), **kw)
+    assert cfg("all").coop == 0.0 and cfg("tload").coop == 0.0
+    assert (cfg("all", core=True).cas, cfg("all", core=True).matmul,
+            cfg("all", core=True).coop) == (1 / 3, 0.0, 1 / 3)
+    assert (cfg("tmatmul", core=True).matmul, cfg("tmatmul", core=True).coop) == \
+        (pytest.approx(2 / 3), 1 / 3)
+    assert cfg("tload,tstore", core=True).coop == 0.0
+    assert cfg("tload", core=True, coop_weight=0.5).coop == 0.5
+    gen = cfg("all", core=True).gen
+    assert gen.core and gen.coop_weight == 1 / 3
+    drawn = [c for _, _, c in C.draw_cases(4, 40, gen)]
+    assert all(c.core for c in drawn) and any(c.kind in G.COOP_KINDS for c in drawn)
+    cov = C.Coverage(None, 1 / 3, 0.0, 1 / 3).universe()
+    assert set(G.COOP_KINDS) <= set(cov["kinds"]) and set(G.COOP_MUTATIONS) <= set(cov["mutations"])
+    assert "TSTORE.SPART" in cov["operations"] and "TMATMUL" in cov["operations"]
+    assert not set(G.COOP_KINDS) & set(C.Coverage(None, 1 / 3).universe()["kinds"])
+    from ptojax.machine import possible_effects
+    assert "SHARED" in possible_effects(C.filler_words(core=True))
+    assert "SHARED" not in possible_effects(C.filler_words())
+    with pytest.raises(ValueError, match="every PE"):
+        C.JaxRunner(CFG, ROWS, pe=1, core=True)
+    # the options reach the campaign; bad combinations exit 2
+    seen = {}
+
+    def fake(cc, **kw):
+        seen["cc"] = cc
+        raise KeyboardInterrupt
+    monkeypatch.setattr(C, "run_campaign", fake)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["fuzz", *BASE, "--core", "--coop-weight", "0.5", "--count", "5"])
+    assert seen["cc"].core and seen["cc"].coop == 0.5 and seen["cc"].gen.coop_weight == 0.5
+    monkeypatch.undo()
+    assert fuzz(capsys, "--coop-weight", "0.5")[0] == 2                 # needs --core
+    assert fuzz(capsys, "--core", "--pe", "1")[0] == 2
+    assert fuzz(capsys, "--core", "--coop-weight", "1.5")[0] == 2
+    assert fuzz(capsys, "--core", "--matmul-weight", "0.9", "--ops", "tmatmul")[0] == 2
+    # a case file records core and replays it (the Core State round-trips its envelope)
+    c = G.random_coop_case(G.case_rng(3, 1), G.GenConfig(machine=CFG, core=True), kind="coop_right")
+    st = C.initial_state(c, CFG)
+    want = C.reference_outcome(st, c.words, c.pe, "abandon", CFG, core=True)
+    assert want.fault == C.reference_outcome(st, c.words, 0, "abandon", CFG, c.core).fault
+    d = casefile.repro_json(c, cfg=CFG, config_name="tiny", on_fault="abandon", rows=ROWS,
+                            campaign={"seed": 3, "k": 1, "index": 1}, a=want, b=want,
+                            names=("jax", "reference"), diffs=[])
+    assert d["core"] is True and d["case"]["core"] is True
+    rp = casefile.load_repro(casefile.write_json(tmp_path / "core.json", d))
+    assert rp.core and rp.pe == 0
+    assert C.state_leaves(rp.state).keys() == C.state_leaves(st).keys()
+    assert all(np.array_equal(a, b) for a, b in zip(C.state_leaves(rp.state).values(),
+                                                     C.state_leaves(st).values()))
+    again = C.reference_outcome(rp.state, rp.words, rp.pe, rp.on_fault, rp.cfg, rp.core)
+    assert again.same(want)
+
+
 def test_fuzz_options_reach_the_campaign(capsys, monkeypatch):
     seen = {}
 

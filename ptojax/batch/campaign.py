@@ -197,11 +197,12 @@ def initial_state(case: G.Case, cfg: MachineConfig) -> State:
 FILLER_OPS = ("TLOAD", "TSTORE", "MGATHER.CAS", "TMATMUL")     # one per effect group
 
 
-def filler_words(length: int = WORDS) -> np.ndarray:
+def filler_words(length: int = WORDS, core: bool = False) -> np.ndarray:
     """The words of a filler row: BSTARTs of TLOAD/TSTORE/MGATHER.CAS/TMATMUL in
     turn, so every effect group (machine.possible_effects: TLOAD, TSTORE,
-    MGATHER.CAS, MATMUL) is in every call's effect set."""
-    starts = [G.START[op] for op in FILLER_OPS]
+    MGATHER.CAS, MATMUL) is in every call's effect set; core=True adds
+    TSTORE.SPART (the SHARED group: Shared TLOAD/TSTORE)."""
+    starts = [G.START[op] for op in FILLER_OPS + (("TSTORE.SPART",) if core else ())]
     return np.array([starts[k % len(starts)] for k in range(length)], np.uint32)
 
 
@@ -215,7 +216,7 @@ def leaf_names(cfg: MachineConfig) -> list:
     return list(state_leaves(reset_leaves(cfg)))
 
 
-def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS):
+def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS, core: bool = False):
     """(batched State, words uint32[R, length], lengths int32[R]) for rows that are
     Cases, (State, words) pairs, or None (a filler row)."""
     R = len(rows)
@@ -224,7 +225,7 @@ def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS):
     gpr = np.zeros((R, tables.NUM_PES, tables.NUM_GPRS), np.uint64)
     pc = np.zeros(R, np.uint64)
     cap = np.full(R, cfg.tile_capacity, np.uint64)
-    words = np.tile(filler_words(length), (R, 1))
+    words = np.tile(filler_words(length, core), (R, 1))
     lengths = np.zeros(R, np.int32)
     full = {}                                      # rows given as whole States
     for r, row in enumerate(rows):
@@ -304,10 +305,14 @@ class Outcome:
             for a, b in zip(self.leaves.values(), other.leaves.values()))
 
 
-def reference_outcome(state: State, words, pe: int, on_fault: str, cfg: MachineConfig) -> Outcome:
-    """pj.reference.run's result; an exception it raises is an Outcome too (a finding)."""
+def reference_outcome(state: State, words, pe: int, on_fault: str, cfg: MachineConfig,
+                      core: bool = False) -> Outcome:
+    """pj.reference.run's result (core=True: pj.reference.run_core's); an
+    exception it raises is an Outcome too (a finding)."""
     from .. import reference
     try:
+        if core:
+            return Outcome.of(reference.run_core(state, list(words), on_fault=on_fault, cfg=cfg))
         return Outcome.of(reference.run(state, list(words), pe, on_fault=on_fault, cfg=cfg))
     except Exception as e:                   # noqa: BLE001 - reported as a mismatch
         return Outcome.failed(e)
@@ -332,13 +337,17 @@ class BatchOutcomes:
 
 
 class JaxRunner:
-    """pj.batch.run at one compiled shape: `rows` rows of `length` words."""
+    """pj.batch.run at one compiled shape: `rows` rows of `length` words
+    (core=True: pj.batch.run(core=True), every completion a Core collective)."""
 
     def __init__(self, cfg: MachineConfig, rows: int, pe: int = 0, on_fault: str = "abandon",
-                 length: int = WORDS):
+                 length: int = WORDS, core: bool = False):
         if rows < 2:
             raise ValueError(f"a batch needs at least 2 rows (cases + the filler row), got {rows}")
+        if core and pe != 0:
+            raise ValueError("a Core runner runs every PE; leave pe at 0")
         self.cfg, self.rows, self.pe, self.on_fault, self.length = cfg, rows, pe, on_fault, length
+        self.core = core
 
     @property
     def capacity(self) -> int:
@@ -352,8 +361,9 @@ class JaxRunner:
         if not 1 <= n <= self.capacity:
             raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")
         rows = list(items) + [None] * (self.rows - n)
-        st, words, lengths = batch_arrays(rows, self.cfg, self.length)
-        res = batch_run(st, words, self.pe, lengths=lengths, on_fault=self.on_fault, cfg=self.cfg)
+        st, words, lengths = batch_arrays(rows, self.cfg, self.length, self.core)
+        res = batch_run(st, words, self.pe, lengths=lengths, on_fault=self.on_fault, cfg=self.cfg,
+                        core=self.core)
         leaves = {k: v[:n] for k, v in state_leaves(res.state).items()}
         return BatchOutcomes(leaves, np.asarray(res.executed)[:n])
 
@@ -534,7 +544,7 @@ def _oracle_chunk(items, cfg, on_fault):
     for item in items:
         c, st = item if isinstance(item, tuple) else (item, None)
         st = initial_state(c, cfg) if st is None else st
-        out.append(reference_outcome(st, c.words, c.pe, on_fault, cfg))
+        out.append(reference_outcome(st, c.words, c.pe, on_fault, cfg, getattr(c, "core", False)))
     return out
 
 
@@ -600,10 +610,11 @@ class Coverage:
     AXES = ("operations", "dtypes", "layouts", "faults", "kinds", "mutations")
 
     def __init__(self, selected_ops: Optional[frozenset] = None, cas_weight: float = 0.0,
-                 matmul_weight: float = 0.0):
+                 matmul_weight: float = 0.0, coop_weight: float = 0.0):
         self.selected_ops = selected_ops
         self.cas_weight = cas_weight
         self.matmul_weight = matmul_weight
+        self.coop_weight = coop_weight
         self.counts = {a: collections.Counter() for a in self.AXES}
         self.fault_by_label = collections.defaultdict(collections.Counter)
 
@@ -636,19 +647,25 @@ class Coverage:
         if self.selected_ops:
             ops = sorted(self.selected_ops)
         else:                        # the matrix family only when its kinds are drawn
-            ops = [o for o in IMPLEMENTED_OPS if o not in MATRIX_OPS or self.matmul_weight > 0]
+            ops = [o for o in IMPLEMENTED_OPS if o not in MATRIX_OPS or self.matmul_weight > 0
+                   or (self.coop_weight > 0 and o in G.COOP_FORMS)]
+            ops += ["TSTORE.SPART"] if self.coop_weight > 0 else []     # the Shared kinds
         return {"operations": ops,
                 "dtypes": [d.name for d in tables.DATATYPES],
                 "layouts": list(tables.LAYOUT_CODES.values()),
                 "faults": list(tables.FAULTS),
-                "kinds": self._labels("PROGRAM_KINDS", "CAS_KINDS", "MATMUL_KINDS"),
-                "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS", "MATMUL_MUTATIONS")}
+                "kinds": self._labels("PROGRAM_KINDS", "CAS_KINDS", "MATMUL_KINDS", "COOP_KINDS"),
+                "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS", "MATMUL_MUTATIONS",
+                                          "COOP_MUTATIONS")}
 
-    def _labels(self, transport: str, cas: str, matmul: str) -> list:
-        """The labels the generator can draw with this campaign's CAS and matrix weights."""
-        out = list(getattr(G, transport)) if self.cas_weight + self.matmul_weight < 1 else []
+    def _labels(self, transport: str, cas: str, matmul: str, coop: str) -> list:
+        """The labels the generator can draw with this campaign's CAS, matrix and
+        cooperative weights."""
+        rest = self.cas_weight + self.matmul_weight + self.coop_weight
+        out = list(getattr(G, transport)) if rest < 1 else []
         out += list(getattr(G, cas, {})) if self.cas_weight > 0 else []
-        return out + (list(getattr(G, matmul, {})) if self.matmul_weight > 0 else [])
+        out += list(getattr(G, matmul, {})) if self.matmul_weight > 0 else []
+        return out + (list(getattr(G, coop, {})) if self.coop_weight > 0 else [])
 
     def never_hit(self) -> dict:
         return {a: [v for v in vals if self.counts[a][v] == 0] for a, vals in self.universe().items()}
@@ -700,6 +717,8 @@ class CampaignConfig:
     cas_weight: Optional[float] = None     # share of MGATHER.CAS kinds; None: from `ops`
     matmul_weight: Optional[float] = None  # share of TMATMUL/TGEMV kinds; None: from `ops`
     profile: str = "portable"       # MachineConfig.profile of both models
+    core: bool = False              # every case on the Core: pj.batch.run(core=True) / run_core
+    coop_weight: Optional[float] = None    # share of cooperative / Shared kinds (core only)
     keep_mismatches: int = 50       # Mismatch records kept (all are counted)
 
     @property
@@ -722,7 +741,7 @@ class CampaignConfig:
         share = 1.0 if self.ops == frozenset({"MGATHER.CAS"}) else 1.0 / 3.0
         if self.matmul_weight is not None:
             share = min(share, 1.0 - float(self.matmul_weight))
-        return share
+        return min(share, 1.0 - self.coop)
 
     @property
     def matmul(self) -> float:
@@ -735,8 +754,21 @@ class CampaignConfig:
         if self.ops is None or not self.ops & frozenset(MATRIX_OPS):
             return 0.0
         if self.ops <= frozenset(MATRIX_OPS):
-            return 1.0
-        return min(1.0 / 3.0, 1.0 - self.cas)
+            return 1.0 - self.coop
+        return max(0.0, min(1.0 / 3.0, 1.0 - self.cas - self.coop))
+
+    @property
+    def coop(self) -> float:
+        """The generator's probability of a cooperative / Shared kind (COOP_KINDS):
+        as given, else 1/3 with core when the ops include a TMATMUL form (or are
+        all), 0 without core."""
+        if self.coop_weight is not None:
+            return float(self.coop_weight)
+        if not self.core:
+            return 0.0
+        if self.ops is not None and not self.ops & frozenset(G.COOP_FORMS):
+            return 0.0
+        return 1.0 / 3.0
 
     @property
     def matmul_forms(self) -> tuple:
@@ -748,8 +780,12 @@ class CampaignConfig:
     @property
     def gen(self) -> G.GenConfig:
         kw = {"cas_weight": self.cas} if self.cas > 0 else {}
+        if self.matmul > 0 or self.coop > 0:
+            kw.update(matmul_forms=self.matmul_forms)
         if self.matmul > 0:
-            kw.update(matmul_weight=self.matmul, matmul_forms=self.matmul_forms)
+            kw.update(matmul_weight=self.matmul)
+        if self.core:
+            kw.update(core=True, coop_weight=self.coop)
         return G.GenConfig(machine=self.machine, max_words=WORDS, pe=self.pe, **kw)
 
 
@@ -785,10 +821,10 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
     pj.batch.run's result too.
     """
     mcfg, gen = cc.machine, cc.gen
-    runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault)
+    runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault, core=cc.core)
     own_oracle = oracle is None
     oracle = oracle or Oracle(mcfg, cc.on_fault, cc.jobs)
-    res = CampaignResult(cc, coverage=Coverage(cc.ops, cc.cas, cc.matmul),
+    res = CampaignResult(cc, coverage=Coverage(cc.ops, cc.cas, cc.matmul, cc.coop),
                          devices=jax.local_device_count())
     me, n_shards = cc.shard
     total = len(range(me, cc.count, n_shards))
@@ -832,7 +868,7 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
                 ref = oracle_of.get(r)
                 st = start_of(c, prepared, r)
                 if ref is None:
-                    ref = reference_outcome(st, c.words, c.pe, cc.on_fault, mcfg)
+                    ref = reference_outcome(st, c.words, c.pe, cc.on_fault, mcfg, c.core)
                 if export(k, j, c, st, ref) is False:
                     want_export = False
                     break
@@ -901,6 +937,7 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "ops": sorted(op_token(o) for o in cc.ops) if cc.ops else "all",
         "kinds": list(cc.kinds) if cc.kinds else "all",
         "sample": cc.sample, "cas_weight": round(cc.cas, 4), "matmul_weight": round(cc.matmul, 4),
+        "core": cc.core, "coop_weight": round(cc.coop, 4),
         "profile": cc.profile, "shard": list(cc.shard),
         "devices": res.devices, "jobs": cc.jobs,
         "cases": res.cases, "compared": res.compared, "mismatches": res.mismatches,

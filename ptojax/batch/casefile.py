@@ -6,14 +6,15 @@ envelopes (`pj.interop.to_arch_state`), words are 32-bit ints or "0x%08x"
 strings, the machine config is every `MachineConfig` field.
 
 - mismatch case (`ptojax.fuzz-case.v1`), written by `fuzz`, read by `replay`:
-  config, pe, on_fault, batch (rows of the compiled shape that found it),
+  config, pe, core (true: the case runs on the Core's four PEs,
+  pj.batch.run(core=True) / pj.reference.run_core; absent = false), on_fault, batch (rows of the compiled shape that found it),
   campaign (seed, case number k, draw index), case (kind, mutations, notes,
   pc, TILE_CAPACITY, nonzero GPRs), words (hex) and disassembly, initial
   (envelope, kind "initial_state"), results (per model: fault,
   fault_address, executed, pc, final envelope), differences (field by
   field), shrink (the original words, the steps kept, counts), against (the
   external command, when it was the other side).
-- exported case (`ptojax.fuzz-export.v1`): config, pe, on_fault, words,
+- exported case (`ptojax.fuzz-export.v1`): config, pe, core, on_fault, words,
   words_hex, disassembly, initial, expected (the reference model's final
   envelope, fault, fault_address, executed, pc).
 - protocol (`ptojax.fuzz-against.v1`): ptojax starts CMD once (through the
@@ -101,6 +102,7 @@ def case_json(case: G.Case) -> dict:
             for pe, rs in sorted(case.gprs.items())}
     return {"kind": case.kind, "mutations": list(case.mutations), "notes": list(case.notes),
             "pc": hex(case.pc), "tile_capacity": case.tile_capacity, "pe": case.pe,
+            "core": bool(getattr(case, "core", False)),
             "gprs": {pe: r for pe, r in regs.items() if r},
             "gm_nonzero_bytes": int(np.count_nonzero(np.frombuffer(bytes(case.gm), np.uint8))),
             "setup": words_hex(getattr(case, "setup", ())),
@@ -115,7 +117,8 @@ def repro_json(case: G.Case, *, cfg: MachineConfig, config_name: str, on_fault: 
     d = {
         "format": CASE_FORMAT, "ptojax_version": __version__,
         "config": {"preset": config_name, "machine": machine_json(cfg)},
-        "pe": case.pe, "on_fault": on_fault, "batch": rows, "campaign": campaign,
+        "pe": case.pe, "core": bool(case.core), "on_fault": on_fault, "batch": rows,
+        "campaign": campaign,
         "case": case_json(case),
         "words": words_hex(case.words), "disassembly": disassembly(case.words),
         "initial": envelope(initial_state(case, cfg), cfg, case.pe, "initial_state"),
@@ -148,6 +151,7 @@ class Repro:
     pe: int
     on_fault: str
     rows: int
+    core: bool = False            # run with pj.batch.run(core=True) / pj.reference.run_core
 
 
 def load_repro(path) -> Repro:
@@ -167,9 +171,10 @@ def load_repro(path) -> Repro:
         state = from_arch_state(d["initial"], cfg)
         words = parse_words(d["words"])
         pe, on_fault = int(d["pe"]), d["on_fault"]
+        core = bool(d.get("core", False))
     except (KeyError, TypeError) as e:
         raise ValueError(f"{path}: missing or malformed field {e}") from None
-    return Repro(d, cfg, state, words, pe, on_fault, int(d.get("batch", 64)))
+    return Repro(d, cfg, state, words, pe, on_fault, int(d.get("batch", 64)), core)
 
 
 def export_json(k: int, index: int, seed: int, case: G.Case, cfg: MachineConfig, on_fault: str,
@@ -178,7 +183,7 @@ def export_json(k: int, index: int, seed: int, case: G.Case, cfg: MachineConfig,
         "format": EXPORT_FORMAT, "id": f"{seed}-{k}",
         "campaign": {"seed": seed, "k": k, "index": index},
         "kind": case.kind, "mutations": list(case.mutations),
-        "config": machine_json(cfg), "pe": case.pe, "on_fault": on_fault,
+        "config": machine_json(cfg), "pe": case.pe, "core": bool(case.core), "on_fault": on_fault,
         "words": [int(w) for w in case.words], "words_hex": words_hex(case.words),
         "disassembly": disassembly(case.words),
         "initial": envelope(state, cfg, case.pe, "initial_state"),

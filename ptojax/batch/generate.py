@@ -46,12 +46,25 @@ lets random_case draw matrix kinds (0, the default, leaves its draws
 unchanged; with cas_weight too, one uniform draw picks CAS below cas_weight,
 matrix below cas_weight + matmul_weight).
 
+The Core (docs/shared-decisions.md): `GenConfig.core` makes every Case
+`core=True` (run with pj.run_core / pj.batch.run(core=True); its setup with
+pj.reference.run_core). `random_coop_case(rng, cfg)` / `random_coop_cases(
+seed, n, cfg)` draw cooperative TMATMUL* and Shared TLOAD/TSTORE/TSTORE.SPART
+Cases from `COOP_KINDS` (right-only with each active PE's own Local A,
+both-Shared, Trans bits, a Shared operand TLOAD in the stream, zero-mask
+blocks, sh_load / sh_store) over the six forms `COOP_FORMS`, with mutations
+`COOP_MUTATIONS`, one per check of shared-decisions.md section 5 and most of
+sections 3-4; `COOP_AIMS[label]` is the fault each aims at. The default
+machine is pj.preset("small") (`COOP_MACHINE`). `GenConfig.coop_weight` > 0
+(with core) lets random_case draw them (below cas + matmul + coop weight).
+
 Words are encoded here from the digests (encoding.md 4), independently of
 `ptojax.isa`; `Case.text()` disassembles them for reports.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Optional
@@ -59,7 +72,7 @@ from typing import Optional
 import numpy as np
 
 from .. import tables
-from ..state import MachineConfig, State
+from ..state import PRESETS, MachineConfig, State
 
 MASK64 = (1 << 64) - 1
 
@@ -208,12 +221,19 @@ class GenConfig:
     cas_weight: float = 0.0        # random_case: probability of an MGATHER.CAS kind instead
     matmul_weight: float = 0.0     # random_case: probability of a TMATMUL/TGEMV kind instead
     matmul_forms: tuple = ()       # matrix kinds draw these operations (empty: all 12)
+    core: bool = False             # every case runs on the Core (pj.run_core; Case.core)
+    coop_weight: float = 0.0       # random_case: probability of a cooperative / Shared kind
 
     def __post_init__(self):
         if not (0.0 <= self.cas_weight <= 1.0 and 0.0 <= self.matmul_weight <= 1.0
-                and self.cas_weight + self.matmul_weight <= 1.0 + 1e-12):
-            raise ValueError(f"GenConfig: cas_weight {self.cas_weight} and matmul_weight "
-                             f"{self.matmul_weight} must be probabilities summing to at most 1")
+                and 0.0 <= self.coop_weight <= 1.0
+                and self.cas_weight + self.matmul_weight + self.coop_weight <= 1.0 + 1e-12):
+            raise ValueError(f"GenConfig: cas_weight {self.cas_weight}, matmul_weight "
+                             f"{self.matmul_weight} and coop_weight {self.coop_weight} must be "
+                             f"probabilities summing to at most 1")
+        if self.coop_weight > 0 and not self.core:
+            raise ValueError("GenConfig: coop_weight > 0 needs core=True (cooperative kinds run "
+                             "on the Core)")
 
 
 def _gen_config(cfg) -> GenConfig:
@@ -246,6 +266,11 @@ class Case:
     element each, defined_valid decremented), making that tile "not fully
     defined", which no instruction can do. Both are empty for TLOAD/TSTORE
     kinds.
+
+    core: the case runs on the Core's four PEs (pj.run_core / pj.batch.run(
+    core=True), docs/shared-decisions.md section 2); build_state then runs the
+    setup with pj.reference.run_core, and `undefine` pokes every PE whose
+    Local file holds that Word defined.
     """
     words: list
     gm: bytes
@@ -258,6 +283,7 @@ class Case:
     notes: tuple = ()
     setup: tuple = ()
     undefine: tuple = ()
+    core: bool = False
 
     @property
     def labels(self) -> tuple:
@@ -273,7 +299,8 @@ class Case:
         regs = {pe: {tables.GPR_NAMES[r]: hex(v) for r, v in sorted(rs.items()) if v}
                 for pe, rs in sorted(self.gprs.items())}
         lines = [f"kind={self.kind} mutations={list(self.mutations)} notes={list(self.notes)}",
-                 f"pc={self.pc:#x} pe={self.pe} tile_capacity={self.tile_capacity}",
+                 f"pc={self.pc:#x} pe={self.pe} tile_capacity={self.tile_capacity}"
+                 + (" core=True (run_core)" if self.core else ""),
                  f"gprs={regs}"]
         if self.setup:
             from ..isa.asm import disassemble
@@ -341,9 +368,10 @@ def _prepare(state: State, case: Case, mcfg: MachineConfig) -> State:
     """Run a Case's setup words on the oracle, reset the PC, apply `undefine`."""
     import jax
     import jax.numpy as jnp
-    from ..reference import run as reference_run
+    from ..reference import run as reference_run, run_core as reference_run_core
     if case.setup:
-        r = reference_run(state, list(case.setup), case.pe, cfg=mcfg)
+        r = reference_run_core(state, list(case.setup), cfg=mcfg) if case.core else \
+            reference_run(state, list(case.setup), case.pe, cfg=mcfg)
         if r.fault != "Fault_None" or r.executed != len(case.setup) \
                 or bool(np.asarray(r.state.block.active)):
             raise RuntimeError(f"setup of a {case.kind} case did not complete cleanly: {r.fault} "
@@ -352,13 +380,30 @@ def _prepare(state: State, case: Case, mcfg: MachineConfig) -> State:
     leaves = {k: np.array(getattr(state.tiles, k)) for k in ("defined", "defined_valid")}
     for index, word in case.undefine:
         slot = mcfg.slot_of(index)
-        if slot is None or not leaves["defined"][case.pe, slot, word]:
+        pes = [p for p in (range(tables.NUM_PES) if case.core else [case.pe])
+               if slot is not None and leaves["defined"][p, slot, word]]
+        if not pes:
             raise RuntimeError(f"undefine ({index}, {word}): no defined Word there")
-        leaves["defined"][case.pe, slot, word] = False
-        leaves["defined_valid"][case.pe, slot] -= 1
+        for p in pes:
+            leaves["defined"][p, slot, word] = False
+            leaves["defined_valid"][p, slot] -= 1
     with jax.enable_x64(True):
         tiles = state.tiles.replace(**{k: jnp.asarray(v) for k, v in leaves.items()})
         return state.replace(tiles=tiles, pc=jnp.asarray(np.uint64(case.pc & MASK64), jnp.uint64))
+
+
+def _core_setup(words, core: bool) -> tuple:
+    """Setup words as ints; core=True: every B.IOT gets PEMode 111 (mask 1111), so
+    that under run_core each PE holds every source an All-Local bundle of any
+    mask names (a single-PE setup loads into the current PE's file whatever
+    the mask)."""
+    out = []
+    for w in words:
+        w = int(w) & 0xFFFFFFFF
+        if core and (w & 0x7F) == 0x13 and (w >> 12) & 7 in (4, 5, 6) and (w >> 9) & 7:
+            w |= 7 << 9
+        out.append(w)
+    return tuple(out)
 
 
 def random_cases(seed: int, n: int, cfg=None) -> list:
@@ -435,7 +480,10 @@ class _Builder:
         self.gprs[self.pe][r] = value & MASK64
         for pe in range(tables.NUM_PES):
             if pe != self.pe:
-                self.gprs[pe][r] = int(self.rng.integers(0, 1 << 63)) * 2 + 1
+                junk = int(self.rng.integers(0, 1 << 63)) * 2 + 1
+                # core: every PE of a mask executes with its own GPRs, and the setup must
+                # succeed on all of them: the same value everywhere (the same draws)
+                self.gprs[pe][r] = value & MASK64 if self.g.core else junk
         return r
 
     def noise_regs(self):
@@ -1427,12 +1475,14 @@ def _fit(rng, bundles, max_words: int) -> list:
 def random_case(rng: np.random.Generator, cfg=None) -> Case:
     """One random Case (see the module docstring)."""
     g = _gen_config(cfg)
-    if g.cas_weight > 0 or g.matmul_weight > 0:
+    if g.cas_weight > 0 or g.matmul_weight > 0 or g.coop_weight > 0:
         u = rng.random()              # one draw: cas_weight alone leaves the old draws as they were
         if u < g.cas_weight:
             return random_cas_case(rng, g)
         if u < g.cas_weight + g.matmul_weight:
             return random_matmul_case(rng, g)
+        if u < g.cas_weight + g.matmul_weight + g.coop_weight:
+            return random_coop_case(rng, g)
     b = _Builder(rng, g)
     kind = _weighted(rng, PROGRAM_KINDS)
     bundles = PROGRAMS[kind](b)
@@ -1479,7 +1529,7 @@ def random_case(rng: np.random.Generator, cfg=None) -> Case:
     return Case(words=[int(w) & 0xFFFFFFFF for w in words], gm=gm,
                 gprs={pe: dict(r) for pe, r in b.gprs.items()}, kind=kind,
                 mutations=tuple(applied), pc=b.pc, tile_capacity=b.tile_capacity, pe=g.pe,
-                notes=tuple(b.notes))
+                core=g.core, notes=tuple(b.notes))
 
 
 def random_words_case(rng: np.random.Generator, cfg=None, structured: bool = True) -> Case:
@@ -1490,7 +1540,7 @@ def random_words_case(rng: np.random.Generator, cfg=None, structured: bool = Tru
     b.noise_regs()
     gm = rng.integers(0, 256, g.machine.gm_bytes, dtype=np.uint8).tobytes()
     return Case(words=_flatten(bundles)[: g.max_words], gm=gm, gprs=b.gprs,
-                kind="structured_random" if structured else "random_words", pe=g.pe)
+                kind="structured_random" if structured else "random_words", pe=g.pe, core=g.core)
 
 
 # ----------------------------------------------------------------- MGATHER.CAS cases (S D, E7, E8)
@@ -2411,7 +2461,9 @@ def _cas_program(b: _Builder, plan: _CasPlan, kind: str, bundle_muts: list):
         b.notes.append("in_stream:" + ",".join(bd.info["role"] for bd in stream_loads))
     cap = None
     if plan.budget:
-        charge = sum(bin(PEMODE_MASK[s.pemode]).count("1") * s.capacity for s in loads)
+        # core: the setup's bindings are mask 1111 (_core_setup), each PE charges 4 x TSize
+        charge = sum((4 if b.g.core else bin(PEMODE_MASK[s.pemode]).count("1")) * s.capacity
+                     for s in loads)
         dest = bin(PEMODE_MASK[plan.pemode]).count("1") * (128 << (plan.size - 1))
         cap = charge + dest - int(rng.integers(1, dest + 1))
         b.notes.append(f"tile_capacity:{cap} (sources {charge}, destination {dest})")
@@ -2497,8 +2549,9 @@ def random_cas_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = No
     b.noise_regs()
     return Case(words=[int(w) & 0xFFFFFFFF for w in words], gm=gm,
                 gprs={pe: dict(r) for pe, r in b.gprs.items()}, kind=kind,
-                mutations=tuple(applied), pc=pc, tile_capacity=cap, pe=g.pe, notes=tuple(b.notes),
-                setup=tuple(int(w) & 0xFFFFFFFF for w in setup), undefine=tuple(undefine))
+                mutations=tuple(applied), pc=pc, tile_capacity=cap, pe=g.pe, core=g.core,
+                notes=tuple(b.notes),
+                setup=_core_setup(setup, g.core), undefine=tuple(undefine))
 
 
 def random_cas_cases(seed: int, n: int, cfg=None) -> list:
@@ -3742,7 +3795,8 @@ def _mm_program(b: _Builder, plan: _MmPlan, spec_muts: list, item_muts: list):
         b.notes.append(f"chain_in:{plan.chain}")
     cap = None
     if plan.budget:
-        charge = sum(t.charge for t in loads) + (plan.d_charge if plan.chain else 0)
+        charge = sum(4 * (128 << (t.size - 1)) if g.core else t.charge for t in loads) \
+            + (plan.d_charge if plan.chain else 0)          # core: mask 1111 (_core_setup)
         cap = charge + plan.d_charge - int(rng.integers(1, plan.d_charge + 1))
         b.notes.append(f"tile_capacity:{cap} (in use {charge}, D {plan.d_charge})")
     return setup, words, bytes(gm.gm), cap, undefine, applied
@@ -3846,8 +3900,9 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
     b.noise_regs()
     return Case(words=[int(w) & 0xFFFFFFFF for w in words], gm=gm,
                 gprs={pe: dict(r) for pe, r in b.gprs.items()}, kind=kind,
-                mutations=tuple(applied), pc=pc, tile_capacity=cap, pe=g.pe, notes=tuple(b.notes),
-                setup=tuple(int(w) & 0xFFFFFFFF for w in setup), undefine=tuple(undefine))
+                mutations=tuple(applied), pc=pc, tile_capacity=cap, pe=g.pe, core=g.core,
+                notes=tuple(b.notes),
+                setup=_core_setup(setup, g.core), undefine=tuple(undefine))
 
 
 def _mm_zero_mask_program(b: _Builder, plan: _MmPlan):
@@ -3875,8 +3930,1025 @@ def random_matmul_cases(seed: int, n: int, cfg=None) -> list:
     return [random_matmul_case(np.random.default_rng(s), g) for s in ss.spawn(n)]
 
 
+# ----------------------------------------------------------------- cooperative TMATMUL and Shared TLSU (issue 5)
+#
+# docs/shared-decisions.md. Every cooperative Case has core=True: it runs with
+# pj.run_core / pj.batch.run(core=True), and its setup with
+# pj.reference.run_core. Shared operands come from Shared TLOADs (a B.IOS
+# destination, mask 1111, the same base/stride in every PE's GPRs); each
+# active PE's Local A / sA / C / Bias from a TLOAD whose bindings select only
+# that PE (PEMode i+1), so under run_core only PE i loads it, through its own
+# GPRs (one register pair per role, a different value in each PE's file), at
+# the same TileIndex on every active PE. The default machine is
+# pj.preset("small") (COOP_MACHINE); shapes keep within its tile_words and
+# shared_words. sh_* kinds exercise Shared TLOAD / TSTORE / TSTORE.SPART on
+# their own (partial masks, per-PE bases, uninitialized quarters).
+
+COOP_FORMS = ("TMATMUL", "TMATMUL.ACC", "TMATMUL.BIAS", "TMATMULMX", "TMATMULMX.ACC", "TMATMULMX.BIAS")
+COOP_MACHINE = PRESETS["small"]          # tile_words 1024, hand_slots 4, shared 8 x 1024 Words
+COOP_GROUP_M = (1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96, 97, 98, 99, 100, 127, 128)
+COOP_BUDGET = 8192                  # group_M * N * K: keeps the oracle's loops short
+
+COOP_KINDS = {
+    # kind: weight
+    "coop_right": 10,      # Local A[, sA] per active PE, Shared B[, sB] (right-only)
+    "coop_both": 10,       # Shared A[, sA], B[, sB]
+    "coop_trans": 4,       # both Shared, TransA / TransB with the operands stored transposed
+    "coop_in_stream": 3,   # the last Shared operand TLOAD in the stream before the matrix block
+    "coop_zero_mask": 2,   # every binding PEMode 000 on an otherwise illegal block: strict no-op
+    "sh_load": 5,          # Shared TLOAD in the stream (partial masks, per-PE bases, reloads)
+    "sh_store": 5,         # Shared TSTORE / TSTORE.SPART of a setup record (uninitialized quarters)
+}
+COOP_MATRIX_KINDS = ("coop_right", "coop_both", "coop_trans", "coop_in_stream", "coop_zero_mask")
+
+# mutation label -> weight; COOP_AIMS[label] is the fault each aims at
+COOP_MUTATIONS = {
+    # shared-decisions.md 5 (cooperative TMATMUL)
+    "coop_no_fpatr": 1,         # 1 B.FPATR missing
+    "coop_sparse_mask": 4,      # 3 every binding PEMode 1..6 (a sparse nonzero mask)
+    "coop_zero_mask_block": 2,  # 0 every binding PEMode 000: no-op
+    "coop_group_m_zero": 2,     # 3 LB0 = group_M = 0 (B.DIM)
+    "coop_group_m_big": 2,      # 3 group_M 129..
+    "coop_n_not_pow2": 2,       # 3 N not a power of two
+    "coop_k_not_pow2": 2,       # 3 K not a power of two
+    "coop_ios_size": 2,         # 3 a B.IOS with SizeCode != 0
+    "coop_shared_count": 2,     # 3 one B.IOS too many or too few
+    "coop_gemv": 1,             # 3 a TGEMV* with B.IOS operands
+    "coop_trans_a_local": 2,    # 5 TransA with a Local A
+    "coop_trans_flip": 2,       # 7s a Trans bit that does not match the stored shape
+    "coop_not_ready": 3,        # 7s a Shared source loaded with a partial mask (and reloaded)
+    "coop_shared_dtype": 2,     # 7s a Shared source of another dtype
+    "coop_shared_cols": 2,      # 7s a Shared source with other stored columns
+    "coop_shared_rows": 2,      # 7s a Shared source with too few valid rows / columns
+    "coop_unallocated_sid": 2,  # 7s a B.IOS naming a SharedTileID without a record
+    "coop_local_a_rows": 2,     # 7 an active PE's Local A with valid rows != valid_M[i]
+    "coop_idle_garbage": 3,     # idle PEs' Local files hold other tiles at the block's indices (legal)
+    "coop_c_capacity": 2,       # 7 C capacity != D TSize on one active PE
+    "coop_c_is_d_hand": 1,      # 8 C's TileIndex == D's hand value
+    "coop_d_size": 2,           # 10 D SizeCode below an active PE's fragment
+    "coop_hand_full": 2,        # 10 no free slot in D's hand on one active PE
+    "coop_pool": 2,             # 10 one active PE's Local pool cannot take D
+    # shared-decisions.md 3-4 (Shared TLOAD / TSTORE / TSTORE.SPART)
+    "sh_ios_count": 1,          # 1 two B.IOS bindings
+    "sh_ior_surplus": 1,        # 2 B.IOR RegDst / RegSrc2 nonzero
+    "sh_cube_code": 1,          # pre: a B.DATR CUBE code with a B.IOS
+    "sh_ios_dir": 2,            # 4 TLOAD with a source B.IOS / TSTORE with a destination one
+    "sh_iot": 1,                # 4 a B.IOT next to the B.IOS
+    "sh_store_mask": 2,         # 4 TSTORE (function 1) with a mask != 1111
+    "sh_lb_missing": 1,         # 4 a TLOAD without LB0 / LB1 / LB2
+    "sh_cols_not_pow2": 1,      # 5 TLOAD columns not a power of two (no derived rows)
+    "sh_update_mismatch": 2,    # 6 a reload with another descriptor or a mask outside the allocation
+    "sh_too_big": 1,            # 7 rows * columns > shared_words
+    "sh_records_full": 1,       # 7 a new SharedTileID with every record taken
+    "sh_mem_page": 2,           # 8 one quarter's PE base past the end of GM
+    "sh_mem_align": 2,          # 8 one quarter's PE base misaligned
+}
+COOP_AIMS = {m: _TL for m in COOP_MUTATIONS}
+COOP_AIMS.update({
+    "coop_no_fpatr": "Fault_BundleControl", "coop_zero_mask_block": "Fault_None",
+    "coop_idle_garbage": "Fault_None", "coop_d_size": _TA, "coop_hand_full": _TA, "coop_pool": _TA,
+    "sh_ior_surplus": "Fault_BundleControl", "sh_too_big": _TA, "sh_records_full": _TA,
+    "sh_mem_page": "Fault_DataPage", "sh_mem_align": "Fault_DataAlignment",
+})
+assert set(COOP_AIMS) == set(COOP_MUTATIONS)
+_SH_MUTATIONS = tuple(m for m in COOP_MUTATIONS if m.startswith("sh_"))
+_COOP_CONFLICTS = {frozenset(p) for p in (
+    ("coop_sparse_mask", "coop_zero_mask_block"), ("coop_group_m_zero", "coop_group_m_big"),
+    ("coop_hand_full", "coop_pool"), ("coop_hand_full", "coop_d_size"), ("coop_pool", "coop_d_size"),
+    ("coop_c_is_d_hand", "coop_hand_full"), ("coop_c_is_d_hand", "coop_pool"),
+    ("coop_no_fpatr", "coop_trans_a_local"), ("coop_no_fpatr", "coop_trans_flip"),
+    ("coop_trans_a_local", "coop_trans_flip"), ("coop_not_ready", "coop_unallocated_sid"),
+    ("sh_mem_page", "sh_mem_align"), ("sh_ios_dir", "sh_store_mask"))}
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and not v & (v - 1)
+
+
+def _sh_fit(bits: int, vr: int, vc: int, cols: int, Wsh: int, size: int = 0):
+    """Smallest B.IOS SizeCode (>= size) whose Shared descriptor holds vr x vc of
+    `cols` columns within shared_words (section 3 steps 5 and 7), or None."""
+    if not _pow2(cols) or vc > cols:
+        return None
+    for s in range(max(1, size), 13):
+        cap_bits = (64 << s) * 8
+        if cap_bits % (cols * bits):
+            continue
+        rows = cap_bits // (cols * bits)
+        if rows > 65535 or rows * cols > Wsh:
+            return None
+        if vr <= rows and vr * vc <= cap_bits // bits:
+            return s
+    return None
+
+
+def _sh_quarter(e: int, bits: int, size: int) -> int:
+    return (4 * ((e * bits) // 8)) // (64 << size)
+
+
+@dataclass
+class _ShTile:
+    """A Shared register a Shared TLOAD makes (one B.IOS destination)."""
+    role: str                     # a, sa, b, sb (matrix operands) or x (sh_* kinds)
+    sid: int
+    dt: int
+    vr: int
+    vc: int
+    cols: int
+    size: int
+    pemode: int = 7
+    reload: Optional[int] = None  # PEMode of a second (subset) load of the same register
+    in_stream: bool = False
+
+
+def _coop_reg(b: _Builder, values: dict) -> int:
+    """A fresh GPR holding values[pe] in PE pe's file (junk in the others)."""
+    r = b.free_regs.pop()
+    for pe in range(tables.NUM_PES):
+        b.gprs[pe][r] = (values[pe] if pe in values else
+                         int(b.rng.integers(0, 1 << 63)) * 2 + 1) & MASK64
+    return r
+
+
+def _coop_ior(b: _Builder, addr: dict) -> tuple:
+    """("ior", word) reading base/stride {pe: (base, stride)} from PE pe's GPRs."""
+    rng = b.rng
+    bases = {pe: v[0] for pe, v in addr.items()}
+    strides = {pe: v[1] for pe, v in addr.items()}
+    rb = 0 if all(v == 0 for v in bases.values()) and rng.random() < 0.6 else _coop_reg(b, bases)
+    rs = 0 if all(v == 0 for v in strides.values()) and rng.random() < 0.6 else _coop_reg(b, strides)
+    return ("ior", ior(rb, rs))
+
+
+def _sh_load_bundle(b: _Builder, t: _ShTile, addr: dict, pemode: int, *, vr=None) -> Bundle:
+    """A Shared TLOAD: LB0 valid columns, LB1 valid rows, LB2 columns, B.IOS, B.IOR."""
+    items = [("dim0", dim(0, t.vc)), ("dim1", dim(1, t.vr if vr is None else vr)),
+             ("dim2", dim(2, t.cols)), ("ios", ios(t.sid, pemode, t.size)), _coop_ior(b, addr)]
+    if b.rng.random() < 0.3:
+        b.rng.shuffle(items)
+    return Bundle(bstart("TLOAD", t.dt), items, True, dict(op="TLOAD", role=t.role, sid=t.sid))
+
+
+def _coop_codes(rng, dt: int, n: int, style: dict) -> list:
+    """_mm_codes, raw bits for the dtypes it has no value classes for."""
+    if tables.DTYPE_BY_CODE[dt].name in ("FP64", "HiF4X2"):
+        style = dict(raw=1.0, special=0.0)
+    return _mm_codes(rng, dt, n, style)
+
+
+def _sh_write(b: _Builder, gm: "_MmGM", t: _ShTile, style: dict, rows=None):
+    """GM data for t (one region every PE's GPRs name); the {pe: (base, stride)}."""
+    bits = BITS[t.dt]
+    rows = t.vr if rows is None else rows
+    base, stride = gm.region(rows, _rowbytes(t.vc, bits), _ebytes(bits))
+    gm.write(base, stride, t.dt, [_coop_codes(b.rng, t.dt, t.vc, style) for _ in range(rows)])
+    return {pe: (base, stride) for pe in range(tables.NUM_PES)}
+
+
+def _sh_setup_loads(b: _Builder, gm: "_MmGM", t: _ShTile, style: dict) -> list:
+    bundles = [_sh_load_bundle(b, t, _sh_write(b, gm, t, style), t.pemode)]
+    if t.reload is not None:
+        bundles.append(_sh_load_bundle(b, t, _sh_write(b, gm, t, style), t.reload))
+    return bundles
+
+
+def _local_load(b: _Builder, t: _MmTile, pe: int, base: int, stride: int, regs: tuple) -> Bundle:
+    """A TLOAD of tile t whose bindings select PE pe only (its GPRs `regs` hold
+    base/stride there)."""
+    if t.cube:
+        items = [("datr", datr(MM_LOAD_CODE[t.layout], 31, t.pad)), ("dim0", dim(0, t.vc)),
+                 ("dim1", dim(1, t.vr))]
+    else:
+        items = [("dim0", dim(0, t.vc)), ("dim1", dim(1, t.vr)), ("dim2", dim(2, t.col))]
+    items += [("iot", iot_dst(t.hand, t.size, pe + 1, 1)), ("ior", ior(*regs))]
+    return Bundle(bstart("TLOAD", t.dt), items, True, dict(op="TLOAD", role=t.role, pe=pe))
+
+
+@dataclass
+class _CoopPlan:
+    kind: str
+    form: str
+    atype: int
+    btype: int
+    acc: int
+    G: int
+    N: int
+    K: int
+    both: bool
+    trans_a: bool
+    trans_b: bool
+    lays: list                    # per PE: D's layout ("M16" / "M32"), None when idle
+    d_size: int
+    shared: dict                  # role -> _ShTile, B.IOS order a, sa, b, sb
+    local: dict                   # role -> {pe: _MmTile}, stream order c, a, sa, bias
+    style: dict
+    c_is_d_hand: bool = False
+    hand_full_pe: Optional[int] = None
+    pool_pe: Optional[int] = None
+    garbage: bool = False
+    flip: Optional[str] = None    # coop_trans_flip: the Trans bit ("a" / "b") flipped in B.FPATR
+
+    @property
+    def f(self) -> dict:
+        return _mm_flags(self.form)
+
+    @property
+    def per(self) -> int:
+        return 16 if self.G <= 64 else 32
+
+    @property
+    def vm(self) -> list:
+        return [max(0, min(self.G - i * self.per, self.per)) for i in range(tables.NUM_PES)]
+
+    @property
+    def active(self) -> list:
+        return [i for i, m in enumerate(self.vm) if m > 0]
+
+
+def _coop_group_m(rng) -> int:
+    return _pick(rng, COOP_GROUP_M) if rng.random() < 0.7 else int(rng.integers(1, 129))
+
+
+def _coop_draw(b: _Builder, kind: str, form: str, muts) -> Optional[_CoopPlan]:
+    """A legal cooperative plan for this kind and form."""
+    rng, W, Wsh = b.rng, b.m.tile_words, b.m.shared_words
+    f = _mm_flags(form)
+    for _ in range(60):
+        atype, btype = _mm_types(rng, "coop", f, ())
+        acc = _mm_acc_type(f["mx"], atype)
+        if kind == "coop_right":
+            both = False
+        elif kind in ("coop_both", "coop_trans"):
+            both = True
+        else:
+            both = rng.random() < 0.5 and not {"coop_trans_a_local", "coop_local_a_rows"} & set(muts)
+        G = _coop_group_m(rng)
+        if "coop_idle_garbage" in muts and G > 96:
+            G = _pick(rng, [1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96])
+        K = 1 << int(rng.integers(0, 7))
+        N = 1 << int(rng.integers(0, 7))
+        if f["mx"] and rng.random() < 0.3:
+            K = 64                                       # two scale blocks
+        while G * N * K > COOP_BUDGET:
+            if N >= K and N > 1:
+                N //= 2
+            elif K > 1:
+                K //= 2
+            else:
+                break
+        trans_a = both and _pow2(G) and (rng.random() < (0.6 if kind == "coop_trans" else 0.1))
+        trans_b = rng.random() < (0.6 if kind == "coop_trans" else 0.1)
+        if kind == "coop_trans" and not (trans_a or trans_b):
+            trans_b = True
+        plan = _CoopPlan(kind, form, atype, btype, acc, G, N, K, both, trans_a, trans_b,
+                         [None] * 4, 1, {}, {}, _mm_style(rng, kind))
+        vm, per = plan.vm, plan.per
+        # per-PE layouts: M16 only for valid_M[i] <= 16; both Shared without ACC: by M_per_PE
+        for i in plan.active:
+            if both and not f["acc"]:
+                plan.lays[i] = "M16" if per == 16 else "M32"
+            else:
+                plan.lays[i] = "M16" if vm[i] <= 16 and rng.random() < 0.6 else "M32"
+        if not all(_cube_fits(plan.lays[i], 32, vm[i], N, W) for i in plan.active):
+            continue
+        need = max(_cube_min_size(plan.lays[i], 32, vm[i], N) for i in plan.active)
+        plan.d_size = min(10, need + (int(rng.integers(1, 3)) if rng.random() < 0.2 else 0))
+        kb = -(-K // 32)
+        sh = {}
+        ok = True
+
+        def shared(role, dt, vr, vc, cols, extra_rows=True):
+            nonlocal ok
+            if extra_rows and rng.random() < 0.2:
+                vr2 = vr + int(rng.integers(1, 9))
+                if _sh_fit(BITS[dt], vr2, vc, cols, Wsh):
+                    vr = vr2
+            size = _sh_fit(BITS[dt], vr, vc, cols, Wsh)
+            if size is None:
+                ok = False
+                return
+            if rng.random() < 0.2 and _sh_fit(BITS[dt], vr, vc, cols, Wsh, size + 1):
+                size += 1
+            sh[role] = _ShTile(role, 0, dt, vr, vc, cols, size)
+
+        if both:
+            shared("a", atype, *((K, G, G) if trans_a else (G, K, K)))
+            if f["mx"] and atype in MM_MX_SCALED:
+                shared("sa", E8M0, G, kb, kb)
+        shared("b", btype, *((N, K, K) if trans_b else (K, N, N)))
+        if f["mx"] and btype in MM_MX_SCALED:
+            shared("sb", E8M0, kb, N, N)
+        if not ok:
+            continue
+        sids = [int(x) for x in rng.choice(256, size=len(sh), replace=False)]
+        for t, sid in zip(sh.values(), sids):
+            t.sid = sid
+        plan.shared = sh
+        loc = {}
+        for i in plan.active:
+            tiles = {}
+            if f["acc"]:
+                tiles["c"] = _mm_tile(rng, "c", acc, vm[i], N, plan.lays[i], W, size=plan.d_size)
+            if not both:
+                tiles["a"] = _mm_tile(rng, "a", atype, vm[i], K, plan.lays[i], W)
+                if f["mx"] and atype in MM_MX_SCALED:
+                    tiles["sa"] = _mm_tile(rng, "sa", E8M0, vm[i], kb, "RowMajor", W)
+            if f["bias"]:
+                tiles["bias"] = _mm_tile(rng, "bias", acc, 1, N, "RowMajor", W)
+            if any(t is None for t in tiles.values()):
+                ok = False
+                break
+            for role, t in tiles.items():
+                t.pemode = i + 1
+                loc.setdefault(role, {})[i] = t
+        if not ok:
+            continue
+        plan.local = {r: loc[r] for r in ("c", "a", "sa", "bias") if r in loc}
+        return plan
+    return None
+
+
+# ---- plan mutations
+
+
+def _cp_not_ready(b, plan):
+    rng = b.rng
+    t = plan.shared[_pick(rng, list(plan.shared))]
+    t.pemode = int(rng.integers(1, 7))
+    subs = [p for p in range(1, 8) if PEMODE_MASK[p] & PEMODE_MASK[t.pemode] == PEMODE_MASK[p]]
+    if rng.random() < 0.5:
+        t.reload = _pick(rng, subs)
+    b.notes.append(f"not_ready:{t.role} S{t.sid} PEMode {t.pemode} reload {t.reload}")
+    return True
+
+
+def _cp_shared_dtype(b, plan):
+    rng = b.rng
+    t = plan.shared[_pick(rng, list(plan.shared))]
+    opts = [c for c in DTYPES if BITS[c] == BITS[t.dt] and c != t.dt]
+    if not opts:
+        return False
+    t.dt = _pick(rng, opts)
+    b.notes.append(f"shared_dtype:{t.role}={tables.DTYPE_BY_CODE[t.dt].name}")
+    return True
+
+
+def _cp_shared_cols(b, plan):
+    rng = b.rng
+    roles = list(plan.shared)
+    rng.shuffle(roles)
+    for role in roles:
+        t = plan.shared[role]
+        for cols in (t.cols * 2, t.cols * 4):
+            size = _sh_fit(BITS[t.dt], t.vr, t.vc, cols, b.m.shared_words)
+            if size is not None:
+                t.cols, t.size = cols, size
+                b.notes.append(f"shared_cols:{role} {cols}")
+                return True
+    return False
+
+
+def _cp_shared_rows(b, plan):
+    rng = b.rng
+    # logical rows / columns each Shared source needs (stored orientation)
+    need = {"a": (plan.K, plan.G) if plan.trans_a else (plan.G, plan.K),
+            "b": (plan.N, plan.K) if plan.trans_b else (plan.K, plan.N),
+            "sa": (plan.G, -(-plan.K // 32)), "sb": (-(-plan.K // 32), plan.N)}
+    opts = [(r, k) for r in plan.shared for k in (0, 1) if need[r][k] >= 2]
+    if not opts:
+        return False
+    role, k = _pick(rng, opts)
+    t = plan.shared[role]
+    if k == 0:
+        t.vr = need[role][0] - int(rng.integers(1, need[role][0]))
+    else:
+        t.vc = need[role][1] - int(rng.integers(1, need[role][1]))
+    b.notes.append(f"shared_rows:{role} {t.vr}x{t.vc}")
+    return True
+
+
+def _cp_trans_flip(b, plan):
+    opts = []
+    if plan.both and plan.G != plan.K:
+        opts.append("a")
+    if plan.N != plan.K:
+        opts.append("b")
+    if not opts:
+        return False
+    which = _pick(b.rng, opts)
+    b.notes.append(f"trans_flip:{which}")
+    plan.flip = which
+    return True
+
+
+def _cp_local_a_rows(b, plan):
+    rng, W = b.rng, b.m.tile_words
+    if "a" not in plan.local:
+        return False
+    pes = list(plan.local["a"])
+    rng.shuffle(pes)
+    for i in pes:
+        t = plan.local["a"][i]
+        for vr in rng.permutation([t.vr + 1, t.vr - 1]):
+            n = _mm_tile(rng, "a", t.dt, int(vr), t.vc, t.layout, W) if vr >= 1 else None
+            if n is not None:
+                n.pemode = t.pemode
+                plan.local["a"][i] = n
+                b.notes.append(f"local_a_rows:PE{i} {t.vr}->{vr}")
+                return True
+    return False
+
+
+def _cp_idle_garbage(b, plan):
+    if len(plan.active) == 4:
+        return False
+    plan.garbage = True
+    return True
+
+
+def _cp_c_capacity(b, plan):
+    rng = b.rng
+    if "c" not in plan.local:
+        return False
+    i = _pick(rng, list(plan.local["c"]))
+    t = plan.local["c"][i]
+    need = _cube_min_size(t.layout, 32, t.vr, t.vc)
+    opts = [s for s in (plan.d_size - 1, plan.d_size + 1) if need <= s <= 10]
+    if not opts:
+        return False
+    t.size = _pick(rng, opts)
+    b.notes.append(f"c_capacity:PE{i} C size {t.size} D size {plan.d_size}")
+    return True
+
+
+def _cp_c_is_d_hand(b, plan):
+    if "c" not in plan.local:
+        return False
+    plan.c_is_d_hand = True
+    return True
+
+
+def _cp_d_size(b, plan):
+    if plan.f["acc"]:
+        return False                          # C's capacity must equal D's TSize (check 7 first)
+    need = max(_cube_min_size(plan.lays[i], 32, plan.vm[i], plan.N) for i in plan.active)
+    if need < 2:
+        return False
+    plan.d_size = need - 1
+    b.notes.append(f"d_size:{plan.d_size} (needs {need})")
+    return True
+
+
+def _cp_one_pe(name):
+    def apply(b, plan):
+        act = plan.active
+        pe = act[-1] if b.rng.random() < 0.6 else _pick(b.rng, act)
+        setattr(plan, name, pe)
+        return True
+    return apply
+
+
+COOP_PLAN_MUTATIONS = {
+    "coop_not_ready": _cp_not_ready, "coop_shared_dtype": _cp_shared_dtype,
+    "coop_shared_cols": _cp_shared_cols, "coop_shared_rows": _cp_shared_rows,
+    "coop_trans_flip": _cp_trans_flip, "coop_local_a_rows": _cp_local_a_rows,
+    "coop_idle_garbage": _cp_idle_garbage, "coop_c_capacity": _cp_c_capacity,
+    "coop_c_is_d_hand": _cp_c_is_d_hand, "coop_d_size": _cp_d_size,
+    "coop_hand_full": _cp_one_pe("hand_full_pe"), "coop_pool": _cp_one_pe("pool_pe"),
+}
+
+
+# ---- spec mutations (the matrix block)
+
+
+def _cs_sparse(b, spec, plan):
+    spec["pemode"] = int(b.rng.integers(1, 7))
+    b.notes.append(f"sparse_mask:PEMode {spec['pemode']}")
+    return True
+
+
+def _cs_lb(n, values):
+    def apply(b, spec, plan):
+        spec["lb"][n] = values(b.rng, spec["lb"][n])
+        spec["lb_forced"].add(n)
+        b.notes.append(f"LB{n}={spec['lb'][n]}")
+        return True
+    return apply
+
+
+def _not_pow2(rng, v):
+    while True:
+        x = int(rng.integers(3, 130)) if rng.random() < 0.7 else v + int(rng.integers(1, 4))
+        if not _pow2(x):
+            return x
+
+
+def _cs_shared_count(b, spec, plan):
+    rng = b.rng
+    if len(spec["ios"]) > 1 and (rng.random() < 0.5 or len(spec["ios"]) >= 4):   # 4 B.IOS slots
+        k = int(rng.integers(0, len(spec["ios"])))
+        b.notes.append(f"shared_count:-1 (dropped #{k})")
+        del spec["ios"][k]
+    else:
+        others = [x for x in range(256) if x not in spec["ios"]]
+        extra = _pick(rng, others)                    # (a repeated SharedTileID: BundleControl)
+        spec["ios"].insert(int(rng.integers(0, len(spec["ios"]) + 1)), extra)
+        b.notes.append(f"shared_count:+1 (S{extra})")
+    return True
+
+
+def _cs_unallocated(b, spec, plan):
+    rng = b.rng
+    k = int(rng.integers(0, len(spec["ios"])))
+    used = {t.sid for t in plan.shared.values()}
+    spec["ios"][k] = _pick(rng, [x for x in range(256) if x not in used])
+    b.notes.append(f"unallocated_sid:#{k}=S{spec['ios'][k]}")
+    return True
+
+
+def _cs_gemv(b, spec, plan):
+    spec["form"] = "TGEMV" + spec["form"][len("TMATMUL"):]
+    return True
+
+
+def _cs_trans_a_local(b, spec, plan):
+    if plan.both:
+        return False
+    spec["fpatr"] |= 1 << 7
+    return True
+
+
+def _cs_no_fpatr(b, spec, plan):
+    spec["fpatr"] = None
+    return True
+
+
+def _cs_ios_size(b, spec, plan):
+    spec["ios_size"] = int(b.rng.integers(1, 13))
+    return True
+
+
+COOP_SPEC_MUTATIONS = {
+    "coop_no_fpatr": _cs_no_fpatr, "coop_sparse_mask": _cs_sparse,
+    "coop_group_m_zero": _cs_lb(0, lambda rng, v: 0),
+    "coop_group_m_big": _cs_lb(0, lambda rng, v: _pick(rng, [129, 130, int(rng.integers(129, 256)),
+                                                             int(rng.integers(256, 65536))])),
+    "coop_n_not_pow2": _cs_lb(1, _not_pow2), "coop_k_not_pow2": _cs_lb(2, _not_pow2),
+    "coop_ios_size": _cs_ios_size, "coop_shared_count": _cs_shared_count,
+    "coop_unallocated_sid": _cs_unallocated, "coop_gemv": _cs_gemv,
+    "coop_trans_a_local": _cs_trans_a_local,
+}
+COOP_ITEM_MUTATIONS = {"coop_zero_mask_block": _mi_zero_mask_block}
+assert set(COOP_PLAN_MUTATIONS) | set(COOP_SPEC_MUTATIONS) | set(COOP_ITEM_MUTATIONS) \
+    | set(_SH_MUTATIONS) == set(COOP_MUTATIONS)
+
+_COOP_NEEDS = {     # (plan) -> can the mutation apply
+    "coop_trans_a_local": lambda p: not p.both, "coop_local_a_rows": lambda p: not p.both,
+    "coop_c_capacity": lambda p: p.f["acc"], "coop_c_is_d_hand": lambda p: p.f["acc"],
+    "coop_idle_garbage": lambda p: len(p.active) < 4,
+}
+
+
+def _coop_garbage(rng, W) -> _MmTile:
+    """Some legal tile that is not what the block names (any dtype / layout / shape)."""
+    for _ in range(20):
+        dt = _pick(rng, CUBE_DTYPES)
+        lay = _pick(rng, ["RowMajor", "M16", "M32", "N8"])
+        t = _mm_tile(rng, "junk", dt, int(rng.integers(1, 9)), int(rng.integers(1, 17)), lay, W)
+        if t is not None:
+            return t
+    return _MmTile("junk", DT_CODE["U8"], 1, 1, "RowMajor", size=1, col=1)
+
+
+def _coop_program(b: _Builder, plan: _CoopPlan, spec_muts: list, item_muts: list):
+    """(setup, words, GM, tile_capacity, applied bundle mutations) or None."""
+    rng, HS, W = b.rng, b.m.hand_slots, b.m.tile_words
+    gm = _MmGM(rng, b.gm_bytes)
+    active = plan.active
+    # hands: one per Local role (the same TileIndex on every active PE), D's hand
+    roles = list(plan.local)
+    for _ in range(32):
+        hands = {r: int(rng.integers(0, 4)) for r in roles}
+        d_hand = int(rng.integers(0, 4))
+        order = list(roles)
+        rng.shuffle(order)
+        if plan.c_is_d_hand:                  # C first in hand 0: TileIndex 0 = D's hand 0
+            hands["c"] = d_hand = 0
+            order.remove("c")
+            order.insert(0, "c")
+        counts = [0] * 4
+        index = {}
+        for r in order:
+            index[r] = hands[r] * tables.HAND_SLOTS + counts[hands[r]]
+            counts[hands[r]] += 1
+        if any(c > HS for c in counts) or counts[d_hand] >= HS:
+            continue
+        if "c" in index and (index["c"] == d_hand) != plan.c_is_d_hand:
+            continue
+        break
+    else:
+        return None
+    setup = []
+    # Shared operands (mask 1111 unless coop_not_ready), in a random order
+    sh = list(plan.shared.values())
+    rng.shuffle(sh)
+    for t in sh:
+        setup += _sh_setup_loads(b, gm, t, plan.style)
+    # Local operands: one register pair per role, PE i's values in PE i's file
+    used = {pe: [0] * 4 for pe in range(tables.NUM_PES)}
+    charge = [0] * 4
+    for r in order:
+        addr = {}
+        tiles = {}
+        for pe in range(tables.NUM_PES):
+            t = plan.local[r].get(pe)
+            if t is None and plan.garbage and rng.random() < 0.85:
+                t = _coop_garbage(rng, W)
+                t.pemode = pe + 1
+            if t is None:
+                continue
+            t.hand = hands[r]
+            if used[pe][t.hand] >= HS:
+                continue
+            used[pe][t.hand] += 1
+            charge[pe] += 128 << (t.size - 1)
+            bits = BITS[t.dt]
+            base, stride = gm.region(t.vr, _rowbytes(t.vc, bits), _ebytes(bits))
+            gm.write(base, stride, t.dt, [_coop_codes(rng, t.dt, t.vc, plan.style)
+                                          for _ in range(t.vr)])
+            addr[pe] = (base, stride)
+            tiles[pe] = t
+        if not tiles:
+            continue
+        regs = (_coop_reg(b, {pe: a[0] for pe, a in addr.items()}),
+                _coop_reg(b, {pe: a[1] for pe, a in addr.items()}))
+        for pe, t in tiles.items():
+            setup.append(_local_load(b, t, pe, *addr[pe], regs))
+    # idle PEs with garbage: sometimes D's hand full there too (no D on an idle PE)
+    fill = DT_CODE["U8"]
+    idle_fill = [pe for pe in range(4) if plan.garbage and pe not in active and rng.random() < 0.4]
+    for pe in idle_fill + ([plan.hand_full_pe] if plan.hand_full_pe is not None else []):
+        while used[pe][d_hand] < HS:
+            t = _MmTile("fill", fill, 1, 1, "RowMajor", size=1, col=1, hand=d_hand)
+            used[pe][d_hand] += 1
+            charge[pe] += 128
+            setup.append(Bundle(bstart("TLOAD", fill), [("iot", iot_dst(d_hand, 1, pe + 1, 1))],
+                                True, dict(op="TLOAD", role="fill", pe=pe)))
+    cap = None
+    d_tsize = 128 << (plan.d_size - 1)
+    if plan.pool_pe is not None:
+        p = plan.pool_pe
+        shared_total = sum(4 * (64 << t.size) for t in plan.shared.values())
+        others = max([charge[q] for q in active if q != p], default=0)
+        idle = max([charge[q] for q in range(4) if q not in active], default=0)
+        need = max(others + 1, shared_total - d_tsize + 1, idle - d_tsize + 1) - charge[p]
+        while need > 0:
+            hs = [h for h in range(4) if h != d_hand and used[p][h] < HS]
+            if not hs:
+                return None
+            h = _pick(rng, hs)
+            s = next((s for s in range(1, 11) if (128 << (s - 1)) >= need), 10)
+            used[p][h] += 1
+            charge[p] += 128 << (s - 1)
+            need -= 128 << (s - 1)
+            setup.append(Bundle(bstart("TLOAD", DT_CODE["U32"]), [("iot", iot_dst(h, s, p + 1, 1))],
+                                True, dict(op="TLOAD", role="fill", pe=p)))
+        lower = max(others + d_tsize, shared_total, max(charge))
+        cap = charge[p] + d_tsize - int(rng.integers(1, charge[p] + d_tsize - lower + 1))
+        b.notes.append(f"pool:PE{p} charge {charge[p]} D {d_tsize} tile_capacity {cap}")
+    if plan.hand_full_pe is not None:
+        b.notes.append(f"hand_full:PE{plan.hand_full_pe} hand {d_hand}")
+    # the matrix block
+    fp = FPATR0 | int(plan.trans_a) << 7 | int(plan.trans_b) << 8
+    if plan.flip:
+        fp ^= 1 << (7 if plan.flip == "a" else 8)
+    srcs = [index[r] for r in ("c", "a", "sa", "bias") if r in index]
+    spec = dict(form=plan.form, atype=plan.atype, btype=plan.btype, lb=[plan.G, plan.N, plan.K],
+                srcs=srcs, extra_srcs=[], d_hand=d_hand, d_size=plan.d_size, extra_dsts=[], pemode=7,
+                fpatr=fp, datr=None, ior=None, ios=[t.sid for t in plan.shared.values()], catr=None,
+                lb_forced=set())
+    if plan.kind == "coop_zero_mask":
+        _mm_zero_mask_junk(b, spec)
+        item_muts = ["coop_zero_mask_block"]
+    applied = [m for m in spec_muts if COOP_SPEC_MUTATIONS[m](b, spec, plan)]
+    in_stream = []
+    if plan.kind == "coop_in_stream" and sh and sh[-1].reload is None:
+        # the last Shared operand load runs in the stream, after the Local loads
+        k = max(i for i, bd in enumerate(setup) if bd.info.get("sid") == sh[-1].sid)
+        in_stream = [setup.pop(k)]
+
+    def build(minimal):
+        bd = _mm_bundle(b, spec, minimal=minimal)
+        if spec.get("ios_size"):
+            ks = [k for k, (t, _) in enumerate(bd.items) if t == "ios"]
+            k = _pick(rng, ks)
+            bd.items[k] = ("ios", bd.items[k][1] | spec["ios_size"] << 15)
+        return bd
+
+    main = build(False)
+    if len(_flatten(in_stream + [main])) > b.g.max_words:
+        main = build(True)
+    applied += [m for m in item_muts if COOP_ITEM_MUTATIONS[m](b, main)]
+    if len(_flatten(in_stream + [main])) > b.g.max_words:
+        setup += in_stream
+        in_stream = []
+    if in_stream:
+        b.notes.append(f"in_stream:S{in_stream[0].info['sid']}")
+    words = _flatten(in_stream + [main])
+    if len(words) > b.g.max_words:
+        b.notes.append(f"cut:{len(words)}->{b.g.max_words}")
+        words = words[: b.g.max_words]
+    return _flatten(setup), words, bytes(gm.gm), cap, applied
+
+
+# ---- Shared TLOAD / TSTORE / TSTORE.SPART kinds
+
+
+def _sh_draw_tile(b: _Builder, role="x", sid=None) -> _ShTile:
+    rng, Wsh = b.rng, b.m.shared_words
+    while True:
+        dt = _pick(rng, DTYPES)
+        cols = 1 << int(rng.integers(0, 7))
+        vc = cols if rng.random() < 0.5 else int(rng.integers(1, cols + 1))
+        vr = int(rng.integers(1, 9)) if rng.random() < 0.6 else int(rng.integers(1, 65))
+        size = _sh_fit(BITS[dt], vr, vc, cols, Wsh)
+        if size is None:
+            continue
+        if rng.random() < 0.2 and _sh_fit(BITS[dt], vr, vc, cols, Wsh, size + 1):
+            size += 1
+        return _ShTile(role, int(rng.integers(0, 256)) if sid is None else sid, dt, vr, vc, cols,
+                       size, pemode=7 if rng.random() < 0.4 else int(rng.integers(1, 7)))
+
+
+def _sh_addr(b: _Builder, gm: "_MmGM", t: _ShTile, pes, store: bool = False) -> dict:
+    """{pe: (base, stride)}: every PE its own region (TSTORE) or data (TLOAD)."""
+    rng = b.rng
+    bits = BITS[t.dt]
+    out = {}
+    shared = rng.random() < 0.4
+    for pe in pes:
+        if shared and out:
+            out[pe] = next(iter(out.values()))
+            continue
+        base, stride = gm.region(t.vr, _rowbytes(t.vc, bits), _ebytes(bits))
+        if not store:
+            gm.write(base, stride, t.dt, [_mm_codes(rng, t.dt, t.vc, dict(raw=1.0, special=0.0))
+                                          for _ in range(t.vr)])
+        out[pe] = (base, stride)
+    return out
+
+
+def _sh_fault_pe(b: _Builder, t: _ShTile, mask: int, size: int) -> Optional[int]:
+    """A PE in the mask whose quarter holds a valid element."""
+    qs = {_sh_quarter(r * t.cols + c, BITS[t.dt], size) for r in range(t.vr) for c in range(t.vc)}
+    pes = [q for q in sorted(qs) if 0 <= q < 4 and mask & (1 << (3 - q))]
+    return _pick(b.rng, pes) if pes else None
+
+
+def _sh_program(b: _Builder, kind: str, muts: list):
+    """(setup, words, GM, tile_capacity, applied) of an sh_load / sh_store case."""
+    rng, W = b.rng, b.g.max_words
+    gm = _MmGM(rng, b.gm_bytes)
+    applied = []
+    setup = []
+    t = _sh_draw_tile(b)
+    others = []
+    if "sh_records_full" in muts and kind == "sh_load":
+        sids = [x for x in range(256) if x != t.sid]
+        for sid in rng.choice(sids, size=b.m.shared_slots, replace=False):
+            o = _ShTile("other", int(sid), DT_CODE["U8"], 1, 1, 1, 1, pemode=int(rng.integers(1, 8)))
+            others.append(o)
+        applied.append("sh_records_full")
+    elif rng.random() < 0.3:
+        others.append(_sh_draw_tile(b, "other", sid=_pick(rng, [x for x in range(256) if x != t.sid])))
+    prior = None
+    if "sh_records_full" in applied:
+        pass                                   # every record taken by the others
+    elif kind == "sh_store" or rng.random() < 0.3 or "sh_update_mismatch" in muts:
+        # the register exists already (sh_load: a reload; sh_store: what is stored)
+        prior = _ShTile(**{**t.__dict__})
+        if kind == "sh_load":
+            prior.pemode = _pick(rng, [p for p in range(1, 8)
+                                       if PEMODE_MASK[p] & PEMODE_MASK[t.pemode] == PEMODE_MASK[t.pemode]])
+        elif rng.random() < 0.5:
+            prior.reload = _pick(rng, [p for p in range(1, 8)
+                                       if PEMODE_MASK[p] & PEMODE_MASK[prior.pemode] == PEMODE_MASK[p]])
+        if kind == "sh_store" and rng.random() < 0.1:
+            prior = None                       # a TSTORE of a register without a record: legal
+    for o in others + ([prior] if prior else []):
+        addr = {pe: v for pe, v in _sh_addr(b, gm, o, range(4)).items()}
+        setup.append(_sh_load_bundle(b, o, addr, o.pemode))
+        if o.reload is not None:
+            setup.append(_sh_load_bundle(b, o, _sh_addr(b, gm, o, range(4)), o.reload))
+    bundles = []
+    if kind == "sh_load":
+        if "sh_update_mismatch" in muts and prior is not None:
+            how = _pick(rng, ["mask", "size", "cols", "vr", "dtype"])
+            if how == "mask" and PEMODE_MASK[prior.pemode] != 15:
+                t.pemode = _pick(rng, [p for p in range(1, 8) if PEMODE_MASK[p] & ~PEMODE_MASK[prior.pemode]])
+            elif how == "size" and _sh_fit(BITS[t.dt], t.vr, t.vc, t.cols, b.m.shared_words, t.size + 1):
+                t.size += 1
+            elif how == "dtype":
+                t.dt = _pick(rng, [c for c in DTYPES if c != t.dt and BITS[c] == BITS[t.dt]] or [t.dt])
+            else:
+                t.vr = t.vr + 1 if _sh_fit(BITS[t.dt], t.vr + 1, t.vc, t.cols, b.m.shared_words) else t.vr
+                if t.vr == prior.vr:
+                    t.vc = t.vc - 1 if t.vc > 1 else t.vc
+            if (t.pemode, t.size, t.dt, t.vr, t.vc) != (prior.pemode if how == "mask" else t.pemode,
+                                                         prior.size, prior.dt, prior.vr, prior.vc) \
+                    or (how == "mask" and t.pemode != prior.pemode):
+                applied.append("sh_update_mismatch")
+                b.notes.append(f"update_mismatch:{how}")
+        if "sh_too_big" in muts:
+            for dt in (DT_CODE["U8"], DT_CODE["S8"], DT_CODE["U4X2"]):
+                s = next((s for s in range(1, 13) if (64 << s) * 8 // BITS[dt] > b.m.shared_words
+                          and (64 << s) * 8 // (t.cols * BITS[dt]) <= 65535), None)
+                if s is not None and prior is None:
+                    t.dt, t.size = dt, s
+                    applied.append("sh_too_big")
+                    break
+        mask = PEMODE_MASK[t.pemode]
+        addr = _sh_addr(b, gm, t, [pe for pe in range(4) if mask & (1 << (3 - pe))])
+        bd = _sh_load_bundle(b, t, addr, t.pemode)
+        bundles.append(bd)
+        store_t = t
+    else:
+        store_t = prior if prior is not None else t
+    if kind == "sh_store" or rng.random() < 0.5:
+        # a TSTORE (mask 1111) or TSTORE.SPART (any nonzero mask) of the register
+        st = _ShTile(**{**store_t.__dict__})
+        spart = rng.random() < 0.4
+        pemode = int(rng.integers(1, 8)) if spart else 7
+        if rng.random() < 0.4:
+            st.vr = int(rng.integers(1, st.vr + 1))
+            st.vc = int(rng.integers(1, st.vc + 1))
+        addr = _sh_addr(b, gm, st, range(4), store=True)
+        items = [("ios", ios(st.sid, pemode, 0)), _coop_ior(b, addr)]
+        for n, v in ((0, st.vc), (1, st.vr), (2, st.cols)):
+            if rng.random() < 0.6 or (n == 2 and prior is None and kind == "sh_store"):
+                items.insert(0, (f"dim{n}", dim(n, v)))
+        bundles.append(Bundle(bstart("TSTORE.SPART" if spart else "TSTORE", st.dt), items, True,
+                              dict(op="TSTORE", spart=spart, tile=st, pemode=pemode)))
+    # bundle mutations on the last bundle of the stream (or the load)
+    for m in muts:
+        if m in ("sh_records_full", "sh_update_mismatch", "sh_too_big"):
+            continue
+        bd = bundles[-1] if m not in ("sh_lb_missing", "sh_cols_not_pow2") else bundles[0]
+        is_load = bd.info["op"] == "TLOAD"
+        if m in ("sh_lb_missing", "sh_cols_not_pow2") and not is_load:
+            continue
+        if m == "sh_store_mask" and (is_load or bd.info["spart"]):
+            continue
+        ks = bd.find("ios")
+        k = ks[0]
+        w = bd.items[k][1]
+        if m == "sh_ios_count":
+            bd.items.insert(k + 1, ("ios", ios(int(rng.integers(0, 256)), (w >> 9) & 7,
+                                               int(rng.integers(1, 13)) if is_load else 0)))
+        elif m == "sh_ior_surplus":
+            j = bd.find("ior")[0]
+            bd.items[j] = ("ior", bd.items[j][1] | (int(rng.integers(1, 24)) << 7 if rng.random() < 0.5
+                                                    else int(rng.integers(1, 24)) << 27))
+        elif m == "sh_cube_code":
+            code = _pick(rng, LOAD_CODES + STORE_CODES)
+            bd.items.insert(0, ("datr", datr(code, 31, int(rng.integers(0, 4)))))
+        elif m == "sh_ios_dir":
+            bd.items[k] = ("ios", (w & ~(0xF << 15)) | ((0 if is_load else int(rng.integers(1, 13))) << 15))
+        elif m == "sh_iot":
+            bd.items.insert(int(rng.integers(0, len(bd.items) + 1)),
+                            ("iot", iot_dst(int(rng.integers(0, 4)), 1, (w >> 9) & 7, 1)))
+        elif m == "sh_store_mask":
+            bd.items[k] = ("ios", (w & ~(7 << 9)) | int(rng.integers(1, 7)) << 9)
+        elif m == "sh_lb_missing":
+            j = _pick(rng, bd.find("dim0") + bd.find("dim1") + bd.find("dim2"))
+            del bd.items[j]
+        elif m == "sh_cols_not_pow2":
+            j = bd.find("dim2")[0]
+            t = bd.info.get("tile", t)
+            bd.items[j] = ("dim2", dim(2, _not_pow2(rng, t.cols)))
+        elif m in ("sh_mem_page", "sh_mem_align"):
+            st = bd.info.get("tile", t)
+            mask = PEMODE_MASK[(w >> 9) & 7]
+            size = st.size if is_load else (prior.size if prior is not None else None)
+            if size is None or (m == "sh_mem_align" and BITS[st.dt] < 16):
+                continue
+            q = _sh_fault_pe(b, st, mask, size)
+            if q is None:
+                continue
+            j = bd.find("ior")[0]
+            rb = (bd.items[j][1] >> 15) & 0x1F
+            if rb == 0:
+                continue
+            base = b.gprs[q][rb]
+            b.gprs[q] = dict(b.gprs[q])
+            if m == "sh_mem_page":
+                b.gprs[q][rb] = _pick(rng, [b.gm_bytes, b.gm_bytes + 64, 1 << 40])
+            else:
+                b.gprs[q][rb] = base + int(rng.integers(1, _ebytes(BITS[st.dt])))
+            b.notes.append(f"{m}:PE{q} x{rb}")
+        else:
+            continue
+        applied.append(m)
+    words = _flatten(bundles)
+    if len(words) > W:
+        words = _flatten(bundles[:1])[:W]
+    return _flatten(setup), words, bytes(gm.gm), None, applied
+
+
+# ---- the Case
+
+
+def random_coop_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = None,
+                     mutations: Optional[list] = None) -> Case:
+    """One random cooperative / Shared Case (COOP_KINDS, COOP_MUTATIONS), core=True.
+
+    The forms drawn are COOP_FORMS (GenConfig.matmul_forms restricts them when
+    it names some). `kind` and `mutations` force the draw (labels that could
+    not be applied are left out of Case.mutations). Without a GenConfig the
+    machine is COOP_MACHINE (pj.preset("small")).
+    """
+    g = GenConfig(machine=COOP_MACHINE, core=True) if cfg is None else _gen_config(cfg)
+    if not g.core:
+        g = dataclasses.replace(g, core=True)
+    forms = tuple(f for f in (g.matmul_forms or COOP_FORMS) if f in COOP_FORMS) or COOP_FORMS
+    if kind is None:
+        kind = _weighted(rng, COOP_KINDS)
+    elif kind not in COOP_KINDS:
+        raise ValueError(f"unknown cooperative kind {kind!r}")
+    matrix = kind in COOP_MATRIX_KINDS
+    pool = [m for m in COOP_MUTATIONS if (m in _SH_MUTATIONS) != matrix]
+    if mutations is None:
+        mutations = []
+        if kind != "coop_zero_mask" and rng.random() < g.p_mutate:
+            k = 1 if rng.random() < 0.7 else int(rng.integers(2, g.max_mutations + 1))
+            table = {m: COOP_MUTATIONS[m] for m in pool}
+            for _ in range(8 * k):
+                if len(mutations) >= k:
+                    break
+                m = _weighted(rng, table)
+                if m not in mutations and not any(frozenset((m, x)) in _COOP_CONFLICTS for x in mutations):
+                    mutations.append(m)
+    else:
+        mutations = list(mutations)
+        unknown = set(mutations) - set(COOP_MUTATIONS)
+        if unknown:
+            raise ValueError(f"unknown cooperative mutations {sorted(unknown)}")
+    b = _Builder(rng, g)
+    if not matrix:
+        setup, words, gm, cap, applied = _sh_program(b, kind, [m for m in mutations if m in pool])
+        b.notes.insert(0, f"sh:{kind}")
+    else:
+        for attempt in range(24):
+            form = _pick(rng, forms)
+            muts = [m for m in mutations if m in pool]
+            plan = _coop_draw(b, kind, form, muts)
+            if plan is None:
+                b = _Builder(rng, g)
+                continue
+            applied = []
+            for m in muts:
+                if not _COOP_NEEDS.get(m, lambda p: True)(plan):
+                    continue
+                fn = COOP_PLAN_MUTATIONS.get(m)
+                if fn is not None and fn(b, plan):
+                    applied.append(m)
+            spec_muts = [m for m in muts if m in COOP_SPEC_MUTATIONS
+                         and _COOP_NEEDS.get(m, lambda p: True)(plan)]
+            item_muts = [m for m in muts if m in COOP_ITEM_MUTATIONS]
+            if kind == "coop_zero_mask":
+                spec_muts, item_muts = [], []
+            out = _coop_program(b, plan, spec_muts, item_muts)
+            if out is not None:
+                break
+            b = _Builder(rng, g)
+        else:
+            raise RuntimeError(f"no cooperative case for kind {kind} mutations {mutations}")
+        setup, words, gm, cap, bundle_applied = out
+        applied = [m for m in mutations if m in applied or m in bundle_applied]
+        b.notes.insert(0, f"coop:{plan.form} {tables.DTYPE_BY_CODE[plan.atype].name}x"
+                          f"{tables.DTYPE_BY_CODE[plan.btype].name}->{tables.DTYPE_BY_CODE[plan.acc].name} "
+                          f"G{plan.G} N{plan.N} K{plan.K} {'both' if plan.both else 'right'}"
+                          f"{' transA' if plan.trans_a else ''}{' transB' if plan.trans_b else ''} "
+                          f"vm{plan.vm} D:{'/'.join(l or '-' for l in plan.lays)} size{plan.d_size}")
+    applied = [m for m in mutations if m in applied]
+    pc = 4 * int(rng.integers(0, 1 << 28)) if rng.random() < 0.2 else 0
+    b.noise_regs()
+    return Case(words=[int(w) & 0xFFFFFFFF for w in words], gm=gm,
+                gprs={pe: dict(r) for pe, r in b.gprs.items()}, kind=kind,
+                mutations=tuple(applied), pc=pc, tile_capacity=cap, pe=0, core=True,
+                notes=tuple(b.notes), setup=tuple(int(w) & 0xFFFFFFFF for w in setup))
+
+
+def random_coop_cases(seed: int, n: int, cfg=None) -> list:
+    """n cooperative Cases from one seed (case i is random_coop_case(case_rng(seed, i), cfg))."""
+    ss = np.random.SeedSequence(seed)
+    return [random_coop_case(np.random.default_rng(s), cfg) for s in ss.spawn(n)]
+
+
 __all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random_words_case",
            "random_cas_case", "random_cas_cases", "random_matmul_case", "random_matmul_cases",
            "build_state", "case_arrays", "case_rng", "PROGRAM_KINDS", "MUTATIONS",
            "STREAM_MUTATIONS", "CAS_KINDS", "CAS_MUTATIONS", "CAS_AIMS", "MATMUL_FORMS",
-           "MATMUL_KINDS", "MATMUL_MUTATIONS", "MATMUL_AIMS"]
+           "MATMUL_KINDS", "MATMUL_MUTATIONS", "MATMUL_AIMS", "random_coop_case",
+           "random_coop_cases", "COOP_FORMS", "COOP_MACHINE", "COOP_KINDS", "COOP_MUTATIONS",
+           "COOP_AIMS"]
