@@ -14,7 +14,6 @@ import numpy as np
 import jax.numpy as jnp
 import pytest
 
-import ptojax as pj
 from ptojax.machine import ALL_EFFECTS, as_words, check_config, check_on_fault, run_stream
 from ptojax.result import RunResult
 from ptojax._x64 import x64

@@ -153,9 +153,10 @@ def test_setup_prepares_the_sources():
     (index, word), = u.undefine
     slot = CFG.slot_of(index)
     t = s.tiles
-    assert not bool(np.asarray(t.defined)[slot, word])
-    assert int(np.asarray(t.defined_valid)[slot]) == \
-        int(np.asarray(t.valid_rows)[slot]) * int(np.asarray(t.valid_cols)[slot]) - 1
+    pe = u.pe
+    assert not bool(np.asarray(t.defined)[pe, slot, word])
+    assert int(np.asarray(t.defined_valid)[pe, slot]) == \
+        int(np.asarray(t.valid_rows)[pe, slot]) * int(np.asarray(t.valid_cols)[pe, slot]) - 1
 
 
 def test_labels_meet_their_aims():
@@ -254,7 +255,7 @@ def _tampered(state, rec, where: str, rng):
             gm[address:address + n] = np.frombuffer(v.to_bytes(n, "little"), np.uint8)
             return state.replace(gm=jax.numpy.asarray(gm)), address
         words = np.array(state.tiles.words)
-        words[rec.slot, lanes[0].slot_word] = np.uint64(v)
+        words[rec.pe, rec.slot, lanes[0].slot_word] = np.uint64(v)
         return state.replace(tiles=state.tiles.replace(words=jax.numpy.asarray(words))), address
 
 

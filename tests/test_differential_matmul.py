@@ -263,7 +263,7 @@ def test_subnormal_results_agree():
         fp32 = (leaves[".tiles.dtype"] == tables.DTYPE_BY_NAME["FP32"].code) & leaves[".tiles.allocated"]
         words = leaves[".tiles.words"]
         sub = ((words > 0) & (words < 0x00800000)) | ((words > 0x80000000) & (words < 0x80800000))
-        if np.any(sub & leaves[".tiles.defined"] & fp32[:, None]):
+        if np.any(sub & leaves[".tiles.defined"] & fp32[..., None]):
             hits.append(i)
             assert_same("pj.batch.run (ieee)", c.describe(), main_batch(i // ROWS, "ieee")[i % ROWS], want)
     assert len(hits) >= 3, hits

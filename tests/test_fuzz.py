@@ -273,15 +273,15 @@ def test_differences_field_by_field():
     leaves[".gm"][0x20:0x24] = [1, 2, 3, 4]
     leaves[".gpr"][1, 2] = 0x10
     leaves[".fault"] = np.int32(tables.FAULTS.index("Fault_DataPage"))
-    leaves[".tiles.allocated"][5] = True
-    leaves[".tiles.words"][5, 7] = 9
+    leaves[".tiles.allocated"][0, 5] = True
+    leaves[".tiles.words"][0, 5, 7] = 9
     leaves[".block.lb"][1] = 4
     b = C.Outcome(leaves, 2)
     d = {x["field"]: x for x in C.differences(a, b)}
     assert d["fault"] == {"field": "fault", "jax": "Fault_None", "reference": "Fault_DataPage"}
     assert d["executed"]["jax"] == 3 and d["gm"]["address"] == "0x20" and d["gm"]["reference"] == "01020304"
-    assert "gpr PE1 a0" in d and d["tile M#2 allocated"]["reference"] is True
-    assert d["tile M#2 words"]["slots"] == [7] and d["block lb"]["reference"] == [0, 4, 0]
+    assert "gpr PE1 a0" in d and d["tile PE0 M#2 allocated"]["reference"] is True
+    assert d["tile PE0 M#2 words"]["slots"] == [7] and d["block lb"]["reference"] == [0, 4, 0]
     assert C.signature(list(d.values())) == ("Fault_None vs Fault_DataPage",)
     grown = dict(base, **{".gm": np.zeros(CFG.gm_bytes + 2, np.uint8)})
     c = C.Outcome(grown, 3)

@@ -2619,7 +2619,7 @@ MATMUL_MUTATIONS = {
     "mm_lb_zero": 2,            # 3 an explicit LBn = 0
     "mm_cube_layout": 1,        # pre: B.DATR Layout 21..26 on TMATMUL*: CUBE transport path
     "mm_gemv_cube_layout": 1,   # pre: the same on TGEMV*: not a TLSU Function
-    "mm_ios_tmatmul": 1,        # 1b B.IOS on TMATMUL* (Shared operands: issue 5)
+    "mm_ios_tmatmul": 1,        # a stray B.IOS on an All-Local TMATMUL*: the Shared count is wrong
     "mm_ios_gemv": 1,           # 3 B.IOS on TGEMV*
     "mm_gemv_m": 2,             # 4 TGEMV* with LB0 = M != 1
     "mm_trans": 2,              # 5 TransA / TransB with Local primaries
@@ -2649,7 +2649,7 @@ MATMUL_AIMS = {
     "mm_no_fpatr": "Fault_BundleControl", "mm_type_class": _TL, "mm_mx_type": _TL,
     "mm_src_count": _TL, "mm_extra_dst": _TL, "mm_ior": _TL, "mm_datr_attr": _TL,
     "mm_lb_zero": _TL, "mm_cube_layout": _TL, "mm_gemv_cube_layout": "Fault_IllegalInstruction",
-    "mm_ios_tmatmul": _UN, "mm_ios_gemv": _TL, "mm_gemv_m": _TL, "mm_trans": _TL,
+    "mm_ios_tmatmul": _TL, "mm_ios_gemv": _TL, "mm_gemv_m": _TL, "mm_trans": _TL,
     "mm_quant_class": _TL, "mm_post": _UN, "mm_a_layout": _TL, "mm_b_layout": _TL,
     "mm_c_layout": _TL, "mm_c_capacity": _TL, "mm_src_dtype": _TL, "mm_src_shape": _TL,
     "mm_src_undefined": _TL, "mm_src_unallocated": _TL, "mm_aux_cube": _TL,

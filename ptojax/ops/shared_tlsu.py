@@ -16,8 +16,7 @@ import jax.numpy as jnp
 from .. import tables
 from . import memory, shared as sh
 from .common import (DT_BITS, DT_SIGNED, PE_POPCOUNT, U64, capacity_register, core_charge,
-                     elem_bytes, gpr_value, ordered_fault, take)
-from .common import shared_charge
+                     elem_bytes, gpr_value, ordered_fault, shared_charge, take)
 
 OP = tables.OP_ID
 
