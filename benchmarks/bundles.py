@@ -355,6 +355,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="ptojax-bench-bundles", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help=f"batch sizes {QUICK_BATCHES} only, "
                     "fewer repeats and reference runs")
+    ap.add_argument("--batches", default=None, metavar="LIST",
+                    help="comma-separated batch sizes (default the quick or full ladder)")
     ap.add_argument("--max-batch", type=int, default=None,
                     help=f"largest batch (default {BATCHES[-1]}; --quick {QUICK_BATCHES[-1]})")
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per point (default 3; --quick 2)")
@@ -367,6 +369,13 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     sizes = QUICK_BATCHES if args.quick else BATCHES
+    if args.batches:
+        try:
+            sizes = tuple(sorted({int(x) for x in args.batches.split(",") if x.strip()}))
+        except ValueError:
+            ap.error(f"--batches {args.batches!r}: expected comma-separated ints")
+        if not sizes or sizes[0] < 1:
+            ap.error("--batches: sizes must be at least 1")
     max_batch = args.max_batch or sizes[-1]
     if max_batch < 1:
         ap.error("--max-batch must be at least 1")
