@@ -64,9 +64,9 @@ def complete_core(state, blk, cfg, enable, effects, cas_seed=0):
     """Complete `blk` as a collective of the Core's PEs (shared-decisions 2).
 
     Each participating PE (the mask's bits, PE0 alone for a 0000 mask; a
-    Shared TLSU block once, as the lowest PE of its mask) completes on the state its predecessors left, in
-    PE order. The first faulting PE's fault is the collective's, and then no
-    PE's effects are kept.
+    Shared TLSU block once, as the lowest PE of its mask) completes on the
+    state its predecessors left, in PE order. The first faulting PE's fault
+    is the collective's, and then no PE's effects are kept.
     """
     mask = block_mask(blk)
     in_mask = lambda pe: ((mask >> (3 - pe)) & 1) == 1
