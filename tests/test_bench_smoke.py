@@ -1,12 +1,17 @@
-"""Smoke test of benchmarks/layouts.py: --quick runs and reports every row."""
+"""Smoke tests of benchmarks/layouts.py (--quick runs and reports every row) and of
+benchmarks/compile.py (one child measurement)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "layouts.py"
+COMPILE_BENCH = BENCH.with_name("compile.py")
 
 
 def _load():
@@ -39,3 +44,18 @@ def test_layouts_benchmark_quick(tmp_path):
     for h in data["headline"]:
         assert h["nd_to_cube_vs_copy"] > 0 and h["cube_to_nd_speedup_vs_numpy"] > 0
     assert result["headline"] == data["headline"]
+
+
+def test_compile_benchmark_child_header_tiny():
+    # one cold child: run_stream with no effect group on tiny, cache off, fresh process
+    p = subprocess.run([sys.executable, str(COMPILE_BENCH), "--child", "--mode", "cold",
+                        "--preset", "tiny", "--set", "header"],
+                       env=dict(os.environ, PTOJAX_JAX_CACHE=""), text=True,
+                       capture_output=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = json.loads(p.stdout.strip().splitlines()[-1])
+    assert (rec["mode"], rec["preset"], rec["set"], rec["core"]) == ("cold", "tiny", "header", False)
+    assert rec["effects"] == [] and rec["profile"] == "portable"
+    assert Path(rec["ptojax_file"]).resolve().is_relative_to(BENCH.parents[1])
+    assert rec["hlo_instructions"] > 0 and rec["hlo_text_bytes"] > rec["hlo_instructions"]
+    assert rec["lower_s"] > 0 and rec["compile_s"] > 0
