@@ -17,10 +17,11 @@ import numpy as np
 from . import tables
 from ._x64 import x64
 from .isa.decode_array import K, decode
-from .ops import dispatch
-from .ops.common import F, U64, ordered_fault, gpr_value, take
+from .ops import dispatch, header
+from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
 from .result import RunResult
-from .state import MAX_IOS, MAX_IOT, MachineConfig, State, _empty_block, config_of
+from .state import (MAX_IOS, MAX_IOT, MachineConfig, State, _empty_block, config_of, pack_block,
+                    pack_tiles, unpack_block, unpack_tiles)
 
 ON_FAULT = ("abandon", "hold")
 _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
@@ -135,45 +136,52 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
     """
     L = words.shape[0]
     effects = ALL_EFFECTS if effects is None else effects
-    st = st.replace(fault=jnp.int32(0), fault_address=U64(0))
+    st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
     gpr_row = st.gpr[pe]
-    empty = _empty_block()
-    slots = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (max_commits,) + a.shape), empty)
+    # blocks travel packed (one int64 vector): selecting or storing one costs one op
+    empty = pack_block(_empty_block())
+    at_n = lambda n: jnp.clip(n, 0, max_commits - 1)
 
+    @jax.named_scope("phase1")
     def phase1(carry, xs):
         blk, stop_at, hfault, before, n, commits, pos = carry
         i, w = xs
         go = (i < length) & (stop_at == L)
-        nb, fault, completes = header_step(blk, w, gpr_row, st.pc + U64(4) * i.astype(U64))
+        pc = st.pc + U64(4) * i.astype(U64)
+        nb, fault, completes = header_step(unpack_block(blk), w, gpr_row, pc)
         faulted = go & (fault != 0)
         rec = go & ~faulted & completes & (n < max_commits)
-        commits = _sel(rec, jax.tree_util.tree_map(
-            lambda buf, b: buf.at[jnp.clip(n, 0, max_commits - 1)].set(b), commits, blk), commits)
-        pos = jnp.where(rec, pos.at[jnp.clip(n, 0, max_commits - 1)].set(i), pos)
-        return (_sel(go & ~faulted, nb, blk),
+        go, fault, faulted, rec = settle((go, fault, faulted, rec))
+        commits = jnp.where(rec, commits.at[at_n(n)].set(blk), commits)
+        pos = jnp.where(rec, pos.at[at_n(n)].set(i), pos)
+        return (jnp.where(go & ~faulted, pack_block(nb), blk),
                 jnp.where(faulted, i, stop_at), jnp.where(faulted, fault, hfault),
-                _sel(faulted, blk, before), n + rec.astype(jnp.int32), commits, pos), None
+                jnp.where(faulted, blk, before), n + rec.astype(jnp.int32), commits, pos), None
 
-    init = (st.block, jnp.int32(L), jnp.int32(0), st.block, jnp.int32(0), slots,
+    first = pack_block(st.block)
+    init = (first, jnp.int32(L), jnp.int32(0), first, jnp.int32(0),
+            jnp.broadcast_to(empty, (max_commits,) + empty.shape),
             jnp.full((max_commits,), L, jnp.int32))
     (blk, stop_at, hfault, before, n, commits, pos), _ = jax.lax.scan(
         phase1, init, (jnp.arange(L, dtype=jnp.int32), words))
 
+    @jax.named_scope("phase2")
     def phase2(carry, xs):
         s, cstop, cfault, caddr, cblk = carry
-        b, p = xs
+        packed, p = xs
+        h = header.decode(unpack_block(packed))
         go = (p < L) & (cstop == L)
-        dr_bad = b.catr_present & (((b.catr >> 26) & 1) == 1) & (b.op >= _MATRIX_FIRST)
+        dr_bad = h.catr_dr & (h.op >= _MATRIX_FIRST)
         if core:
-            f, addr, s2 = dispatch.complete_core(s, b, cfg, go & ~dr_bad, effects, cas_seed)
+            f, addr, s2 = dispatch.complete_core(s, h, cfg, go & ~dr_bad, effects, cas_seed)
         else:
-            f, addr, s2 = dispatch.complete(s, b, pe, cfg, go & ~dr_bad, effects, cas_seed)
+            f, addr, s2 = dispatch.complete(s, h, pe, cfg, go & ~dr_bad, effects, cas_seed)
         f = jnp.where(dr_bad, F["Fault_BundleControl"], f)
-        trap = b.catr_present & (((b.catr >> 19) & 1) == 1)
-        f = jnp.where((f == 0) & trap, F["Fault_BundlePostCommit"], f)
+        f = jnp.where((f == 0) & h.catr_trap, F["Fault_BundlePostCommit"], f)
         faulted = go & (f != 0)
+        f, addr, faulted = settle((f, addr, faulted))
         return (s2, jnp.where(faulted, p, cstop), jnp.where(faulted, f, cfault),
-                jnp.where(faulted, addr, caddr), _sel(faulted, b, cblk)), None
+                jnp.where(faulted, addr, caddr), jnp.where(faulted, packed, cblk)), None
 
     (st, cstop, cfault, caddr, cblk), _ = jax.lax.scan(
         phase2, (st, jnp.int32(L), jnp.int32(0), U64(0), empty), (commits, pos))
@@ -185,13 +193,14 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
     at = jnp.where(commit_first, cstop, stop_at)
     faulted = at < L
     post_commit = fault == F["Fault_BundlePostCommit"]
-    kept = _sel(hold, _sel(commit_first, cblk, before), empty)
-    final_block = _sel(faulted & ~post_commit, kept, _sel(faulted, empty, blk))
+    kept = jnp.where(hold, jnp.where(commit_first, cblk, before), empty)
+    final_block = unpack_block(settle(jnp.where(faulted & ~post_commit, kept,
+                                                jnp.where(faulted, empty, blk))))
     memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
     executed = jnp.where(faulted, at, length)
     pc = st.pc + U64(4) * executed.astype(U64)
-    st = st.replace(block=final_block, pc=pc, fault=jnp.where(faulted, fault, 0),
-                    fault_address=jnp.where(faulted, jnp.where(memory_fault, caddr, pc), U64(0)))
+    st = st.replace(tiles=unpack_tiles(st.tiles), block=final_block, pc=pc,
+                    fault=jnp.where(faulted, fault, 0), fault_address=jnp.where(faulted, jnp.where(memory_fault, caddr, pc), U64(0)))
     return st, executed
 
 

@@ -145,6 +145,34 @@ class Tiles:
     defined_valid: jax.Array    # int32[S] defined elements inside the valid region
 
 
+# Tiles' descriptor leaves, in the column order of LocalFile.desc
+TILE_FIELDS = ("allocated", "dtype", "layout", "location", "capacity", "rows", "cols",
+               "valid_rows", "valid_cols", "k_repeat", "n_repeat", "cell_count", "storage_bytes",
+               "mask", "defined_valid")
+TILE_COLUMN = {name: i for i, name in enumerate(TILE_FIELDS)}
+
+
+@chex.dataclass
+class LocalFile:
+    """Tiles as the executor holds them while a stream runs: the descriptor
+    fields as columns of one int32 array, so that reading a descriptor,
+    publishing one or projecting a PE's file is one operation, not fifteen."""
+    desc: jax.Array             # int32[4, S, len(TILE_FIELDS)]
+    words: jax.Array            # uint64[4, S, W]
+    defined: jax.Array          # bool[4, S, W]
+
+
+def pack_tiles(t: Tiles) -> LocalFile:
+    desc = jnp.stack([getattr(t, n).astype(jnp.int32) for n in TILE_FIELDS], axis=-1)
+    return LocalFile(desc=desc, words=t.words, defined=t.defined)
+
+
+def unpack_tiles(f: LocalFile) -> Tiles:
+    cols = {n: f.desc[..., i] for i, n in enumerate(TILE_FIELDS)}
+    cols["allocated"] = cols["allocated"] != 0
+    return Tiles(words=f.words, defined=f.defined, **cols)
+
+
 @chex.dataclass
 class SharedTiles:
     """The Core's Shared tile registers, one entry per materialized record."""
@@ -218,6 +246,41 @@ def _empty_block() -> Block:
                  ios_count=_i32(), ios=_i32((MAX_IOS, 3)), zero_seen=jnp.zeros((), bool),
                  fpatr_present=jnp.zeros((), bool), fpatr=jnp.zeros((), jnp.uint32),
                  catr_present=jnp.zeros((), bool), catr=jnp.zeros((), jnp.uint32))
+
+
+def _block_fields():
+    """(name, shape, dtype) of each Block leaf, in field order."""
+    with jax.enable_x64(True):
+        b = jax.eval_shape(_empty_block)
+    return tuple((f.name, getattr(b, f.name).shape, getattr(b, f.name).dtype)
+                 for f in dataclasses.fields(Block))
+
+
+BLOCK_FIELDS = _block_fields()
+BLOCK_WORDS = sum(int(np.prod(shape)) for _, shape, _ in BLOCK_FIELDS)
+
+
+def pack_block(blk: Block):
+    """The Block as one int64 vector: a scan step selects or stores one array,
+    not one per field (each field would be its own kernel)."""
+    parts = []
+    for name, _, dtype in BLOCK_FIELDS:
+        v = jnp.asarray(getattr(blk, name)).reshape(-1)
+        parts.append(jax.lax.bitcast_convert_type(v, jnp.int64) if dtype == np.uint64
+                     else v.astype(jnp.int64))
+    return jnp.concatenate(parts)
+
+
+def unpack_block(vec) -> Block:
+    """Inverse of pack_block."""
+    out, at = {}, 0
+    for name, shape, dtype in BLOCK_FIELDS:
+        n = int(np.prod(shape))
+        v = vec[at:at + n].reshape(shape)
+        at += n
+        out[name] = (jax.lax.bitcast_convert_type(v, jnp.uint64) if dtype == np.uint64
+                     else v != 0 if dtype == np.bool_ else v.astype(dtype))
+    return Block(**out)
 
 
 def _reset(cfg: MachineConfig) -> State:

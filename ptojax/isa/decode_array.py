@@ -40,22 +40,22 @@ def _fields_by_mnemonic():
 _FIELDS = _fields_by_mnemonic()
 
 
-def _extract(w, f: Field):
-    v = jnp.zeros((), jnp.uint32)
-    for ilsb, vlsb, width in f.pieces:
-        v = v | (((w >> ilsb) & ((1 << width) - 1)) << vlsb)
-    return v.astype(jnp.int32)
+def _pieces(fields) -> np.ndarray:
+    """[n, P, 3] (instruction lsb, value lsb, width) of each field's pieces, zero-padded."""
+    P = max([len(f.pieces) for f in fields] + [1])
+    out = np.zeros((len(fields), P, 3), np.uint32)
+    for i, f in enumerate(fields):
+        for j, piece in enumerate(f.pieces):
+            out[i, j] = piece
+    return out
 
 
-def field(w, mnemonic: str, name: str):
-    return _extract(w, _FIELDS[(mnemonic, name)])
-
-
-def _legal(value, legal) -> jnp.ndarray:
-    bits = 0
-    for v in legal:
-        bits |= 1 << v
-    return ((jnp.uint64(bits) >> value.astype(jnp.uint64)) & 1) == 1
+def _extract_all(w, pieces: np.ndarray):
+    """Values (int32[n]) of n fields of word w: one vector operation per step,
+    not a chain of scalar shifts per field."""
+    ilsb, vlsb, width = (jnp.asarray(pieces[..., k]) for k in range(3))
+    mask = (jnp.uint32(1) << width) - jnp.uint32(1)
+    return jnp.sum(((w >> ilsb) & mask) << vlsb, axis=-1, dtype=jnp.uint32).astype(jnp.int32)
 
 
 # Static per-encoding tables, in priority order, plus a final "no match" row.
@@ -67,41 +67,61 @@ _HAS = {name: np.array([any(f.name == name for f in e.form.fields) for e in ENCO
         for name in ("DstTile", "SrcTile0", "SrcTile1")}
 
 
+# the raw fields decode returns, by (output name, mnemonic, catalog field name)
+_OUT = (("dtype", "BSTART.TLOAD", "DataType"), ("dim_reg", "B.DIM", "RegSrc"),
+        ("dim_imm", "B.DIM", "uimm17"),
+        *((f"ior{i}", "B.IOR", n) for i, n in enumerate(("RegDst", "RegSrc0", "RegSrc1", "RegSrc2"))),
+        *((f"datr{i}", "B.DATR", n) for i, n in enumerate(
+            ("Layout", "DataType", "PadValueOrByteId", "CMode", "RMode", "Sat", "Canonicalize"))),
+        ("src0", "B.IOT", "SrcTile0"), ("src1", "B.IOT", "SrcTile1"), ("last", "B.IOT", "L"),
+        ("size_code", "B.IOT", "SizeCode"), ("pemode", "B.IOT", "PEMode"),
+        ("dst_hand", "B.IOT", "DstTile"), ("ios_sid", "B.IOS", "SharedTID"),
+        ("ios_size", "B.IOS", "SizeCode"), ("ios_pemode", "B.IOS", "PEMode"),
+        *((f"fp_{n}", "B.FPATR", n) for n in ("RowMaxInit", "RowMaxEn", "GroupMaxEn", "GroupNCode",
+                                                "MaxAbsEn")),
+        ("catr_dr", "B.CATR", "DR"), ("catr_trap", "B.CATR", "trap"))
+_OUT_PIECES = _pieces([_FIELDS[(mn, name)] for _, mn, name in _OUT])
+_OUT_INDEX = {o: i for i, (o, _, _) in enumerate(_OUT)}
+# every (encoding, constrained field) pair: the field's pieces, its legal values as a
+# 64-bit set, and which encoding it belongs to
+_CONS = [(i, e.form.field(name), legal) for i, e in enumerate(ENCODINGS)
+         for name, legal in e.form.constraints]
+_CONS_PIECES = _pieces([f for _, f, _ in _CONS])
+_CONS_LEGAL = np.array([sum(1 << v for v in legal) for _, _, legal in _CONS], np.uint64)
+_CONS_OWNER = np.zeros((_N + 1, len(_CONS)), bool)
+for _k, (_i, _, _) in enumerate(_CONS):
+    _CONS_OWNER[_i, _k] = True
+_MASKS = np.array([e.mask for e in ENCODINGS] + [0], np.uint32)
+_MATCHES = np.array([e.match for e in ENCODINGS] + [0], np.uint32)
+
+
 def decode(w):
     """Decode one uint32 word -> dict of int32/bool scalars.
 
     kind (index into KINDS), illegal (Fault_IllegalInstruction at decode), op
-    (BSTART operation id), and the raw fields of every in-slice command.
+    (BSTART operation id), and the raw fields of every in-slice command. The
+    encodings are tried as one vector compare against the priority-ordered
+    mask/match table (the last row always matches: "no encoding").
     """
     w = jnp.asarray(w, jnp.uint32)
-    hits = jnp.stack([(w & jnp.uint32(e.mask)) == jnp.uint32(e.match) for e in ENCODINGS]
-                     + [jnp.ones((), bool)])
-    idx = jnp.argmax(hits)
-    cons = []
-    for e in ENCODINGS:
-        ok = jnp.ones((), bool)
-        for fname, legal in e.form.constraints:
-            ok = ok & _legal(_extract(w, e.form.field(fname)), legal)
-        cons.append(ok)
-    cons_ok = jnp.stack(cons + [jnp.zeros((), bool)])[idx]
-    kind = jnp.asarray(_KIND)[idx]
-    d = dict(
-        kind=kind, illegal=~cons_ok, op=jnp.asarray(_OP)[idx],
-        dtype=field(w, "BSTART.TLOAD", "DataType"),
-        dim_target=jnp.asarray(_DIM)[idx],
-        dim_reg=field(w, "B.DIM", "RegSrc"), dim_imm=field(w, "B.DIM", "uimm17"),
-        ior=jnp.stack([field(w, "B.IOR", n) for n in ("RegDst", "RegSrc0", "RegSrc1", "RegSrc2")]),
-        datr=jnp.stack([field(w, "B.DATR", n) for n in (
-            "Layout", "DataType", "PadValueOrByteId", "CMode", "RMode", "Sat", "Canonicalize")]),
+    idx = jnp.argmax((w & jnp.asarray(_MASKS)) == jnp.asarray(_MATCHES))
+    values = _extract_all(w, _CONS_PIECES).astype(jnp.uint64)
+    legal = (values < 64) & (((jnp.asarray(_CONS_LEGAL) >> jnp.minimum(values, 63)) & 1) == 1)
+    cons_ok = jnp.all(~jnp.asarray(_CONS_OWNER)[idx] | legal) & (idx < _N)
+    f = _extract_all(w, _OUT_PIECES)
+    get = lambda name: f[_OUT_INDEX[name]]
+    return dict(
+        kind=jnp.asarray(_KIND)[idx], illegal=~cons_ok, op=jnp.asarray(_OP)[idx],
+        dtype=get("dtype"), dim_target=jnp.asarray(_DIM)[idx],
+        dim_reg=get("dim_reg"), dim_imm=get("dim_imm"),
+        ior=f[_OUT_INDEX["ior0"]:_OUT_INDEX["ior3"] + 1],
+        datr=f[_OUT_INDEX["datr0"]:_OUT_INDEX["datr6"] + 1],
         iot_dst=jnp.asarray(_HAS["DstTile"])[idx], iot_src0=jnp.asarray(_HAS["SrcTile0"])[idx],
         iot_src1=jnp.asarray(_HAS["SrcTile1"])[idx],
-        src0=field(w, "B.IOT", "SrcTile0"), src1=field(w, "B.IOT", "SrcTile1"),
-        last=field(w, "B.IOT", "L"), size_code=field(w, "B.IOT", "SizeCode"),
-        pemode=field(w, "B.IOT", "PEMode"), dst_hand=field(w, "B.IOT", "DstTile"),
-        ios_sid=field(w, "B.IOS", "SharedTID"), ios_size=field(w, "B.IOS", "SizeCode"),
-        ios_pemode=field(w, "B.IOS", "PEMode"),
-        fp=dict((n, field(w, "B.FPATR", n)) for n in (
-            "RowMaxInit", "RowMaxEn", "GroupMaxEn", "GroupNCode", "MaxAbsEn")),
-        catr_dr=field(w, "B.CATR", "DR"), catr_trap=field(w, "B.CATR", "trap"),
+        src0=get("src0"), src1=get("src1"), last=get("last"), size_code=get("size_code"),
+        pemode=get("pemode"), dst_hand=get("dst_hand"), ios_sid=get("ios_sid"),
+        ios_size=get("ios_size"), ios_pemode=get("ios_pemode"),
+        fp={n: get(f"fp_{n}") for n in ("RowMaxInit", "RowMaxEn", "GroupMaxEn", "GroupNCode",
+                                         "MaxAbsEn")},
+        catr_dr=get("catr_dr"), catr_trap=get("catr_trap"),
     )
-    return d

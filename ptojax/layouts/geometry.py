@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import jax
+import jax.numpy as jnp
+
 from .. import tables
 
 # (layout, CUBE width class) -> (cell rows, cell columns); one CELL = 128 bytes.
@@ -40,7 +43,17 @@ def cell_shape(layout, dt) -> tuple[int, int]:
     return CELL_SHAPES[(tables.cube_layout(layout), cube_dtype(dt).cube_class)]
 
 
+def _traced(*xs) -> bool:
+    return any(isinstance(x, jax.Array) for x in xs)
+
+
 def _ceil_div(a, b):
+    """ceil(a / b) for b > 0; on arrays a truncating division (one instruction
+    instead of jnp's floor sequence), which agrees wherever a + b - 1 >= 0 --
+    every shape that shape_legal can accept."""
+    if _traced(a, b):
+        t = jnp.result_type(a, b)
+        return jax.lax.div(jnp.asarray(a + b - 1, t), jnp.asarray(b, t))
     return (a + b - 1) // b
 
 
@@ -53,38 +66,46 @@ def m16_b4_position(j):
     return j ^ (12 * (((j >> 2) ^ (j >> 3)) & 1))
 
 
-def derived(layout: str, cell_rows: int, cell_cols: int, valid_rows, valid_cols):
-    """Derived storage geometry (B.2): storage rows/cols, K/N repeat, cells, bytes."""
-    if layout == "CUBE_N8":
-        k_repeat = _ceil_div(valid_rows, cell_rows)
-        n_repeat = _ceil_div(valid_cols, 8)
-        storage_rows = k_repeat * cell_rows
-        storage_cols = n_repeat * 8
-    else:
-        k_repeat = _ceil_div(valid_cols, cell_cols)
-        n_repeat = valid_cols * 0 + 1
-        storage_rows = valid_rows * 0 + cell_rows
-        storage_cols = k_repeat * cell_cols
+def _pick(cond, a, b):
+    """a where cond else b, for Python values or (traced) arrays alike."""
+    if _traced(cond, a, b):
+        return jnp.where(cond, a, b)
+    return a if cond else b
+
+
+def derived(layout, cell_rows: int, cell_cols: int, valid_rows, valid_cols):
+    """Derived storage geometry (B.2): storage rows/cols, K/N repeat, cells, bytes.
+
+    `layout` is a CUBE layout name, or a (traced) boolean "is CUBE_N8": the
+    M16 and M32 formulas differ only in their cell shape.
+    """
+    n8 = layout == "CUBE_N8" if isinstance(layout, str) else layout
+    # N8: cells down K (rows) then across N in groups of 8; M16/M32: cells across K (columns)
+    k_repeat = _ceil_div(_pick(n8, valid_rows, valid_cols), _pick(n8, cell_rows, cell_cols))
+    n_repeat = _pick(n8, _ceil_div(valid_cols, 8), valid_cols * 0 + 1)
+    storage_rows = _pick(n8, k_repeat * cell_rows, valid_rows * 0 + cell_rows)
+    storage_cols = _pick(n8, n_repeat * 8, k_repeat * cell_cols)
     cell_count = k_repeat * n_repeat
     return dict(storage_rows=storage_rows, storage_cols=storage_cols,
                 k_repeat=k_repeat, n_repeat=n_repeat, cell_count=cell_count,
                 required_bytes=cell_count * tables.CELL_BYTES)
 
 
-def shape_legal(layout: str, cell_rows: int, cell_cols: int, valid_rows, valid_cols,
+def shape_legal(layout, cell_rows: int, cell_cols: int, valid_rows, valid_cols,
                 capacity_bytes, tile_capacity=tables.TILE_CAPACITY_RESET,
                 tile_elements=MODEL_TILE_ELEMENTS):
     """B.6 shape legality of a CUBE descriptor against a per-PE TSize: a boolean.
 
-    Works on ints or arrays; never raises for any integer input.
+    Works on ints or arrays (`layout` as in `derived`); never raises for any
+    integer input.
     """
-    g = derived(layout, cell_rows, cell_cols, valid_rows, valid_cols)
+    n8 = layout == "CUBE_N8" if isinstance(layout, str) else layout
+    g = derived(n8, cell_rows, cell_cols, valid_rows, valid_cols)
     ok = (valid_rows > 0) & (valid_cols > 0)
-    ok = ok & (capacity_bytes % tables.CELL_BYTES == 0) & (capacity_bytes >= 128)
+    ok = ok & ((capacity_bytes & (tables.CELL_BYTES - 1)) == 0) & (capacity_bytes >= 128)
     ok = ok & (capacity_bytes <= 65536) & (capacity_bytes <= tile_capacity)
     ok = ok & (g["storage_rows"] <= MAX_EXTENT) & (g["storage_cols"] <= MAX_EXTENT)
-    if layout != "CUBE_N8":
-        ok = ok & (valid_rows <= cell_rows)
+    ok = ok & (n8 | (valid_rows <= cell_rows))     # an M CELL holds all the rows
     ok = ok & (g["cell_count"] <= MAX_CELLS)
     ok = ok & (g["cell_count"] * cell_rows * cell_cols <= tile_elements)
     ok = ok & (g["required_bytes"] <= capacity_bytes)

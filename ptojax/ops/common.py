@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import tables
 from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
+from ..state import TILE_COLUMN as COL, TILE_FIELDS
 
 F = tables.FAULT_CODE
 U64 = jnp.uint64
@@ -40,13 +41,63 @@ for _code, _name in {**tables.CUBE_LOAD_CODES, **tables.CUBE_STORE_CODES}.items(
 PE_POPCOUNT = np.array([bin(m).count("1") for m in range(16)], np.int32)
 
 
+def settle(tree):
+    """The leaves of `tree`, computed once.
+
+    XLA:CPU fuses cheap scalar code into every consumer, so a fault code or an
+    enable that feeds the per-leaf selects of a State is recomputed inside
+    each of their fused kernels: the check list is copied once per leaf and
+    the program grows tenfold. A dynamic-update-slice cannot be fused into
+    its consumers, and its indices hide behind an optimization barrier so that
+    the simplifier can neither see that they are 0 nor that the read returns
+    what was written; the round trip costs one small store per leaf and makes
+    the value a materialized buffer.
+    """
+    put, get = jax.lax.optimization_barrier((jnp.int32(0), jnp.int32(0)))
+    hold = lambda v: jnp.zeros((2,) + v.shape, v.dtype).at[put].set(v)[get]
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves = [jnp.asarray(v) for v in leaves]
+    # scalars travel stacked, one round trip per dtype
+    out = {i: hold(v) for i, v in enumerate(leaves) if v.ndim}
+    by_type: dict = {}
+    for i, v in enumerate(leaves):
+        if not v.ndim:
+            by_type.setdefault(v.dtype, []).append(i)
+    for dtype, idx in by_type.items():
+        held = hold(jnp.stack([leaves[i] for i in idx]))
+        out.update({i: held[k] for k, i in enumerate(idx)})
+    return jax.tree_util.tree_unflatten(treedef, [out[i] for i in range(len(leaves))])
+
+
 def ordered_fault(*checks):
     """Fault code of the first (condition, fault name) pair that holds, else 0:
-    an ordered check list as data."""
+    an ordered check list as data. A family settles its verdict (`settle`):
+    every effect of the bundle depends on it."""
     code = jnp.int32(0)
     for cond, name in reversed(checks):
         code = jnp.where(cond, F[name], code)
     return code
+
+
+def _common(a, b):
+    t = jnp.result_type(a, b)
+    return jnp.asarray(a, t), jnp.asarray(b, t)
+
+
+def div(a, b):
+    """a // b for non-negative a and positive b (b < 1 is read as 1).
+
+    Truncating division is floor division there, and one instruction instead
+    of jnp's sign-corrected sequence of eight (which every check would carry).
+    """
+    a, b = _common(a, b)
+    return jax.lax.div(a, jnp.maximum(b, 1))
+
+
+def mod(a, b):
+    """a % b for non-negative a and positive b (b < 1 is read as 1)."""
+    a, b = _common(a, b)
+    return jax.lax.rem(a, jnp.maximum(b, 1))
 
 
 def take(table, i):
@@ -55,19 +106,19 @@ def take(table, i):
 
 
 def elem_bytes(bits):
-    return jnp.maximum(bits // 8, 1)
+    return jnp.maximum(bits >> 3, 1)
 
 
 def slot_of(index, hand_slots: int):
     """(materialized slot, exists) of a TileIndex 0..63."""
-    hand, k = index // tables.HAND_SLOTS, index % tables.HAND_SLOTS
+    hand, k = div(index, tables.HAND_SLOTS), mod(index, tables.HAND_SLOTS)
     return jnp.where(k < hand_slots, hand * hand_slots + k, 0), k < hand_slots
 
 
 def free_slot(tiles, hand, hand_slots: int):
     """Lowest unallocated materialized slot of a hand: (slot, found)."""
     idx = hand * hand_slots + jnp.arange(hand_slots)
-    free = ~tiles.allocated[idx]
+    free = tiles.desc[idx, COL["allocated"]] == 0
     k = jnp.argmax(free)
     return idx[k], free[k]
 
@@ -80,8 +131,10 @@ def capacity_register(tile_capacity):
 
 def core_charge(tiles):
     """Sum of popcount(mask) * capacity over allocated Local tiles (A.5)."""
-    pc = take(PE_POPCOUNT, tiles.mask)
-    return jnp.sum(jnp.where(tiles.allocated, pc * tiles.capacity, 0).astype(jnp.int64))
+    d = tiles.desc
+    pc = take(PE_POPCOUNT, d[:, COL["mask"]])
+    return jnp.sum(jnp.where(d[:, COL["allocated"]] != 0, pc * d[:, COL["capacity"]], 0)
+                   .astype(jnp.int64))
 
 
 def gpr_value(gpr_row, reg):
@@ -107,7 +160,7 @@ def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
     cell, inner = j >> (lcr + lcc), j & (cr * cc - 1)
     kr = jnp.maximum(k_repeat, 1)
     # CUBE_N8: cell = n*K_repeat + k, column-major inside the cell
-    n = cell // kr
+    n = div(cell, kr)
     n8_r = ((cell - n * kr) << lcr) + (inner & (cr - 1))
     n8_c = (n << 3) + (inner >> lcr)
     # CUBE_M16/M32: cells along columns, row-major inside (M16 b4 swaps groups)
@@ -124,9 +177,7 @@ def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
 
 # ---------------------------------------------------------------- Local tiles
 
-DESCRIPTOR_FIELDS = ("dtype", "layout", "location", "capacity", "rows", "cols", "valid_rows",
-                     "valid_cols", "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask",
-                     "defined_valid")
+DESCRIPTOR_FIELDS = TILE_FIELDS[1:]
 _ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 _COL_MAJOR = tables.TILE_LAYOUT_CODE["ColumnMajor"]
 
@@ -134,8 +185,10 @@ _COL_MAJOR = tables.TILE_LAYOUT_CODE["ColumnMajor"]
 def source(tiles, index, hand_slots: int):
     """A source TileIndex's slot and descriptor: (slot, allocated, fields, contents_defined)."""
     slot, exists = slot_of(index, hand_slots)
-    s = {k: getattr(tiles, k)[slot] for k in DESCRIPTOR_FIELDS}
-    return slot, tiles.allocated[slot] & exists, s, s["defined_valid"] == s["valid_rows"] * s["valid_cols"]
+    row = tiles.desc[slot]
+    s = {k: row[..., COL[k]] for k in DESCRIPTOR_FIELDS}
+    return slot, (row[..., COL["allocated"]] != 0) & exists, s, \
+        s["defined_valid"] == s["valid_rows"] * s["valid_cols"]
 
 
 _ZN = tables.TILE_LAYOUT_CODE["ZN"]
@@ -145,9 +198,9 @@ ORDINARY_LAYOUTS = (_ROW_MAJOR, _COL_MAJOR, _ZN, _NZ)
 
 def fractal_ok(layout, rows, cols, bits):
     """ZN/NZ tiles tile into 16-row x 32-byte fractals; others always fit."""
-    inner = 256 // jnp.maximum(bits, 1)
+    inner = div(256, bits)
     frac = (layout == _ZN) | (layout == _NZ)
-    return ~frac | (((rows & 15) == 0) & (cols % jnp.maximum(inner, 1) == 0))
+    return ~frac | (((rows & 15) == 0) & (mod(cols, inner) == 0))
 
 
 def ordinary_index(layout, rows, cols, bits, r, c):
@@ -157,9 +210,9 @@ def ordinary_index(layout, rows, cols, bits, r, c):
     fractals (ZN: fractals row-major, column-major inside; NZ: fractals
     column-major, row-major inside).
     """
-    inner = 256 // jnp.maximum(bits, 1)
-    br, ir, bc, ic = r >> 4, r & 15, c // inner, c % inner
-    zn = (br * (cols // inner) + bc) * 16 * inner + ic * 16 + ir
+    inner = div(256, bits)
+    br, ir, bc, ic = r >> 4, r & 15, div(c, inner), mod(c, inner)
+    zn = (br * div(cols, inner) + bc) * 16 * inner + ic * 16 + ir
     nz = (bc * (rows >> 4) + br) * 16 * inner + ir * inner + ic
     return jnp.select([layout == _COL_MAJOR, layout == _ZN, layout == _NZ],
                       [c * rows + r, zn, nz], r * cols + c)
@@ -168,12 +221,11 @@ def ordinary_index(layout, rows, cols, bits, r, c):
 def valid_lanes(vr, vc, W: int):
     """(r, c, in_region) of lanes 0..W-1 enumerating a VR x VC region row-major."""
     j = jnp.arange(W, dtype=jnp.int32)
-    vcm = jnp.maximum(vc, 1)
-    r, c = j // vcm, j % vcm
+    r, c = div(j, vc), mod(j, vc)
     return r, c, j < vr * vc
 
 
-def ordinary_source_ok(s, allocated, defined, tile_capacity, W: int):
+def ordinary_source_legal(s, allocated, defined, tile_capacity, W: int):
     """An allocated, configured, generically indexable, fully defined ordinary tile.
 
     RowMajor/ColumnMajor/ZN/NZ; capacity legal, rows derived from capacity and
@@ -183,9 +235,9 @@ def ordinary_source_ok(s, allocated, defined, tile_capacity, W: int):
     bits = take(DT_BITS, s["dtype"])
     unit = jnp.maximum(s["cols"] * bits, 1)
     cap = s["capacity"]
-    cap_ok = (cap % 128 == 0) & (cap >= 128) & (cap <= 65536) \
+    cap_ok = ((cap & 127) == 0) & (cap >= 128) & (cap <= 65536) \
         & (cap.astype(jnp.int64) <= capacity_register(tile_capacity))
-    rows_ok = ((cap * 8) % unit == 0) & (s["rows"] == (cap * 8) // unit) & (s["rows"] > 0) \
+    rows_ok = (mod(cap * 8, unit) == 0) & (s["rows"] == div(cap * 8, unit)) & (s["rows"] > 0) \
         & (s["valid_rows"] <= s["rows"]) & (s["valid_cols"] <= s["cols"]) \
         & (s["valid_rows"] >= 0) & (s["valid_cols"] >= 0) & (bits > 0)
     indexable = jnp.isin(s["layout"], jnp.asarray(ORDINARY_LAYOUTS)) \
@@ -205,10 +257,10 @@ def ordinary_shape(tsize, col, vr, vc, bits, W: int):
     """C.7 step 4 destination shape: (legal, derived rows) for a TSize and Col."""
     cap_bits = tsize * 8
     unit = jnp.maximum(col * bits, 1)
-    rows = cap_bits // unit
-    ok = (col > 0) & ((col & (col - 1)) == 0) & (cap_bits % unit == 0) \
+    rows = div(cap_bits, unit)
+    ok = (col > 0) & ((col & (col - 1)) == 0) & (mod(cap_bits, unit) == 0) \
         & (rows >= 1) & (rows <= 65535) & (rows >= vr) & (vc <= col) \
-        & (vr * vc <= cap_bits // jnp.maximum(bits, 1)) & (vr * col <= W)
+        & (vr * vc <= div(cap_bits, bits)) & (vr * col <= W)
     return ok, rows
 
 
@@ -237,14 +289,15 @@ def destination(state, hand, size_code, mask, cfg):
 
 
 def install(tiles, slot, do, fields: dict, words, defined):
-    """Publish a new descriptor + payload row at `slot` when `do` (else unchanged)."""
-    upd = {k: getattr(tiles, k).at[slot].set(
-        jnp.where(do, jnp.asarray(v).astype(getattr(tiles, k).dtype), getattr(tiles, k)[slot]))
-        for k, v in fields.items()}
-    upd["allocated"] = tiles.allocated.at[slot].set(tiles.allocated[slot] | do)
-    upd["words"] = tiles.words.at[slot].set(jnp.where(do, words, tiles.words[slot]))
-    upd["defined"] = tiles.defined.at[slot].set(jnp.where(do, defined, tiles.defined[slot]))
-    return tiles.replace(**upd)
+    """Publish a new descriptor (every field of DESCRIPTOR_FIELDS) and payload
+    row at `slot` when `do`, else leave the file unchanged."""
+    assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
+    row = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
+                                      for k in TILE_FIELDS[1:]])
+    slot, do, row, words, defined = settle((slot, do, row, words, defined))
+    put = lambda a, new: a.at[slot].set(jnp.where(do, new, a[slot]))
+    return tiles.replace(desc=put(tiles.desc, row), words=put(tiles.words, words),
+                         defined=put(tiles.defined, defined))
 
 
 # ---------------------------------------------------------------- CUBE descriptors
@@ -254,14 +307,9 @@ def cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
     """Cell shape, derived geometry and B.6 shape legality for a traced CUBE
     layout index `lay` (CUBE_ORDER) and width class `cls`."""
     cr, cc = take(CELL_R.reshape(-1), lay * 4 + cls), take(CELL_C.reshape(-1), lay * 4 + cls)
-    outs = []
-    for name in CUBE_ORDER:
-        g = derived(name, cr, cc, vr, vc)
-        ok = shape_legal(name, cr, cc, vr, vc, capacity, tile_capacity, tile_words)
-        outs.append((g, ok))
-    pick = lambda k: jnp.select([lay == i for i in range(3)], [o[0][k] for o in outs])
-    g = {k: pick(k) for k in outs[0][0]}
-    ok = jnp.select([lay == i for i in range(3)], [o[1] for o in outs]).astype(bool) & (cls >= 0)
+    n8 = lay == CUBE_ORDER.index("CUBE_N8")
+    g = derived(n8, cr, cc, vr, vc)
+    ok = shape_legal(n8, cr, cc, vr, vc, capacity, tile_capacity, tile_words) & (cls >= 0)
     return cr, cc, g, ok
 
 

@@ -18,66 +18,57 @@ import jax.numpy as jnp
 
 from .. import tables
 from ..state import pe_tiles, with_pe_tiles
-from . import matrix, mgather_cas, shared_tlsu, transport
+from . import header, matrix, mgather_cas, shared_tlsu, transport
+from .header import Header
 
 OP = tables.OP_ID
 
 
-def is_shared_tlsu(blk):
+def is_shared_tlsu(h: Header):
     """A TLOAD/TSTORE/TSTORE.SPART block on the Shared path (shared-decisions 3):
     one with a B.IOS, and TSTORE.SPART always; CUBE codes stay on the CUBE path."""
-    code = blk.datr[0]
-    cube = blk.datr_present & (code >= 21) & (code <= 26)
-    tlsu = (blk.op == OP["TLOAD"]) | (blk.op == OP["TSTORE"]) | (blk.op == OP["TSTORE.SPART"])
-    return tlsu & ~cube & ((blk.ios_count > 0) | (blk.op == OP["TSTORE.SPART"]))
+    spart = h.op == OP["TSTORE.SPART"]
+    return header.is_tlsu(h) & ~h.cube & ((h.ios_count > 0) | spart)
 
 
-def complete(state, blk, pe, cfg, enable, effects, cas_seed=0):
-    """Complete `blk` as PE `pe`: (fault, fault address, new Core state)."""
+def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
+    """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state)."""
     view = state.replace(tiles=pe_tiles(state.tiles, pe))
-    code = blk.datr[0]
-    cube = blk.datr_present & (code >= 21) & (code <= 26)
-    zero_mask = blk.zero_seen & (blk.iot_count == 0) & (blk.ios_count == 0)
-    routed = ~cube & ~zero_mask
-    cas = (blk.op == OP["MGATHER.CAS"]) & routed
-    mat = (blk.op >= matrix.FIRST) & (blk.op <= matrix.LAST) & routed
-    shr = is_shared_tlsu(blk) & routed
-    fault, addr, view = transport.complete(view, blk, pe, cfg, enable & ~cas & ~mat & ~shr, effects)
+    routed = ~h.cube & ~h.zero_mask
+    cas = (h.op == OP["MGATHER.CAS"]) & routed
+    mat = (h.op >= matrix.FIRST) & (h.op <= matrix.LAST) & routed
+    shr = is_shared_tlsu(h) & routed
+    fault, addr, view = transport.complete(view, h, pe, cfg, enable & ~cas & ~mat & ~shr, effects)
     if "SHARED" in effects:
-        f, a, view = shared_tlsu.complete(view, blk, cfg, enable & shr)
+        f, a, view = shared_tlsu.complete(view, h, cfg, enable & shr)
         fault, addr = jnp.where(shr, f, fault), jnp.where(shr, a, addr)
     if "MGATHER.CAS" in effects:
-        f, a, view = mgather_cas.complete(view, blk, pe, cfg, enable & cas, cas_seed)
+        f, a, view = mgather_cas.complete(view, h, pe, cfg, enable & cas, cas_seed)
         fault, addr = jnp.where(cas, f, fault), jnp.where(cas, a, addr)
     if "MATMUL" in effects:
-        f, a, view = matrix.complete(view, blk, pe, cfg, enable & mat)
+        f, a, view = matrix.complete(view, h, pe, cfg, enable & mat)
         fault, addr = jnp.where(mat, f, fault), jnp.where(mat, a, addr)
     return fault, addr, view.replace(tiles=with_pe_tiles(state.tiles, pe, view.tiles))
 
 
-def block_mask(blk):
-    """The block's common PE mask (0 when no binding was recorded)."""
-    return jnp.where(blk.iot_count > 0, blk.iot[0, 3], jnp.where(blk.ios_count > 0, blk.ios[0, 2], 0))
-
-
-def complete_core(state, blk, cfg, enable, effects, cas_seed=0):
-    """Complete `blk` as a collective of the Core's PEs (shared-decisions 2).
+def complete_core(state, h: Header, cfg, enable, effects, cas_seed=0):
+    """Complete the block with header `h` as a collective of the Core's PEs (shared-decisions 2).
 
     Each participating PE (the mask's bits, PE0 alone for a 0000 mask; a
     Shared TLSU block once, as the lowest PE of its mask) completes on the
     state its predecessors left, in PE order. The first faulting PE's fault
     is the collective's, and then no PE's effects are kept.
     """
-    mask = block_mask(blk)
+    mask = header.block_mask(h)
     in_mask = lambda pe: ((mask >> (3 - pe)) & 1) == 1
     lowest = jnp.where(mask == 0, 0, jax.lax.clz(jnp.maximum(mask, 1).astype(jnp.int32)) - 28)
-    once = is_shared_tlsu(blk) | (mask == 0)
+    once = is_shared_tlsu(h) | (mask == 0)
 
     def one(carry, pe):
         s, fault, addr = carry
         takes_part = jnp.where(once, pe == lowest, in_mask(pe))
         go = takes_part & (fault == 0)
-        f, a, s2 = complete(s, blk, pe, cfg, enable & go, effects, cas_seed)
+        f, a, s2 = complete(s, h, pe, cfg, enable & go, effects, cas_seed)
         f = jnp.where(go, f, 0)
         return (s2, jnp.where(fault == 0, f, fault), jnp.where(fault == 0, a, addr)), None
 

@@ -1,7 +1,7 @@
 """TMATMUL / TGEMV completion: All-Local CUBE operands (ADR 0071) and Shared
 B / Shared A+B operands with ADR 0100's group-M distribution over the Core.
 
-`complete(state, blk, pe, cfg, enable)` evaluates the ordered check list of
+`complete(state, h, pe, cfg, enable)` evaluates the ordered check list of
 matrix.md B.6 (docs/matmul-decisions.md) as booleans, picks the first
 failing one, and only when every check passes and `enable` holds publishes
 the newly allocated D. The product is one loop over K (ascending, so the
@@ -29,9 +29,10 @@ import numpy as np
 from .. import tables
 from . import binary32
 from . import shared as sh
+from .header import Header
 from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, capacity_register,
-                     cube_descriptor, cube_geometry, destination, install, log2, ordered_fault,
-                     ordinary_source_ok, source, take, tile_coords)
+                     cube_descriptor, cube_geometry, destination, install, log2, ordered_fault, settle,
+                     ordinary_source_legal, source, take, tile_coords)
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
@@ -76,22 +77,6 @@ def _pow2(x):
 
 def _member(x, values):
     return jnp.any(jnp.asarray(x)[..., None] == jnp.asarray(values, jnp.int32), axis=-1)
-
-
-def _fpatr(w):
-    """B.FPATR fields of the raw (uint32) word (encoding.md 4.8)."""
-    bit = lambda n: ((w >> n) & 1).astype(jnp.int32)
-    return dict(trans_a=bit(7), trans_b=bit(8), max_abs=bit(15), row_max_init=bit(16),
-                group_max=bit(17), row_max=bit(18), relu=((w >> 23) & 7).astype(jnp.int32),
-                mode=((w >> 26) & 63).astype(jnp.int32))
-
-
-def _source_stream(blk):
-    """Flattened Local source TileIndex stream: (indices[2*MAX_IOT], valid[2*MAX_IOT])."""
-    rows = jnp.arange(blk.iot.shape[0]) < blk.iot_count
-    idx = jnp.stack([blk.iot[:, 6], blk.iot[:, 7]], axis=1).reshape(-1)
-    ok = jnp.stack([rows & (blk.iot[:, 4] == 1), rows & (blk.iot[:, 5] == 1)], axis=1).reshape(-1)
-    return idx, ok
 
 
 def _source_at(idx, ok, n):
@@ -143,28 +128,27 @@ def _int_value(dtype, word):
 # ---------------------------------------------------------------- completion
 
 
-def complete(state, blk, pe, cfg, enable):
-    """Complete matrix block `blk`: (fault, fault address, new state)."""
+def complete(state, h: Header, pe, cfg, enable):
+    """Complete the matrix block with header `h`: (fault, fault address, new state)."""
     tiles = state.tiles
     W, HS = cfg.tile_words, cfg.hand_slots
-    op = jnp.clip(blk.op, 0, len(tables.OPS) - 1)
+    op = jnp.clip(h.op, 0, len(tables.OPS) - 1)
     form = jnp.asarray(_FORM)[op]
     is_mx, is_acc, is_bias, is_gemv = form[0], form[1], form[2], form[3]
-    fp = _fpatr(blk.fpatr)
-    lb = jnp.where(blk.lb_present, blk.lb, 1)
+    lb = jnp.where(h.lb_present, h.lb, 1)
     M, N, K = lb[0], lb[1], lb[2]
 
-    a_type = blk.dtype
-    b_type = jnp.where(blk.datr_present & (blk.datr[1] != tables.DTYPE_NONE), blk.datr[1], a_type)
+    a_type = h.dtype
+    b_type = jnp.where(h.datr_present & (h.datr_dtype != tables.DTYPE_NONE), h.datr_dtype, a_type)
     a_cls, b_cls = take(MATRIX_CLASS, a_type), take(MATRIX_CLASS, b_type)
-    types_ok = jnp.where(is_mx, take(MX_TYPE, a_type) & take(MX_TYPE, b_type),
+    types_legal = jnp.where(is_mx, take(MX_TYPE, a_type) & take(MX_TYPE, b_type),
                          (a_cls >= 0) & (a_cls == b_cls))
     acc_type = jnp.where(is_mx, DT["FP32"], take(ACC_TYPE, jnp.maximum(a_cls, 0)))
     sa_on = is_mx & take(MX_SCALED, a_type)
     sb_on = is_mx & take(MX_SCALED, b_type)
 
     # ---- Shared groups (B.IOS order [A, sA,] B, sB) and ADR 0100's group-M split
-    n_shared = blk.ios_count
+    n_shared = h.ios_count
     shared_on = n_shared > 0
     left_shared = shared_on & (n_shared == 2 + sa_on + sb_on)
     a_local, b_local = ~left_shared, ~shared_on
@@ -176,43 +160,41 @@ def complete(state, blk, pe, cfg, enable):
     active = Mi > 0
 
     # ---- binding stream (step 3)
-    idx, ok = _source_stream(blk)
-    rows = jnp.arange(blk.iot.shape[0]) < blk.iot_count
-    n_src = jnp.sum(ok)
-    dst_rows = rows & (blk.iot[:, 0] == 1)
-    n_dst = jnp.sum(dst_rows)
-    drow = blk.iot[jnp.argmax(dst_rows)]
-    mask = blk.iot[0, 3]
-    ios_rows = jnp.arange(blk.ios.shape[0]) < n_shared
+    idx, ok, rows = h.sources, h.source_ok, h.bound
+    n_src, n_dst = h.n_src, h.n_dst
+    d_row = jnp.argmax(rows & h.has_dst)          # the (first) destination binding
+    mask = h.mask
     shared_bad = shared_on & ((n_shared != 1 + sb_on) & ~left_shared
-                              | jnp.any(ios_rows & (blk.ios[:, 1] != 0))
+                              | jnp.any(h.ios_bound & (h.shared_size != 0))
                               | ~_pow2(N) | ~_pow2(K)
                               | (((G < 1) | (G > 128) | (mask != 0xF)) if cfg.semantics == "adr0100"
                                  else ~_pow2(G)))
-    vector_mode, scalar_mode = _member(fp["mode"], _VECTOR_MODES), _member(fp["mode"], _SCALAR_MODES)
+    mode = h.pre_quant_mode
+    vector_mode, scalar_mode = _member(mode, _VECTOR_MODES), _member(mode, _SCALAR_MODES)
     n_math = is_acc.astype(jnp.int32) + a_local * (1 + sa_on) + b_local * (1 + sb_on) + is_bias
-    n_post = (fp["row_max"] & fp["row_max_init"]) + vector_mode + (fp["relu"] == 3)
-    n_scalar = scalar_mode.astype(jnp.int32) + (fp["relu"] == 2)
-    ior = blk.ior
-    ior_bad = blk.ior_present & ((ior[0] != 0) | ((n_scalar < 1) & (ior[1] != 0))
-                                 | ((n_scalar < 2) & (ior[2] != 0)) | (ior[3] != 0))
-    # fields a decoded B.IOT can hold (only a hand-made block State holds others)
-    iot = blk.iot
-    bindings_encodable = jnp.all(~rows | (_member(iot[:, 3], tables.PEMODE_MASK[1:])
-                                          & (iot[:, 1] >= 0) & (iot[:, 1] <= 3)
-                                          & ((iot[:, 0] == 0) | ((iot[:, 2] >= 1) & (iot[:, 2] <= 10)))
-                                          & (iot[:, 6] >= 0) & (iot[:, 6] < 64)
-                                          & (iot[:, 7] >= 0) & (iot[:, 7] < 64)))
-    datr_bad = blk.datr_present & ((blk.datr[0] != 0) | (blk.datr[2] != 0) | (blk.datr[3] != 0)
-                                   | (blk.datr[6] != 0))
-    dims_bad = jnp.any(blk.lb_present & (blk.lb == 0))
-    gate_bad = ~types_ok | (is_gemv & (blk.ios_count > 0)) | (n_src != n_math + n_post) \
-        | (n_dst != 1 + fp["row_max"] + fp["group_max"]) | ~blk.iot_closed | ior_bad | datr_bad \
-        | dims_bad | (blk.iot_count == 0) | ~bindings_encodable | shared_bad
+    n_post = (h.row_max & h.row_max_init) + vector_mode + (h.relu == 3)
+    n_scalar = scalar_mode.astype(jnp.int32) + (h.relu == 2)
+    # step 3, the one combined gate, by its parts (the reference's twins)
+    stream_legal = ~(is_gemv & (h.ios_count > 0)) & (n_src == n_math + n_post) \
+        & (n_dst == 1 + h.row_max + h.group_max) & h.iot_closed
+    ior_legal = ~h.ior_present | ((h.reg_dst == 0) & ((n_scalar >= 1) | (h.reg_src0 == 0))
+                                  & ((n_scalar >= 2) | (h.reg_src1 == 0)) & (h.reg_src2 == 0))
+    datr_legal = ~h.datr_present | ((h.layout == 0) & (h.pad == 0) & (h.cmode == 0)
+                                    & (h.canonicalize == 0))
+    dimensions_legal = ~jnp.any(h.lb_present & (h.lb == 0))
+    # at least one binding, with the fields a decoded B.IOT can hold (only a
+    # hand-made block State holds others; equal masks are the header's check)
+    masks_legal = (h.iot_count > 0) & jnp.all(
+        ~rows | (_member(h.pe_mask, tables.PEMODE_MASK[1:]) & (h.dst_hand >= 0) & (h.dst_hand <= 3)
+                 & (~h.has_dst | ((h.size_code >= 1) & (h.size_code <= 10)))
+                 & (h.src0 >= 0) & (h.src0 < 64) & (h.src1 >= 0) & (h.src1 < 64)))
+    gate_legal = types_legal & stream_legal & ior_legal & datr_legal & dimensions_legal \
+        & masks_legal & ~shared_bad
 
-    post = (fp["mode"] != 0) | (fp["relu"] != 0) | (fp["row_max"] == 1) | (fp["group_max"] == 1)
-    mode_class_bad = jnp.where(_member(fp["mode"], _S32_MODES), acc_type != DT["S32"],
-                               _member(fp["mode"], _FP32_MODES) & (acc_type != DT["FP32"]))
+    post_processing = (mode != 0) | (h.relu != 0) | (h.row_max == 1) | (h.group_max == 1)
+    mode_matches_accumulator = jnp.where(
+        _member(mode, _S32_MODES), acc_type == DT["S32"],
+        ~_member(mode, _FP32_MODES) | (acc_type == DT["FP32"]))
 
     # ---- Local sources (step 7), in stream order C, A, sA, B, sB, Bias
     o_a = is_acc.astype(jnp.int32)
@@ -223,12 +205,14 @@ def complete(state, blk, pe, cfg, enable):
     c_idx, a_idx, sa_idx, b_idx, sb_idx, bias_idx = (
         _source_at(idx, ok, o) for o in (0, o_a, o_sa, o_b, o_sb, o_bias))
     tcap = state.tile_capacity
-    d_hand, d_size = drow[1], drow[2]
+    d_hand, d_size = h.dst_hand[d_row], h.size_code[d_row]
     # a cooperative fragment is private to its PE (ADR 0100): its own mask bit, 1 x TSize
     d_mask = jnp.where(coop, 1 << (3 - pe), mask)
     dslot, found, tsize, budget_ok = destination(state, d_hand, d_size, d_mask, cfg)
 
-    def cube_operand(index, vr, vc, dtype):
+    def primary_legal(index, vr, vc, dtype):
+        """A, B, C: a legal CUBE descriptor, defined, of this valid shape and dtype
+        (the layout is compared by the caller)."""
         slot, alloc, s, defined = source(tiles, index, HS)
         legal, lay, cr, cc = cube_descriptor(s, tcap, W)
         good = alloc & legal & defined & (s["valid_rows"] == vr) & (s["valid_cols"] == vc) \
@@ -236,71 +220,79 @@ def complete(state, blk, pe, cfg, enable):
         return slot, good, lay, cr, cc, s
 
     m_fits = lambda lay: ((lay == 0) & (Mi <= 16)) | ((lay == 1) & (Mi <= 32))
-    a_slot, a_ok, a_lay, a_cr, a_cc, a_s = cube_operand(a_idx, Mi, K, a_type)
+    # A, B and C checked as one batch of three (one copy of the descriptor checks)
+    stack = lambda *xs: jnp.stack([jnp.asarray(x, jnp.int32) for x in xs])
+    cube3 = jax.vmap(primary_legal)(stack(a_idx, b_idx, c_idx), stack(Mi, K, Mi), stack(K, N, N),
+                                   stack(a_type, b_type, acc_type))
+    (a_slot, a_ok, a_lay, a_cr, a_cc, a_s), (b_slot, b_ok, b_lay, b_cr, b_cc, b_s), \
+        (c_slot, c_ok, c_lay, _, _, c_s) = (jax.tree_util.tree_map(lambda v: v[k], cube3)
+                                            for k in range(3))
     a_ok = a_ok & m_fits(a_lay)
-    b_slot, b_ok, b_lay, b_cr, b_cc, b_s = cube_operand(b_idx, K, N, b_type)
     b_ok = b_ok & (b_lay == 2)
-    c_slot, c_ok, c_lay, _, _, c_s = cube_operand(c_idx, Mi, N, acc_type)
     # D's M layout: A's (Local A), C's (both Shared + ACC), else by rows per PE (section 5, check 10)
     if cfg.semantics == "adr0100":
         shared_lay, shared_lay_ok = jnp.where(m_per_pe == 16, 0, 1), True
     else:
         shared_lay, shared_lay_ok = jnp.where(M <= 16, 0, 1), M <= 32
     d_lay = jnp.where(a_local, a_lay, jnp.where(is_acc, c_lay, shared_lay))
-    c_ok = c_ok & (c_lay == d_lay) & m_fits(c_lay) & ((fp["mode"] != 0) | (c_s["capacity"] == tsize))
+    c_ok = c_ok & (c_lay == d_lay) & m_fits(c_lay) & ((mode != 0) | (c_s["capacity"] == tsize))
 
-    def row_major(index, vr, vc, dtype):
-        # Bias and scales: legal, fully defined ordinary RowMajor tiles (TileSourceContentsDefined)
+    def auxiliary_legal(index, vr, vc, dtype):
+        """Bias and scales: legal, fully defined ordinary RowMajor tiles
+        (TileSourceContentsDefined) of this valid shape and dtype."""
         slot, alloc, s, defined = source(tiles, index, HS)
-        good = ordinary_source_ok(s, alloc, defined, tcap, W) & (s["layout"] == ROW_MAJOR) \
+        good = ordinary_source_legal(s, alloc, defined, tcap, W) & (s["layout"] == ROW_MAJOR) \
             & (s["dtype"] == dtype) & (s["valid_rows"] == vr) & (s["valid_cols"] == vc)
         return slot, good, s
 
-    kb = (K + 31) // 32
-    sa_slot, sa_ok, sa_s = row_major(sa_idx, Mi, kb, DT["E8M0"])
-    sb_slot, sb_ok, sb_s = row_major(sb_idx, kb, N, DT["E8M0"])
-    bias_slot, bias_ok, _ = row_major(bias_idx, 1, N, acc_type)
+    kb = (K + 31) >> 5
+    aux3 = jax.vmap(auxiliary_legal)(stack(sa_idx, sb_idx, bias_idx), stack(Mi, kb, 1), stack(kb, N, N),
+                               stack(DT["E8M0"], DT["E8M0"], acc_type))
+    (sa_slot, sa_ok, sa_s), (sb_slot, sb_ok, sb_s), (bias_slot, bias_ok, _) = (
+        jax.tree_util.tree_map(lambda v: v[k], aux3) for k in range(3))
     # an idle PE of a cooperative block resolves no Local source (ADR 0100)
-    sources_bad = active & (
+    sources_legal = ~active | ~(
         (a_local & (~a_ok | (sa_on & ~sa_ok))) | (b_local & (~b_ok | (sb_on & ~sb_ok)))
         | (is_acc & ~c_ok) | (is_bias & ~bias_ok) | (left_shared & ~is_acc & ~shared_lay_ok))
 
     # ---- Shared sources (check 7s), collectively: ready records with the exact stored shape
-    trans_a, trans_b = fp["trans_a"] == 1, fp["trans_b"] == 1
+    trans_a, trans_b = h.trans_a == 1, h.trans_b == 1
     o_sh_b = jnp.where(left_shared, 1 + sa_on, 0)
 
-    def shared_operand(ordinal, rows, cols, dtype):
-        sid = blk.ios[jnp.clip(ordinal, 0, blk.ios.shape[0] - 1), 0]
+    def shared_source_legal(ordinal, rows, cols, dtype):
+        sid = h.shared_id[jnp.clip(ordinal, 0, h.shared_id.shape[0] - 1)]
         i, exists, _ = sh.lookup(state.shared, sid)
         r = sh.record(state.shared, i)
         good = sh.cooperative_ready(r, exists, tcap) & (r["cols"] == cols) \
             & (rows <= r["valid_rows"]) & (cols <= r["valid_cols"]) & (r["dtype"] == dtype)
         return i, good, r["cols"]
 
-    sh_a, sh_a_ok, a_cols = shared_operand(0, jnp.where(trans_a, K, G), jnp.where(trans_a, G, K), a_type)
-    sh_sa, sh_sa_ok, sa_cols = shared_operand(1, G, kb, DT["E8M0"])
-    sh_b, sh_b_ok, b_cols = shared_operand(o_sh_b, jnp.where(trans_b, N, K), jnp.where(trans_b, K, N),
-                                           b_type)
-    sh_sb, sh_sb_ok, sb_cols = shared_operand(o_sh_b + 1, kb, N, DT["E8M0"])
-    shared_sources_bad = (left_shared & (~sh_a_ok | (sa_on & ~sh_sa_ok))) \
-        | (shared_on & (~sh_b_ok | (sb_on & ~sh_sb_ok)))
+    sh4 = jax.vmap(shared_source_legal)(
+        stack(0, 1, o_sh_b, o_sh_b + 1),
+        stack(jnp.where(trans_a, K, G), G, jnp.where(trans_b, N, K), kb),
+        stack(jnp.where(trans_a, G, K), kb, jnp.where(trans_b, K, N), N),
+        stack(a_type, DT["E8M0"], b_type, DT["E8M0"]))
+    (sh_a, sh_a_ok, a_cols), (sh_sa, sh_sa_ok, sa_cols), (sh_b, sh_b_ok, b_cols), \
+        (sh_sb, sh_sb_ok, sb_cols) = (jax.tree_util.tree_map(lambda v: v[k], sh4) for k in range(4))
+    shared_sources_legal = ~((left_shared & (~sh_a_ok | (sa_on & ~sh_sa_ok)))
+                             | (shared_on & (~sh_b_ok | (sb_on & ~sh_sb_ok))))
 
     # ---- destination (step 10): D's M layout, accumulator type, valid Mi x N
     d_cls = take(DT_CLASS, acc_type)
     d_cr, d_cc, d_g, d_shape_ok = cube_geometry(jnp.clip(d_lay, 0, 1), d_cls, Mi, N, tsize,
                                                 capacity_register(tcap), W)
 
-    fault = ordered_fault(
-        (~blk.fpatr_present, "Fault_BundleControl"),
-        (gate_bad, "Fault_TileLegality"),
+    fault = settle(ordered_fault(
+        (~h.fpatr_present, "Fault_BundleControl"),
+        (~gate_legal, "Fault_TileLegality"),
         (is_gemv & (M != 1), "Fault_TileLegality"),
         ((trans_a & a_local) | (trans_b & b_local), "Fault_TileLegality"),
-        (mode_class_bad, "Fault_TileLegality"),
-        (post, "Fault_Unimplemented"),                                  # post-process not modelled
-        (shared_sources_bad | sources_bad, "Fault_TileLegality"),
+        (~mode_matches_accumulator, "Fault_TileLegality"),
+        (post_processing, "Fault_Unimplemented"),                       # not modelled
+        (~shared_sources_legal | ~sources_legal, "Fault_TileLegality"),
         (is_acc & (c_idx == d_hand), "Fault_TileLegality"),
         (active & (~found | ~budget_ok | ~d_shape_ok), "Fault_TileAllocation"),
-    )
+    ))
     do = enable & (fault == 0) & active
 
     # ---- product: lanes = D's payload slots

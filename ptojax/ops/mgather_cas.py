@@ -14,10 +14,11 @@ import numpy as np
 from .. import cas_order, tables
 from . import memory
 from .common import (DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
-                     ordered_fault,
+                     ordered_fault, settle,
                      fractal_ok, gpr_value, install, ordinary_index, ordinary_shape, ordinary_slot,
-                     ordinary_source_ok, valid_lanes,
+                     ordinary_source_legal, valid_lanes,
                      source, take)
+from .header import Header
 
 LAY = tables.TILE_LAYOUT_CODE
 LOC = tables.TILE_LOCATION_CODE
@@ -45,62 +46,86 @@ def _extend(word, bits, signed):
     return jnp.where(neg, v | ~low, v)
 
 
-def complete(state, blk, pe, cfg, enable, cas_seed=0):
-    """(fault, fault address, new state) of the MGATHER.CAS block `blk`.
+def resolved_dimensions(h: Header):
+    """D.1: (ValidCol = LB0, ValidRow = LB1 else 1, Col = LB2 else ValidCol)."""
+    vc = h.lb[0]
+    return vc, jnp.where(h.lb_present[1], h.lb[1], 1), jnp.where(h.lb_present[2], h.lb[2], vc)
+
+
+def dimensions_legal(h: Header):
+    """D.4 step 3 dims: LB0 given, no given LB zero, ValidCol <= Col, Col a power
+    of two, ValidRow * ValidCol <= PTO_MODEL_TILE_ELEMENTS."""
+    vc, vr, col = resolved_dimensions(h)
+    return h.lb_present[0] & ~jnp.any(h.lb_present & (h.lb == 0)) & (vc <= col) \
+        & ((col & (col - 1)) == 0) & (vr * vc <= MAX_LANES)
+
+
+def bindings_legal(h: Header):
+    """D.4 step 3 bindings: one destination and three sources in exactly two B.IOTs
+    (Index, Expected; then Replacement with the destination, L=1); B.IOR RegDst,
+    RegSrc1 and RegSrc2 zero."""
+    two = (h.iot_count == 2) & h.iot_closed \
+        & ~h.has_dst[0] & h.has_src0[0] & h.has_src1[0] & h.has_dst[1] & h.has_src0[1] & ~h.has_src1[1]
+    return (h.n_dst == 1) & (h.n_src == 3) & two \
+        & (h.reg_dst == 0) & (h.reg_src1 == 0) & (h.reg_src2 == 0)
+
+
+def schema_legal(h: Header):
+    """D.4 step 3: no B.IOS, B.IOR present, the bindings, the dimensions."""
+    return (h.ios_count == 0) & h.ior_present & bindings_legal(h) & dimensions_legal(h)
+
+
+def datr_legal(h: Header):
+    """D.4 step 4: only Layout and PadValue may be nonzero (DataType raw 0)."""
+    return ~h.datr_present | ((h.datr_dtype == 0) & ~h.conversion_attrs)
+
+
+def sources_legal(srcs, tile_capacity, W, tdt, vr, vc):
+    """D.4 step 5: Index/Expected/Replacement legal ordinary sources of VR x VC;
+    Index any integer type; the transfer type not 4-bit and Expected's and
+    Replacement's type."""
+    _, allocated, s, defined = srcs            # each field: [Index, Expected, Replacement]
+    tbits = take(DT_BITS, tdt)
+    each = jax.vmap(lambda s, a, d: ordinary_source_legal(s, a, d, tile_capacity, W))(
+        s, allocated, defined)
+    return take(DT_INT, s["dtype"][0]) & (tbits != 4) & (tbits != 0) \
+        & (s["dtype"][1] == tdt) & (s["dtype"][2] == tdt) \
+        & jnp.all(each & (s["valid_rows"] == vr) & (s["valid_cols"] == vc))
+
+
+def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
+    """(fault, fault address, new state) of the MGATHER.CAS block with header `h`.
 
     `cas_seed` (traced) seeds the "permuted" lane order; cfg.cas_seed is not
     read here, so seeds share one compiled function.
     """
     W, HS = cfg.tile_words, cfg.hand_slots
     tiles = state.tiles
-    rows = jnp.arange(blk.iot.shape[0]) < blk.iot_count
-    b0, b1 = blk.iot[0], blk.iot[1]
-    n_dst = jnp.sum(jnp.where(rows, blk.iot[:, 0], 0))
-    n_src = jnp.sum(jnp.where(rows, blk.iot[:, 4] + blk.iot[:, 5], 0))
-    mask = b0[3]
-    lb, lbp = blk.lb, blk.lb_present
-    vc = lb[0]
-    vr = jnp.where(lbp[1], lb[1], 1)
-    col = jnp.where(lbp[2], lb[2], vc)
-    tdt = blk.dtype
+    mask = h.mask
+    vc, vr, col = resolved_dimensions(h)
+    tdt = h.dtype
     tbits = take(DT_BITS, tdt)
 
-    # D.4 step 3: schema (Fault_TileLegality)
-    two_iot_shape = (blk.iot_count == 2) & blk.iot_closed \
-        & (b0[0] == 0) & (b0[4] == 1) & (b0[5] == 1) \
-        & (b1[0] == 1) & (b1[4] == 1) & (b1[5] == 0)
-    schema_bad = (blk.ios_count > 0) | ~blk.ior_present | (n_dst != 1) | (n_src != 3) \
-        | ~two_iot_shape | (blk.ior[0] != 0) | (blk.ior[2] != 0) | (blk.ior[3] != 0)
-    dims_bad = ~lbp[0] | (lbp[0] & (lb[0] == 0)) | (lbp[1] & (lb[1] == 0)) \
-        | (lbp[2] & (lb[2] == 0)) | (vc > col) | ((col & (col - 1)) != 0) | (vr * vc > MAX_LANES)
-    # D.4 step 4: B.DATR fields other than PadValue/Layout (DataType raw 0, F.13)
-    d = blk.datr
-    datr_bad = blk.datr_present & ((d[1] != 0) | (d[3] != 0) | (d[4] != 0) | (d[5] != 0) | (d[6] != 0))
+    # D.4 step 5: sources Index, Expected (first B.IOT), Replacement (second)
+    srcs = source(tiles, jnp.stack([h.src0[0], h.src1[0], h.src0[1]]), HS)
+    (islot, _, si, _), (eslot, _, se, _), (rslot, _, sr, _) = (
+        jax.tree_util.tree_map(lambda v: v[k], srcs) for k in range(3))
 
-    # D.4 step 5: sources
-    srcs = [source(tiles, i, HS) for i in (b0[6], b0[7], b1[6])]
-    (islot, _, si, _), (eslot, _, se, _), (rslot, _, sr, _) = srcs
-    src_ok = [ordinary_source_ok(s, a, df, state.tile_capacity, W) for _, a, s, df in srcs]
-    shape_ok = [(s["valid_rows"] == vr) & (s["valid_cols"] == vc) for _, _, s, _ in srcs]
-    src_bad = ~(src_ok[0] & src_ok[1] & src_ok[2]) | ~take(DT_INT, si["dtype"]) | (tbits == 4) \
-        | (tbits == 0) | (se["dtype"] != tdt) | (sr["dtype"] != tdt) \
-        | ~(shape_ok[0] & shape_ok[1] & shape_ok[2])
-
-    # D.4 step 6: destination as C.7 step 4 with shape (VR, VC, Col)
-    dslot, found, tsize, budget_ok = destination(state, b1[1], b1[2], mask, cfg)
+    # D.4 step 6: destination as C.7 step 4 with shape (VR, VC, Col); the pad
+    # fill covers the whole physical region, so rows * Col must fit the payload
+    dslot, found, tsize, budget_ok = destination(state, h.dst_hand[1], h.size_code[1], mask, cfg)
     dshape_ok, drows = ordinary_shape(tsize, col, vr, vc, tbits, W)
-    whole_ok = drows * col <= W      # the pad fill covers the whole physical region
-    alloc_bad = ~found | ~budget_ok | ~dshape_ok | ~whole_ok
+    destination_shape = dshape_ok & (drows * col <= W)
 
-    # the destination layout comes from the B.DATR Layout (the model's
-    # destination-layout map); D.4 step 7 re-checks the new descriptor
-    dlay = take(DEST_LAYOUT, jnp.where(blk.datr_present, d[0], 0))
-    recheck_bad = ~fractal_ok(dlay, drows, col, tbits)
+    # D.4 step 7: the destination layout comes from the B.DATR Layout (the
+    # model's destination-layout map) and is re-checked on the new descriptor
+    dlay = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
 
-    fault = ordered_fault((schema_bad | dims_bad | datr_bad, "Fault_TileLegality"),
-                   (src_bad, "Fault_TileLegality"),
-                   (alloc_bad, "Fault_TileAllocation"),
-                   (recheck_bad, "Fault_TileLegality"))
+    fault = settle(ordered_fault(
+        (~schema_legal(h) | ~datr_legal(h), "Fault_TileLegality"),
+        (~sources_legal(srcs, state.tile_capacity, W, tdt, vr, vc), "Fault_TileLegality"),
+        (~found | ~budget_ok | ~destination_shape, "Fault_TileAllocation"),
+        (~fractal_ok(dlay, drows, col, tbits), "Fault_TileLegality")))     # destination_indexable
     legal = fault == 0
 
     # D.4 step 8: lane preflight, row-major over the valid region (lane l = r*VC + c)
@@ -112,7 +137,7 @@ def complete(state, blk, pe, cfg, enable, cas_seed=0):
                     take(DT_SIGNED, si["dtype"]))
     expected = tiles.words[eslot][jnp.clip(ordinary_slot(se, r, c), 0, W - 1)]
     replacement = tiles.words[rslot][jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
-    base = gpr_value(state.gpr[pe], blk.ior[1])
+    base = gpr_value(state.gpr[pe], h.reg_src0)
     addr = base + index
     nbytes = elem_bytes(tbits)
     probe = memory.probe(addr, nbytes, cfg.gm_bytes)
@@ -154,7 +179,7 @@ def complete(state, blk, pe, cfg, enable, cas_seed=0):
     gm, old = jax.lax.fori_loop(0, n_lanes, lane_step, (state.gm, jnp.zeros(W, U64)))
 
     # publication: whole physical destination padded and defined (F.5)
-    padw = jnp.asarray(PAD_WORDS)[jnp.clip(tdt, 0, 31), jnp.clip(blk.datr[2], 0, 3)]
+    padw = jnp.asarray(PAD_WORDS)[jnp.clip(tdt, 0, 31), jnp.clip(h.pad, 0, 3)]
     physical = j < drows * col
     slot = jnp.where(lane, ordinary_index(dlay, drows, col, tbits, r, c), W)
     words = jnp.where(physical, padw, tiles.words[dslot]).at[slot].set(old, mode="drop")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import tables
-from .common import DT_BITS, U64, capacity_register, take
+from .common import DT_BITS, U64, capacity_register, div, mod, take
 
 ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 MAX_SHARED_BYTES = 262144
@@ -26,8 +26,8 @@ def derived_rows(capacity, cols, bits):
     """DerivedTileRows: whole rows of a power-of-two column count, else 0."""
     cap_bits = capacity.astype(jnp.int64) * 8
     unit = jnp.maximum(cols.astype(jnp.int64) * bits, 1)
-    rows = cap_bits // unit
-    ok = (capacity > 0) & (cols > 0) & ((cols & (cols - 1)) == 0) & (cap_bits % unit == 0) \
+    rows = div(cap_bits, unit)
+    ok = (capacity > 0) & (cols > 0) & ((cols & (cols - 1)) == 0) & (mod(cap_bits, unit) == 0) \
         & (rows >= 1) & (rows <= 65535) & (bits > 0)
     return jnp.where(ok, rows, 0).astype(jnp.int32)
 
@@ -35,7 +35,7 @@ def derived_rows(capacity, cols, bits):
 def shape_legal(capacity, cols, vr, vc, bits):
     """TileDescriptorShapeLegal for an ordinary tile of `capacity` bytes."""
     rows = derived_rows(capacity, cols, bits)
-    elems = capacity.astype(jnp.int64) * 8 // jnp.maximum(bits, 1)
+    elems = div(capacity.astype(jnp.int64) * 8, bits)
     return (rows != 0) & (vr <= rows) & (vc <= cols) & (vr.astype(jnp.int64) * vc <= elems)
 
 
@@ -67,14 +67,14 @@ def record(shared, i):
 
 def capacity_legal(capacity, tile_capacity):
     """SharedTileCapacityIsLegal: whole CELLs, 128 B .. 256 KiB, within TILE_CAPACITY."""
-    return (capacity >= 128) & (capacity % 128 == 0) & (capacity <= MAX_SHARED_BYTES) \
+    return (capacity >= 128) & ((capacity & 127) == 0) & (capacity <= MAX_SHARED_BYTES) \
         & (capacity.astype(jnp.int64) <= capacity_register(tile_capacity))
 
 
 def descriptor_legal(r, exists, tile_capacity):
     """SharedTileDescriptorLegal of an existing record's fields `r`."""
     bits = take(DT_BITS, r["dtype"])
-    elems = r["capacity"].astype(jnp.int64) * 8 // jnp.maximum(bits, 1)
+    elems = div(r["capacity"].astype(jnp.int64) * 8, bits)
     return exists & (r["allocation_mask"] != 0) \
         & ((r["initialized_mask"] & ~r["allocation_mask"] & 0xF) == 0) \
         & capacity_legal(r["capacity"], tile_capacity) \
@@ -86,8 +86,8 @@ def descriptor_legal(r, exists, tile_capacity):
 
 def quarter(e, bits, capacity):
     """PE owning element e of a Shared tile: floor(4 * byte offset / capacity)."""
-    byte = (e.astype(jnp.int64) * bits) // 8
-    return jnp.clip((byte * 4) // jnp.maximum(capacity, 1).astype(jnp.int64), 0, 3).astype(jnp.int32)
+    byte = (e.astype(jnp.int64) * bits) >> 3
+    return jnp.clip(div(byte * 4, capacity.astype(jnp.int64)), 0, 3).astype(jnp.int32)
 
 
 def in_mask(mask, pe):

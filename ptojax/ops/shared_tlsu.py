@@ -15,8 +15,9 @@ import jax.numpy as jnp
 
 from .. import tables
 from . import memory, shared as sh
+from .header import Header
 from .common import (DT_BITS, DT_SIGNED, PE_POPCOUNT, U64, capacity_register, core_charge,
-                     elem_bytes, gpr_value, ordered_fault, shared_charge, take)
+                     div, elem_bytes, gpr_value, mod, ordered_fault, settle, shared_charge, take)
 
 OP = tables.OP_ID
 
@@ -32,21 +33,19 @@ def _last_writer(key, order, active):
     return jnp.zeros(n, bool).at[idx].set(last_sorted) & active
 
 
-def complete(state, blk, cfg, enable):
-    """Complete a Shared TLSU block: (fault, fault address, new state)."""
+def complete(state, h: Header, cfg, enable):
+    """Complete a Shared TLSU block with header `h`: (fault, fault address, new state)."""
     shared, WS = state.shared, cfg.shared_words
-    is_load = blk.op == OP["TLOAD"]
-    spart = blk.op == OP["TSTORE.SPART"]
-    sid, size, mask = blk.ios[0, 0], blk.ios[0, 1], blk.ios[0, 2]
-    lb, lbp = blk.lb, blk.lb_present
+    is_load = h.op == OP["TLOAD"]
+    spart = h.op == OP["TSTORE.SPART"]
+    sid, size, mask = h.shared_id[0], h.shared_size[0], h.shared_mask
+    lb, lbp = h.lb, h.lb_present
     cap_reg = capacity_register(state.tile_capacity)
 
     # steps 1-3: binding count, scalar schema, B.DATR attributes
-    ior_extra = blk.ior_present & ((blk.ior[0] != 0) | (blk.ior[3] != 0))
-    datr_extra = (blk.datr[3] != 0) | (blk.datr[4] != 0) | (blk.datr[5] != 0) | (blk.datr[6] != 0)
-    attr_bad = blk.datr_present & ((blk.datr[1] != 0) | (blk.datr[2] != 0) | datr_extra)
-    relayout = blk.datr_present & (blk.datr[0] != 0)
-    edt = blk.dtype          # the Shared path transfers the BSTART DataType (never B.DATR's)
+    attr_bad = h.datr_present & ((h.datr_dtype != 0) | (h.pad != 0) | h.conversion_attrs)
+    relayout = h.datr_present & (h.layout != 0)
+    edt = h.dtype            # the Shared path transfers the BSTART DataType (never B.DATR's)
     bits = take(DT_BITS, edt)
 
     i, exists, has_free = sh.lookup(shared, sid)
@@ -56,7 +55,7 @@ def complete(state, blk, cfg, enable):
     vc_l, vr_l, cols_l = lb[0], lb[1], lb[2]
     tsz = sh.tsize(size)
     rows_l = sh.derived_rows(tsz, cols_l, bits)
-    load_schema_bad = (size == 0) | (blk.iot_count != 0) | ~lbp[0] | ~lbp[1] | ~lbp[2] \
+    load_schema_bad = (size == 0) | (h.iot_count != 0) | ~lbp[0] | ~lbp[1] | ~lbp[2] \
         | (vc_l < 1) | (vr_l < 1) | (cols_l < 1) | (vc_l > cols_l)
     load_shape_bad = ~sh.shape_legal(tsz, cols_l, vr_l, vc_l, bits)
     compatible = ((mask & ~rec["allocation_mask"] & 0xF) == 0) & (rec["capacity"] == tsz) \
@@ -73,7 +72,7 @@ def complete(state, blk, cfg, enable):
     vc_s = jnp.where(lbp[0], lb[0], jnp.where(exists, rec["valid_cols"], 1))
     vr_s = jnp.where(lbp[1], lb[1], jnp.where(exists, rec["valid_rows"], 1))
     cols_s = jnp.where(lbp[2], lb[2], jnp.where(exists, rec["cols"], vc_s))
-    store_bind_bad = jnp.where(spart, False, mask != 0xF) | (size != 0) | (blk.iot_count != 0)
+    store_bind_bad = jnp.where(spart, False, mask != 0xF) | (size != 0) | (h.iot_count != 0)
     min_cap = sh.minimum_capacity(cols_s, vr_s, vc_s, bits)
     schema_rec = sh.descriptor_legal(rec, exists, state.tile_capacity) & (rec["cols"] == cols_s) \
         & (vr_s <= rec["valid_rows"]) & (vc_s <= rec["valid_cols"]) & (rec["dtype"] == edt)
@@ -82,16 +81,16 @@ def complete(state, blk, cfg, enable):
         | ~jnp.where(exists, schema_rec, schema_new)
     store_bound_bad = (vr_s - 1).astype(jnp.int64) * cols_s + vc_s > WS
 
-    fault = ordered_fault(
-        (blk.ios_count != 1, "Fault_TileLegality"),
-        (blk.fpatr_present | ior_extra, "Fault_BundleControl"),
+    fault = settle(ordered_fault(
+        (h.ios_count != 1, "Fault_TileLegality"),
+        (h.fpatr_present | h.ior_surplus, "Fault_BundleControl"),
         (attr_bad, "Fault_TileLegality"),
         (relayout, "Fault_Unimplemented"),
         (is_load & (load_schema_bad | load_shape_bad | update_bad), "Fault_TileLegality"),
         (is_load & load_bound_bad, "Fault_TileAllocation"),
         (~is_load & (store_bind_bad | store_schema_bad), "Fault_TileLegality"),
         (~is_load & store_bound_bad, "Fault_TileAllocation"),
-    )
+    ))
     legal = fault == 0
 
     # step 8 / 6: the selected quarters' elements, addressed through their PE's GPRs
@@ -99,15 +98,14 @@ def complete(state, blk, cfg, enable):
         jnp.where(is_load, cols_l, cols_s)
     capacity = jnp.where(is_load, tsz, jnp.where(exists, rec["capacity"], min_cap))
     e = jnp.arange(WS, dtype=jnp.int32)
-    colsm = jnp.maximum(cols, 1)
-    r, c = e // colsm, e % colsm
+    r, c = div(e, cols), mod(e, cols)
     q = sh.quarter(e, bits, capacity)
     lane = (r < vr) & (c < vc) & sh.in_mask(mask, q)
     gpr_q = state.gpr[q]                                   # [WS, 24]: each lane's agent
     pick = jax.vmap(gpr_value, in_axes=(0, None))
-    dense = ((cols.astype(jnp.int64) * bits + 7) // 8).astype(U64)
-    base = jnp.where(blk.ior_present, pick(gpr_q, blk.ior[1]), U64(0))
-    stride = jnp.where(blk.ior_present, pick(gpr_q, blk.ior[2]), dense)
+    dense = ((cols.astype(jnp.int64) * bits + 7) >> 3).astype(U64)
+    base = jnp.where(h.ior_present, pick(gpr_q, h.reg_src0), U64(0))
+    stride = jnp.where(h.ior_present, pick(gpr_q, h.reg_src1), dense)
     four = bits == 4
     nbytes = elem_bytes(bits)
     addr = base + r.astype(U64) * stride + jnp.where(four, c >> 1, c * nbytes).astype(U64)
@@ -119,7 +117,7 @@ def complete(state, blk, cfg, enable):
     ok = enable & legal & (mfault == 0)
 
     # TLOAD effect: a new record or a compatible update of the selected quarters
-    loaded = memory.read_elements(state.gm, addr, nbytes, (c % 2) == 1, four, take(DT_SIGNED, edt))
+    loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, take(DT_SIGNED, edt))
     do_load = ok & is_load
     new_words = jnp.where(lane, loaded, jnp.where(exists, shared.words[i], U64(0)))
     init = jnp.where(exists, rec["initialized_mask"] | mask, mask)
@@ -129,16 +127,17 @@ def complete(state, blk, cfg, enable):
                   published=jnp.where(exists, rec["published"] | defined, True),
                   contents_defined=defined, dtype=edt, layout=sh.ROW_MAJOR, capacity=tsz,
                   rows=rows_l, cols=cols_l, valid_rows=vr_l, valid_cols=vc_l)
-    upd = {k: getattr(shared, k).at[i].set(
-        jnp.where(do_load, jnp.asarray(v).astype(getattr(shared, k).dtype), getattr(shared, k)[i]))
-        for k, v in fields.items()}
+    fields = {k: jnp.asarray(v).astype(getattr(shared, k).dtype) for k, v in fields.items()}
+    i, do_load, fields, new_words = settle((i, do_load, fields, new_words))
+    upd = {k: getattr(shared, k).at[i].set(jnp.where(do_load, v, getattr(shared, k)[i]))
+           for k, v in fields.items()}
     upd["words"] = shared.words.at[i].set(jnp.where(do_load, new_words, shared.words[i]))
     shared = shared.replace(**upd)
 
     # TSTORE effect: the register's Words (undefined ones included) to GM, in element order
     values = sh.read_words(state.shared, i, exists, sid, e)
-    key = jnp.where(four, addr * U64(2) + (c % 2).astype(U64), addr)
+    key = jnp.where(four, addr * U64(2) + (c & 1).astype(U64), addr)
     writes = lane & ok & ~is_load
-    gm = memory.write_elements(state.gm, addr, values, nbytes, (c % 2) == 1, four,
+    gm = memory.write_elements(state.gm, addr, values, nbytes, (c & 1) == 1, four,
                                ~_last_writer(key, order, writes), writes)
     return fault, fault_addr, state.replace(shared=shared, gm=gm)

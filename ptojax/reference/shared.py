@@ -16,7 +16,7 @@ from typing import Optional
 from .. import tables
 from .machine import MASK64, Block, Machine, SharedRecord
 from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, UNIMPLEMENTED, Fault,
-                        _derived_rows, _ordinary_datr_legal, dense_stride, element_address, gpr,
+                        _derived_rows, ordinary_datr_legal, dense_stride, element_address, gpr,
                         ior_surplus, lb_in_range, load_element, pe_count, probe, store_element)
 
 FUNCTION = {"TLOAD": 0, "TSTORE": 1, "TSTORE.SPART": 14}
@@ -179,7 +179,7 @@ def shared_tlsu(m: Machine, b: Block, name: str) -> Optional[Fault]:
     if b.fpatr_present or ior_surplus(b):
         return BUNDLE_CONTROL
     # 3. B.DATR attributes; relayout codes are not modelled
-    if not _ordinary_datr_legal(b):
+    if not ordinary_datr_legal(b):
         return TILE_LEGALITY
     if b.datr_present and b.datr[0] != 0:
         return UNIMPLEMENTED

@@ -171,7 +171,7 @@ def cube_transport(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
     if not tlsu_decodable(engine, function):
         return ILLEGAL
     # 3. schema, dimensions, attributes, direction, bindings
-    if not _cube_schema_legal(b, engine, function):
+    if not cube_schema_legal(b, engine, function):
         return TILE_LEGALITY
     # 4. dtype = BSTART DataType, must have a CELL mapping
     d = tables.DTYPE_BY_CODE.get(b.dtype)
@@ -195,7 +195,7 @@ def tlsu_decodable(engine: str, function: int) -> bool:
     return 0 <= function <= 8 or function == 13
 
 
-def _cube_schema_legal(b: Block, engine: str, function: int) -> bool:
+def cube_schema_legal(b: Block, engine: str, function: int) -> bool:
     """C.5 step 3 / C.6 steps 1-4: every condition raises Fault_TileLegality."""
     # dimensions: LB0 and LB1 present and 1..65535, LB2 absent
     if not (b.lb_present[0] and b.lb_present[1]) or b.lb_present[2]:
@@ -314,7 +314,7 @@ def _cube_tstore(m: Machine, b: Block, d: tables.DataType, layout: str, vr: int,
 # ----------------------------------------------------------------- C.7 / C.8 ordinary
 
 
-def _ordinary_datr_legal(b: Block) -> bool:
+def ordinary_datr_legal(b: Block) -> bool:
     """C.7 step 3: only Layout and PadValue may be nonzero; PadValue 0 for non-CUBE layouts."""
     if not b.datr_present:
         return True
@@ -324,7 +324,7 @@ def _ordinary_datr_legal(b: Block) -> bool:
     return pad == 0
 
 
-def _ordinary_bindings_complete(b: Block, loads: bool) -> bool:
+def ordinary_bindings_complete(b: Block, loads: bool) -> bool:
     """C.7/C.8 step 2: TLOAD 1 destination/0 sources, TSTORE 0/1; terminated; B.IOR surplus zero."""
     dests = sum(1 for x in b.iots if x.dst_valid)
     srcs = sum(int(x.src0_valid) + int(x.src1_valid) for x in b.iots)
@@ -337,9 +337,9 @@ def _ordinary_bindings_complete(b: Block, loads: bool) -> bool:
 
 def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     """C.7: ordinary Local TLOAD (B.DATR absent or Layout 0) into a RowMajor tile."""
-    if b.fpatr_present or not _ordinary_bindings_complete(b, loads=True):
+    if b.fpatr_present or not ordinary_bindings_complete(b, loads=True):
         return BUNDLE_CONTROL
-    if not _ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
+    if not ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
         return TILE_LEGALITY
     if b.datr_present and b.datr[0] != 0:
         return UNIMPLEMENTED        # ordinary relayout codes: checked after steps 2-3
@@ -440,9 +440,9 @@ def ordinary_source_legal(m: Machine, t: Tile) -> bool:
 
 def ordinary_tstore(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     """C.8: ordinary Local TSTORE of the source descriptor's valid region."""
-    if b.fpatr_present or not _ordinary_bindings_complete(b, loads=False):
+    if b.fpatr_present or not ordinary_bindings_complete(b, loads=False):
         return BUNDLE_CONTROL
-    if not _ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
+    if not ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
         return TILE_LEGALITY
     if b.datr_present and b.datr[0] != 0:
         return UNIMPLEMENTED        # ordinary relayout codes: checked after steps 2-3
