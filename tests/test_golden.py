@@ -1,7 +1,8 @@
 """pj.ops.matmul: golden products from the real bundle sequence.
 
-Every call here fits one size bucket (1024-Word tiles, 8 KiB of GM), so the
-module compiles once per profile. Expected values come from numpy, exactly:
+Every call here fits the small size class (4096-Word tiles, 64 KiB of GM:
+any M <= 32, K, N <= 64), so the module compiles once per profile, whatever
+the operand shapes. Expected values come from numpy, exactly:
 small integers keep every binary32 sum exact.
 """
 
@@ -39,7 +40,6 @@ def test_mixed_types_bias_acc_and_layouts():
 
 
 def test_gemv_and_mx_scales():
-    # K = 64 keeps the tiles in the module's one size bucket (1024 Words)
     a, b = ints(-4, 5, (1, 64)).astype(ml_dtypes.float8_e4m3fn), ints(-4, 5, (64, 5)).astype(ml_dtypes.float8_e5m2)
     sa = np.array([[128, 126]], np.uint8)                         # 2, 1/2 per 32-element K block
     sb = np.full((2, 5), 129, np.uint8)                           # 4
@@ -49,6 +49,24 @@ def test_gemv_and_mx_scales():
     h = pj.ops.matmul(ints(-2, 3, (3, 4)).astype(np.float16), ints(-2, 3, (4, 2)).astype(np.float16),
                       dtype="FP16", scales=(None, None))                  # MX form without scales
     assert h.shape == (3, 2)
+
+
+def test_shapes_reuse_one_compiled_program():
+    from ptojax.machine import run_stream
+    pj.ops.matmul(np.ones((1, 1), np.float16), np.ones((1, 1), np.float16), dtype="FP16")
+    compiled = run_stream._cache_size()
+    for m, k, n, layout in ((3, 5, 7, "CUBE_M16"), (32, 64, 64, "CUBE_M32"), (16, 64, 1, "CUBE_M16")):
+        a, b = ints(-8, 9, (m, k)).astype(np.float16), ints(-8, 9, (k, n)).astype(np.float16)
+        d = pj.ops.matmul(a, b, dtype="FP16", layout=layout)
+        assert np.array_equal(d, a.astype(np.float32) @ b.astype(np.float32))
+    assert run_stream._cache_size() == compiled
+
+
+def test_too_large_for_any_class_is_a_clear_error():
+    # 32 x 2048 S8 in CUBE_M32 is a legal 64 KiB tile, but 65536 payload Words
+    with pytest.raises(ValueError, match="at most 32768 Words per tile"):
+        pj.ops.matmul(np.ones((32, 2048), np.int64), np.ones((2048, 1), np.int64), dtype="S8",
+                      layout="CUBE_M32")
 
 
 def test_ieee_rounding_is_sequential_binary32():

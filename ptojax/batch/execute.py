@@ -1,13 +1,18 @@
 """`pj.batch.run`: the unbatched `run_stream` under vmap, nothing more.
 
 Streams are padded to a common length (a power of two) and carry their own
-lengths; the compiled function is cached per (config, PE, fault mode, padded
-length, commit bound). With several local devices the batch axis is sharded
-over all of them with `jax.sharding`.
+lengths; the batch is padded to `batch_rows(B)` rows (the next power of two,
+a multiple of the device count) with length-0 streams on copies of a real
+State, and the results are cut back to B rows. So the compiled function is
+cached per (config, fault mode, padded length, padded rows, commit bound,
+effects): a ladder of batch sizes or a campaign's last short batch reuses
+the program of its power of two instead of compiling again. With several
+local devices the batch axis is sharded over all of them with `jax.sharding`.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -50,6 +55,45 @@ def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effec
 _STATIC = ("cfg", "max_commits", "effects", "core")
 _run_kept = jax.jit(_batched, static_argnames=_STATIC)
 _run_donated = jax.jit(_batched, static_argnames=_STATIC, donate_argnums=(0,))
+
+
+def batch_rows(B: int, n_dev: int = 1) -> int:
+    """Rows pj.batch.run compiles for B streams: the next power of two (at
+    most 2x the work, one program per doubling), a multiple of `n_dev`."""
+    if B < 1:
+        raise ValueError(f"a batch has at least one row, got {B}")
+    rows = 1 << (B - 1).bit_length()
+    return -(-rows // n_dev) * n_dev
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _broadcast_rows(state, rows):
+    """One State -> `rows` copies of it (fresh buffers, donatable)."""
+    return jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (rows,) + a.shape), state)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _pad_rows(states, rows):
+    """[B, ...] States -> [rows, ...]: the extra rows copy row 0."""
+    def pad(a):
+        extra = jnp.broadcast_to(a[:1], (rows - a.shape[0],) + a.shape[1:])
+        return jnp.concatenate([a, extra])
+    return jax.tree_util.tree_map(pad, states)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _first_rows(states, B):
+    return jax.tree_util.tree_map(lambda a: a[:B], states)
+
+
+def _consume(states):
+    """What donation does to the input States, for a padded (hence copied) batch:
+    free their buffers now, so a campaign's memory stays one batch."""
+    seen = set()
+    for a in jax.tree_util.tree_leaves(states):
+        if isinstance(a, jax.Array) and id(a) not in seen and not a.is_deleted():
+            seen.add(id(a))
+            a.delete()
 
 
 def stack_states(states) -> State:
@@ -101,7 +145,12 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     stream from. words: [B, L] ints, or a list of B streams of any lengths.
     lengths: optional per-stream lengths for a padded [B, L] array.
     donate=True lets XLA update the input states in place (they become
-    unusable), which is what long campaigns want.
+    unusable), which is what long campaigns want. The batch runs as
+    `batch_rows(B)` rows (the next power of two; the extra rows are
+    length-0 streams on copies of State 0, then dropped), so batch sizes
+    of one power-of-two bucket share one compiled program; the result has
+    exactly B rows. A batch that needs padding is copied first and the
+    copy donated; with donate=True the given States are freed all the same.
     """
     if not isinstance(states, State):
         raise TypeError(f"states must be a ptojax State, got {type(states).__name__}")
@@ -117,28 +166,34 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     B = w.shape[0]
     if B == 0:
         raise ValueError("pj.batch.run needs at least one word stream")
-    if states.gm.ndim == 1:
-        states = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (B,) + a.shape), states)
-    elif states.gm.shape[0] != B:
+    single = states.gm.ndim == 1
+    if not single and states.gm.shape[0] != B:
         raise ValueError(f"{states.gm.shape[0]} states but {B} word streams")
     cfg = check_config(states, cfg)      # sizes come from the trailing axes
     Lb = _bucket(w.shape[1])
-    padded = np.zeros((B, Lb), np.uint32)
-    padded[:, : w.shape[1]] = w
     K = _bucket(int(np.max(commit_capable(w, np.asarray(states.block.active)), initial=1)), low=1)
-    n_dev = jax.local_device_count()
-    pad_b = (-B) % n_dev
-    if pad_b:
-        states = jax.tree_util.tree_map(lambda a: jnp.concatenate([a, a[:pad_b]]), states)
-        padded = np.concatenate([padded, padded[:pad_b]])
-        n = np.concatenate([n, np.zeros(pad_b, np.int32)])
-    args = [_shard(x, n_dev) for x in (states, jnp.asarray(padded), jnp.asarray(n))]
-    fn = _run_donated if donate else _run_kept
     effects = possible_effects(w, open_block_ops(states))
+    n_dev = jax.local_device_count()
+    rows = batch_rows(B, n_dev)
+    # rows past B: length-0 streams (no-ops) on copies of a real State
+    padded = np.zeros((rows, Lb), np.uint32)
+    padded[:B, : w.shape[1]] = w
+    n = np.concatenate([n, np.zeros(rows - B, np.int32)])
+    if single:
+        states = _broadcast_rows(states, rows)
+    elif rows != B:
+        given, states = states, _pad_rows(states, rows)
+        if donate:      # the copy is donated; the caller's States are consumed all the same
+            jax.block_until_ready(states)
+            _consume(given)
+            del given
+    args = [_shard(x, n_dev) for x in (states, jnp.asarray(padded), jnp.asarray(n))]
+    del states
+    fn = _run_donated if donate else _run_kept
     st, executed = fn(*args, jnp.int32(pe), jnp.bool_(hold), jnp.int64(cfg.cas_seed & 0xFFFFFFFF),
                       cfg=cfg.replace(cas_seed=0), max_commits=K, effects=effects,
                       core=bool(core))
-    if pad_b:
-        st = jax.tree_util.tree_map(lambda a: a[:B], st)
-        executed = executed[:B]
-    return BatchResult(st, np.asarray(st.fault), np.asarray(st.fault_address), np.asarray(executed))
+    fault, address, executed = np.asarray(st.fault), np.asarray(st.fault_address), np.asarray(executed)
+    if rows != B:
+        st = _first_rows(st, B)
+    return BatchResult(st, fault[:B], address[:B], executed[:B])

@@ -7,6 +7,11 @@ TLOADs of Bias and E8M0 scales, one TMATMUL*/TGEMV* bundle, TSTORE of D
 back to ND) on a private machine, and reads D from memory. Any
 architectural fault raises MatmulFault carrying the fault; the numbers are
 exactly what `pj.run` computes (docs/numerics.md).
+
+The private machine's sizes come from a fixed size class (SIZE_CLASSES),
+never from the operands: every shape up to M = 32, K and N = 64 (and many
+larger ones) runs one compiled program per profile, so after the first call
+a new shape costs milliseconds. Operands no tile can hold raise ValueError.
 """
 
 from __future__ import annotations
@@ -206,22 +211,66 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
                     bias is not None, gemv)
 
 
-def _run(st, words, cfg):
-    """pj.run with fixed stream/commit bounds, so every call of one size bucket
-    reuses one compiled executable."""
+# The private machines. Compiles cost seconds, so nothing about the work may
+# reach a static shape: a call picks the first size class its operands fit
+# (payload Words per tile, GM bytes), and every call of one class and profile
+# pads its words to one length and bounds its commits by one number, so all
+# of them run one compiled program. The small class holds every shape up to
+# M = 32 rows and K, N up to 64 (the 64x64 B of a 16/32-bit type is 4096
+# Words, its ND bytes with A, C, D and the scales well under 64 KiB); the
+# large one anything a tile can hold (64 KiB per PE, the model's 32768-Word
+# bound), with up to six 64 KiB GM blocks (C or Bias, A, sA, B, sB, D).
+SIZE_CLASSES = (("small", 4096, 64 << 10), ("large", 32768, 512 << 10))
+STREAM_WORDS = 64      # the longest sequence (MX.ACC with B.DATR, five TLOADs) is 52 words
+MAX_COMMITS = 8        # bundles: at most five TLOADs, the matrix bundle, the TSTORE
+_CONFIGS: dict = {}    # (class, profile) -> (MachineConfig, reset State)
+
+
+def _machine(words_needed: int, gm_needed: int, profile: str):
+    """The class config and its reset State (cached: States are immutable)."""
+    for name, tile_words, gm_bytes in SIZE_CLASSES:
+        if words_needed <= tile_words and gm_needed <= gm_bytes:
+            break
+    else:
+        raise ValueError(f"the operands need {words_needed} payload Words in one tile and "
+                         f"{gm_needed} bytes of GM; pj.ops.matmul holds at most {tile_words} "
+                         f"Words per tile (the model's tile bound) and {gm_bytes} bytes "
+                         f"(split the matrix)")
+    key = (name, profile)
+    if key not in _CONFIGS:
+        import ptojax as pj
+        cfg = MachineConfig(gm_bytes=gm_bytes, tile_words=tile_words, hand_slots=2,
+                            tile_capacity=(1 << 31) - 1, profile=profile)
+        _CONFIGS[key] = (cfg, pj.reset(cfg))
+    return _CONFIGS[key]
+
+
+def _run(template, cfg, gm: bytes, gprs: dict, words: np.ndarray):
+    """Run `words` from `template` with `gm` at address 0 and the GPRs set;
+    returns (fault name, fault address or None, executed, final GM as numpy)."""
     import jax.numpy as jnp
 
     from .._x64 import x64
-    from ..machine import _bucket, run_stream
-    from ..result import RunResult
+    from ..machine import run_stream
+
+    if len(words) > STREAM_WORDS:
+        raise AssertionError(f"matmul sequence of {len(words)} words exceeds {STREAM_WORDS}")
+    mem = np.zeros(cfg.gm_bytes, np.uint8)
+    mem[: len(gm)] = np.frombuffer(bytes(gm), np.uint8)
+    gpr = np.zeros(template.gpr.shape, np.uint64)
+    for r, v in gprs.items():
+        gpr[0, tables.gpr_index(r)] = v
+    padded = np.zeros(STREAM_WORDS, np.uint32)
+    padded[: len(words)] = words
 
     @x64
     def go():
-        padded = np.zeros(_bucket(len(words), low=64), np.uint32)
-        padded[: len(words)] = words
+        st = template.replace(gm=jnp.asarray(mem), gpr=jnp.asarray(gpr))
         out, executed = run_stream(st, jnp.asarray(padded), jnp.int32(len(words)), jnp.int32(0),
-                                   jnp.bool_(False), cfg, 8, _EFFECTS, jnp.int64(0))
-        return RunResult.from_state(out, int(executed))
+                                   jnp.bool_(False), cfg, MAX_COMMITS, _EFFECTS, jnp.int64(0))
+        fault = tables.FAULTS[int(out.fault)]
+        addr = int(out.fault_address) if fault in tables.MEMORY_FAULTS else None
+        return fault, addr, int(executed), np.asarray(out.gm)
     return go()
 
 
@@ -305,19 +354,11 @@ def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias
                            f"B.DIM zero, {N}, ->LB0", f"B.DIM zero, {M}, ->LB1",
                            f"B.IOR {base_r}, {stride_r}", f"B.IOT {_D_HAND}#1, mask=1000, last"])
 
-    # a private machine just big enough (sizes bucketed to powers of two to reuse compiles)
-    tile_words = max(1024, 1 << (words_needed - 1).bit_length())
-    cfg = MachineConfig(gm_bytes=max(8192, 1 << (len(gm) - 1).bit_length()), tile_words=tile_words,
-                        hand_slots=2, tile_capacity=(1 << 31) - 1, profile=profile)
-    st = pj.reset(cfg)
-    st = pj.write_memory(st, 0, bytes(gm))
-    for r, v in gprs.items():
-        st = pj.write_gpr(st, r, v)
+    cfg, template = _machine(words_needed, len(gm), profile)
     words = pj.asm.assemble("\n".join(line for t in text for line in t))
-    res = _run(st, words, cfg)
-    if res.fault != "Fault_None":
-        at_word = res.executed
-        step = [name for first, name in steps if first <= at_word][-1]
-        raise MatmulFault(res.fault, res.fault_address, step)
-    raw = np.frombuffer(pj.read_memory(res.state, out_at, M * N * 4), "<u4").reshape(M, N)
+    fault, address, executed, mem = _run(template, cfg, gm, gprs, words)
+    if fault != "Fault_None":
+        step = [name for first, name in steps if first <= executed][-1]
+        raise MatmulFault(fault, address, step)
+    raw = mem[out_at: out_at + M * N * 4].view("<u4").reshape(M, N)
     return raw.view(_ACC_NP[acc_t.name]).copy()

@@ -1,0 +1,161 @@
+"""Cost per operand shape of pj.ops.matmul: one compile, then host-speed calls.
+
+pj.ops.matmul runs the real bundle sequence (CUBE TLOADs, TMATMUL, TSTORE) on
+a private machine whose sizes come from a fixed size class, never from the
+operands, so every shape of a class (M up to 32, K and N up to 64 and more)
+reuses one compiled program. This script measures exactly that, in a fresh
+process:
+
+* the first call (FP16, ieee profile): the compile plus one run;
+* then each further random shape (M in 1..32, K and N in 1..64, fixed seed;
+  CUBE_M16 for M <= 16, else CUBE_M32), one call each, timed separately;
+  the budget is 50 ms per further shape.
+
+Every result is checked against numpy: the inputs are small integers in
+FP16, so every product and every binary32 sum is exact. The number of
+compiled variants of the executor (`run_stream._cache_size()`) is recorded
+before and after the further shapes: it must not grow.
+
+    python benchmarks/golden.py                 # 50 shapes
+    python benchmarks/golden.py --shapes 200 --out r.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+BUDGET_MS = 50.0
+
+
+def shapes(n, seed):
+    rng = np.random.default_rng(seed)
+    return [(int(rng.integers(1, 33)), int(rng.integers(1, 65)), int(rng.integers(1, 65)))
+            for _ in range(n)], rng
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ptojax-bench-golden", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", type=int, default=50, help="random shapes, the first one included (default 50)")
+    ap.add_argument("--seed", type=int, default=0, help="shape and value seed (default 0)")
+    ap.add_argument("--profile", default="ieee", choices=("ieee", "portable"),
+                    help="numeric profile (default ieee; results are checked in ieee only)")
+    ap.add_argument("--out", default="bench-results/golden.json", help="JSON output path")
+    ap.add_argument("--quiet", action="store_true", help="no table on stdout")
+    args = ap.parse_args(argv)
+    if args.shapes < 2:
+        ap.error("--shapes must be at least 2 (the first call and one more)")
+
+    t_import = time.perf_counter()
+    import jax
+
+    import ptojax as pj
+    from ptojax.machine import run_stream
+    import_s = time.perf_counter() - t_import
+
+    todo, rng = shapes(args.shapes, args.seed)
+    rows = []
+    cache = []
+    for i, (m, k, n) in enumerate(todo):
+        a = rng.integers(-8, 9, (m, k)).astype(np.float16)
+        b = rng.integers(-8, 9, (k, n)).astype(np.float16)
+        layout = "CUBE_M16" if m <= 16 else "CUBE_M32"
+        t0 = time.perf_counter()
+        d = pj.ops.matmul(a, b, dtype="FP16", layout=layout, profile=args.profile)
+        dt = time.perf_counter() - t0
+        ok = (d.shape == (m, n) and d.dtype == np.float32
+              and (args.profile != "ieee" or np.array_equal(d, a.astype(np.float32) @ b.astype(np.float32))))
+        if not ok:
+            raise RuntimeError(f"shape {m}x{k}x{n}: pj.ops.matmul disagrees with numpy")
+        rows.append({"m": m, "k": k, "n": n, "layout": layout, "seconds": dt, "first_call": i == 0})
+        cache.append(run_stream._cache_size())
+        if not args.quiet:
+            print(f"  {i:3d}  {m:2d}x{k:2d}x{n:2d} {layout}  {dt * 1e3:9.2f} ms", file=sys.stderr, flush=True)
+
+    further = np.array([r["seconds"] for r in rows[1:]]) * 1e3
+    summary = {
+        "import_s": import_s,
+        "first_call_s": rows[0]["seconds"],
+        "further_shapes": len(further),
+        "per_shape_ms_median": float(np.median(further)),
+        "per_shape_ms_mean": float(further.mean()),
+        "per_shape_ms_max": float(further.max()),
+        "total_further_s": float(further.sum() / 1e3),
+        "budget_ms": BUDGET_MS,
+        "within_budget": bool(further.sum() <= BUDGET_MS * len(further)),
+        "run_stream_variants_after_first": cache[0],
+        "run_stream_variants_at_end": cache[-1],
+        "recompiled": cache[-1] != cache[0],
+        "checked_against_numpy": args.profile == "ieee",
+    }
+    dev = jax.devices()[0]
+    result = {
+        "benchmark": "pj.ops.matmul: first call, then cost per further operand shape",
+        "meta": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "jax": jax.__version__, "backend": jax.default_backend(),
+            "device": str(getattr(dev, "device_kind", dev)), "cpu_count": os.cpu_count(),
+            "machine": platform.machine(), "commit": _git_commit(),
+            "dtype": "FP16", "profile": args.profile, "seed": args.seed,
+            "shape_range": {"m": [1, 32], "k": [1, 64], "n": [1, 64]},
+            "size_classes": [list(c) for c in pj.ops.golden.SIZE_CLASSES],
+            "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
+            "timing": "perf_counter around each pj.ops.matmul call (numpy in, numpy out)",
+        },
+        "summary": summary,
+        "rows": rows,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    if not args.quiet:
+        print_table(result)
+        print(f"JSON: {out}")
+    return result
+
+
+def print_table(result):
+    from rich.console import Console
+    from rich.table import Table
+
+    s, meta = result["summary"], result["meta"]
+    t = Table(title=f"pj.ops.matmul FP16 ({meta['profile']}), {s['further_shapes'] + 1} random shapes "
+                    f"M<=32, K,N<=64, on {meta['backend']}")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    t.add_row("import ptojax", f"{s['import_s']:.2f} s")
+    t.add_row("first call (compile + run)", f"{s['first_call_s']:.2f} s")
+    t.add_row("further shape, median", f"{s['per_shape_ms_median']:.1f} ms")
+    t.add_row("further shape, mean", f"{s['per_shape_ms_mean']:.1f} ms")
+    t.add_row("further shape, max", f"{s['per_shape_ms_max']:.1f} ms")
+    t.add_row(f"within {s['budget_ms']:.0f} ms per shape", "yes" if s["within_budget"] else "NO")
+    t.add_row("executor variants (after first / at end)",
+              f"{s['run_stream_variants_after_first']} / {s['run_stream_variants_at_end']}")
+    Console(width=None if sys.stdout.isatty() else 120, highlight=False).print(t)
+
+
+def _git_commit():
+    """HEAD of the checkout the benchmark runs from (+ "-dirty"), or None."""
+    import subprocess
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
+                              capture_output=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               text=True, capture_output=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("-dirty" if dirty else "")) or None
+
+
+if __name__ == "__main__":
+    main()
