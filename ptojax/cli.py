@@ -13,6 +13,7 @@
                 [--json] [--out DIR]
                 [--export DIR] [--against CMD] [--shard I/N | --distributed] ...
     ptojax replay FILE [--against CMD | --reference] [--json]
+    ptojax warmup [--config NAME]... [--profile portable|ieee]... [--json]
 
 A program file may carry its own GM bytes and GPR values in setup lines,
 comments of the form `;@ --gm-hex ADDR:HEX` or `;@ --gpr [PE:]REG=VALUE`
@@ -28,6 +29,7 @@ input (malformed assembly, unreadable file, bad option value). `fuzz` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -40,6 +42,7 @@ import numpy as np
 
 import ptojax as pj
 from ptojax import tables
+from ptojax.compile_cache import CACHE_ENV, ensure_compile_cache
 from ptojax.state import PROFILES
 
 __all__ = ["main"]
@@ -52,29 +55,10 @@ class CliError(Exception):
     """Bad input: printed as one line, exit status 2."""
 
 
-CACHE_ENV = "PTOJAX_JAX_CACHE"
-
-
-def use_compile_cache() -> str | None:
-    """Keep compiled code between invocations: JAX's persistent compilation cache.
-
-    Each `ptojax run`/`demo` is a fresh process whose first pj.run compiles for
-    10-30 s on a small CPU; with the cache a repeat loads it instead. The
-    directory is $PTOJAX_JAX_CACHE (empty: off), default ~/.cache/ptojax/jax-cache.
-    A cache directory the process already configured is left as it is.
-    """
-    import jax
-    path = os.environ.get(CACHE_ENV, os.path.join(os.path.expanduser("~"), ".cache", "ptojax",
-                                                  "jax-cache"))
-    if not path or jax.config.jax_compilation_cache_dir:
-        return jax.config.jax_compilation_cache_dir or None
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return None
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    return path
+# JAX's persistent compilation cache ($PTOJAX_JAX_CACHE, empty: off; default
+# ~/.cache/ptojax/jax-cache): ptojax's entry points turn it on at their first call
+# (ptojax/compile_cache.py); the commands also call it up front.
+use_compile_cache = ensure_compile_cache
 
 
 # ----------------------------------------------------------------- input
@@ -1182,6 +1166,97 @@ def cmd_replay(args) -> int:
     return 1 if diffs else 0
 
 
+# ----------------------------------------------------------------- warmup
+
+WARMUP_OPS = "ops"          # --config ops: pj.ops.matmul's private configs
+WARMUP_DEFAULT_CONFIGS = ("tiny", "small", WARMUP_OPS)
+_SOURCE_TEXT = {"compiled": "compiled", "cache": "loaded from cache", "memory": "already in memory"}
+
+
+def _warmup_progress(enabled: bool):
+    """(callback, stop): a rich bar on stderr; a plain line per program when it is a log."""
+    if not enabled:
+        return None, lambda: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    con = _console(stderr=True)
+    if not con.is_terminal:
+        def plain(done, total, label, res):
+            if res is not None:
+                con.print(f"warmup: {done}/{total} {label}: {res.seconds:.1f} s, "
+                          f"{_SOURCE_TEXT[res.source]}", markup=False, highlight=False,
+                          soft_wrap=True)
+        return plain, lambda: None
+    prog = Progress(TextColumn("warmup"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.description}"), TimeElapsedColumn(),
+                    console=con, transient=True)
+    state = {}
+
+    def update(done, total, label, res):
+        if "task" not in state:
+            prog.start()
+            state["task"] = prog.add_task(label, total=total)
+        prog.update(state["task"], completed=done, description=label if res is None else "")
+
+    def stop():
+        if "task" in state:
+            prog.stop()
+    return update, stop
+
+
+def cmd_warmup(args) -> int:
+    from ptojax import compile_cache as cc
+    configs = list(dict.fromkeys(args.config or WARMUP_DEFAULT_CONFIGS))
+    profiles = list(dict.fromkeys(args.profile or PROFILES))
+    presets = [c for c in configs if c != WARMUP_OPS]
+    path = ensure_compile_cache()
+    before = _cache_entries(path)
+    err = _console(stderr=True)
+    if not args.json:
+        err.print(f"warmup: persistent cache {path}" if path else
+                  f"warmup: the persistent cache is off (${CACHE_ENV} is empty or JAX's "
+                  f"compilation cache is disabled): programs compile but are not kept",
+                  markup=False, highlight=False, soft_wrap=True)
+    update, stop = _warmup_progress(not args.no_progress and not args.json)
+    t0 = time.perf_counter()
+    try:
+        results = cc.warmup(presets, profiles, matmul=WARMUP_OPS in configs, progress=update)
+    finally:
+        stop()
+    seconds = time.perf_counter() - t0
+    added = _cache_entries(path) - before if path else 0
+    if args.json:
+        print(json.dumps({"cache_dir": path, "seconds": round(seconds, 3), "new_entries": added,
+                          "programs": [dict(dataclasses.asdict(r), source=r.source,
+                                            seconds=round(r.seconds, 3),
+                                            compile_seconds=round(r.compile_seconds, 3))
+                                       for r in results]}, indent=2))
+        return 0
+    from rich import box
+    from rich.table import Table
+    t = Table(title="ptojax warmup", box=box.SIMPLE_HEAD)
+    for col, kw in (("program", {}), ("config", {}), ("profile", {}),
+                    ("seconds", {"justify": "right"}), ("result", {}), ("fault", {})):
+        t.add_column(col, no_wrap=True, **kw)
+    for r in results:
+        t.add_row(r.name, r.config, r.profile, f"{r.seconds:.2f}", _SOURCE_TEXT[r.source],
+                  r.fault if r.fault != "Fault_None" else "-")
+    con = _console()
+    con.print(t)
+    n = {k: sum(r.source == k for r in results) for k in _SOURCE_TEXT}
+    con.print(f"{len(results)} programs in {seconds:.1f} s: {n['compiled']} compiled, "
+              f"{n['cache']} loaded from the cache, {n['memory']} already in memory"
+              + (f"; {added} new cache entries in {path}" if path else "; cache off"),
+              markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def _cache_entries(path) -> int:
+    try:
+        return sum(1 for _ in os.scandir(path)) if path else 0
+    except OSError:
+        return 0
+
+
 # ----------------------------------------------------------------- parser
 
 
@@ -1192,7 +1267,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="ptojax: an executable, batched, bit-exact model of the PTO tile ISA's "
                     "CUBE slice on JAX.",
         epilog="Exit status: 0 when the command ran (an architectural fault is a result, "
-               "not an error), 2 for bad input. `run` and `demo` keep compiled code in JAX's "
+               "not an error), 2 for bad input. Compiled code stays in JAX's "
                f"persistent cache (${CACHE_ENV}, default ~/.cache/ptojax/jax-cache; set it "
                "empty to turn that off).")
     ap.add_argument("--version", action="version", version=f"ptojax {pj.__version__}")
@@ -1344,6 +1419,24 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--batch", type=int, help="rows of the compiled shape (default: the file's)")
     rp.add_argument("--json", action="store_true", help="print the differences as JSON")
     rp.set_defaults(func=cmd_replay)
+
+    w = sub.add_parser(
+        "warmup", help="compile the common programs into the persistent cache ahead of a pipeline",
+        description="Run small TLOAD, TSTORE, MGATHER.CAS and TMATMUL programs through pj.run, "
+                    "a cooperative TMATMUL through pj.run_core, and pj.ops.matmul, in each "
+                    "config and profile, so JAX's persistent compilation cache holds what a "
+                    "first call compiles; print each program's seconds and whether it was "
+                    "compiled or loaded from the cache.",
+        epilog=f"The cache is ${CACHE_ENV} (default ~/.cache/ptojax/jax-cache); with it "
+               "empty nothing is kept. Compiles run one at a time, 1-20 s each on a CPU.")
+    w.add_argument("--config", action="append", choices=list(pj.PRESETS) + [WARMUP_OPS],
+                   help="machine sizes to warm (repeatable; default tiny, small and ops: "
+                        "pj.ops.matmul's own configs)")
+    w.add_argument("--profile", action="append", choices=list(PROFILES),
+                   help="numeric profiles to warm (repeatable; default both)")
+    w.add_argument("--json", action="store_true", help="print the results as JSON")
+    w.add_argument("--no-progress", action="store_true", help="no progress bar")
+    w.set_defaults(func=cmd_warmup)
 
     b = sub.add_parser("bench", help="run a benchmark: layouts or bundles (ARGS go to it)",
                        description="Run benchmarks/<NAME>.py from the repository; "

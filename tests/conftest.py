@@ -14,3 +14,6 @@ if _cache:
     os.makedirs(_cache, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", _cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+else:
+    # a cold run: keep the library's own cache hook (ptojax.compile_cache) off too
+    os.environ["PTOJAX_JAX_CACHE"] = ""

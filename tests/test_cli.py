@@ -7,6 +7,9 @@ pays for one compile of pj.run (plus the demo's and the benchmark's batches).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -311,3 +314,44 @@ def test_run_core_cooperative_example(capsys):
     assert rc == 0 and "tiles changed: 1" in out and "PE1 T#1 (tile 0)" in out
     rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--reference", "--core", "--pe", "1")
     assert rc == 2 and "--core runs every PE" in err
+
+
+def _warmup(cache, *argv):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env["PTOJAX_JAX_CACHE"] = str(cache)
+    return subprocess.run([sys.executable, "-m", "ptojax.cli", "warmup", *argv], env=env,
+                          capture_output=True, text=True, timeout=1200)
+
+
+def test_warmup_fills_a_fresh_cache_then_loads_from_it(tmp_path):
+    # a fresh process on an empty cache: the tiny config's programs compile
+    # (about a minute on a small CPU), then a second process loads them
+    cache = tmp_path / "jax-cache"
+    p = _warmup(cache, "--config", "tiny", "--profile", "portable")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"persistent cache {cache}" in p.stderr
+    rows = [line.split() for line in p.stdout.splitlines()
+            if line.split()[:1] in (["tload"], ["tstore"], ["mgather_cas"], ["tmatmul"],
+                                    ["coop_tmatmul"])]
+    assert [r[0] for r in rows] == ["tload", "tstore", "mgather_cas", "tmatmul", "coop_tmatmul"]
+    assert all(r[1:3] == ["tiny", "portable"] and float(r[3]) >= 0 for r in rows)
+    assert "ops.matmul" not in p.stdout                  # --config ops was not asked for
+    assert "5 programs in" in p.stdout and "compiled" in p.stdout
+    entries = sorted(os.listdir(cache))
+    assert entries
+    p = _warmup(cache, "--config", "tiny", "--profile", "portable", "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = json.loads(p.stdout)
+    assert rep["cache_dir"] == str(cache)
+    assert sorted(os.listdir(cache)) == entries, rep          # loaded: nothing new written
+    sources = [r["source"] for r in rep["programs"]]
+    assert set(sources) <= {"cache", "memory"} and sources[0] == "cache", sources
+    assert all(r["fault"] == "Fault_None" and r["executed"] > 0 for r in rep["programs"])
+    assert rep["new_entries"] == 0
+
+
+def test_warmup_help_and_bad_options(capsys):
+    assert "warmup" in cli.build_parser().format_help()
+    with pytest.raises(SystemExit):
+        cli.main(["warmup", "--config", "huge"])
+    assert "invalid choice" in capsys.readouterr().err
