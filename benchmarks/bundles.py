@@ -35,9 +35,24 @@ Every timed batch must finish with Fault_None in every State (checked), and
 the first State of the smallest batch must equal the reference result, so a
 fault is never counted as throughput.
 
+With --baseline REV the same run also measures a baseline commit, side by
+side: REV is checked out with `git worktree add --detach
+/tmp/ptojax-baseline-<sha7>` (reused when it is already there at that
+commit), and for every bundle the baseline's OWN benchmarks/bundles.py runs
+in a subprocess (same batch sizes, repeats and reference runs, one bundle per
+child, its JSON via --out) with the worktree first on PYTHONPATH and
+sys.path; the child checks that ptojax.__file__ lies in the worktree before
+it starts. The current tree's points for a bundle and the baseline child for
+that bundle run one right after the other, in alternating order (now, base;
+base, now; ...), so machine noise hits both alike. The table then gives, per
+(bundle, batch), both reference rates, both pj.batch.run rates and the ratio
+now / base; the JSON keeps the current rows, every child's raw result and the
+merged rows ("comparison").
+
     python benchmarks/bundles.py               # 1 .. 65536 States (several minutes)
     python benchmarks/bundles.py --quick       # 1, 16, 256
     python benchmarks/bundles.py --max-batch 4096 --out r.json
+    python benchmarks/bundles.py --batches 4096,16384 --baseline 8d18aa7
 """
 
 from __future__ import annotations
@@ -48,12 +63,16 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[1]
 BATCHES = (1, 16, 256, 4096, 16384, 65536)
 QUICK_BATCHES = (1, 16, 256)
 PRESET = "tiny"
@@ -313,6 +332,121 @@ def _git_commit():
     return (head + ("-dirty" if dirty else "")) or None
 
 
+def _git(*a, cwd=REPO, check=True):
+    return subprocess.run(["git", *a], cwd=cwd, text=True, capture_output=True, timeout=120,
+                          check=check).stdout.strip()
+
+
+def baseline_tree(rev: str) -> tuple[Path, str]:
+    """A detached worktree of `rev` in /tmp (created, or reused when it is at that commit)."""
+    try:
+        sha = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"--baseline {rev!r}: not a commit ({e.stderr.strip()})") from None
+    path = Path(tempfile.gettempdir()) / f"ptojax-baseline-{sha[:7]}"
+    if path.exists():
+        at = _git("rev-parse", "HEAD", cwd=path, check=False)
+        if at != sha:
+            raise SystemExit(f"{path} exists but is at {at or '?'}, not {sha}; remove it "
+                             f"(git worktree remove {path}) and run again")
+    else:
+        _git("worktree", "add", "--detach", str(path), sha)
+    if not (path / "ptojax" / "__init__.py").exists():
+        raise SystemExit(f"{path}: no ptojax package at {sha}")
+    if not (path / "benchmarks" / "bundles.py").exists():
+        raise SystemExit(f"{path}: no benchmarks/bundles.py at {sha}")
+    return path, sha
+
+
+# The baseline child: put the worktree first on sys.path, check that ptojax comes
+# from there, then run the worktree's own benchmarks/bundles.py as __main__.
+_CHILD = """\
+import runpy, sys
+from pathlib import Path
+tree = Path(sys.argv[1]).resolve()
+script = tree / "benchmarks" / "bundles.py"
+sys.path[:0] = [str(script.parent), str(tree)]
+import ptojax
+f = Path(ptojax.__file__).resolve()
+if tree not in f.parents:
+    sys.exit(f"ptojax imported from {f}, not from {tree}")
+print(f"ptojax_file: {f}", file=sys.stderr, flush=True)
+sys.argv = [str(script)] + sys.argv[2:]
+runpy.run_path(str(script), run_name="__main__")
+"""
+
+
+def run_baseline(tree: Path, sha: str, name: str, sizes, repeats: int, ref_runs: int,
+                 quiet: bool) -> dict:
+    """The baseline's benchmarks/bundles.py for one bundle in a subprocess: its JSON
+    result, plus "ptojax_file" and "process_s" (or {"bundle", "error"})."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(tree)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    fd, out = tempfile.mkstemp(prefix="ptojax-bundles-base-", suffix=".json")
+    os.close(fd)
+    cmd = [sys.executable, "-c", _CHILD, str(tree), "--bundles", name,
+           "--batches", ",".join(str(b) for b in sizes), "--repeats", str(repeats),
+           "--reference-runs", str(ref_runs), "--out", out] + (["--quiet"] if quiet else [])
+    tail = collections.deque(maxlen=5)
+    pj_file = None
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        for line in p.stderr:
+            line = line.rstrip("\n")
+            if line.startswith("ptojax_file: "):
+                pj_file = line.split(": ", 1)[1]
+                continue
+            tail.append(line)
+            if not quiet:
+                print(f"  [base {sha[:7]}]{line}", file=sys.stderr, flush=True)
+        rc = p.wait()
+        if rc:
+            return {"bundle": name, "error": f"exit {rc}: " + " | ".join(tail)}
+        if pj_file is None or tree not in Path(pj_file).parents:
+            return {"bundle": name, "error": f"child's ptojax_file {pj_file!r} not in {tree}"}
+        rec = json.loads(Path(out).read_text())
+    finally:
+        Path(out).unlink(missing_ok=True)
+    rec["ptojax_file"] = pj_file
+    rec["process_s"] = time.perf_counter() - t0
+    return rec
+
+
+def compare(now: dict, base_runs) -> list:
+    """One merged row per (bundle, batch) of `now` (a result with "rows" and
+    "summary"): both reference rates, both pj.batch.run rates and now / base
+    (None where the baseline has no such point)."""
+    base_rate, base_ref = {}, {}
+    for b in base_runs:
+        for r in b.get("rows", ()):
+            base_rate[r["bundle"], r["batch"]] = r["bundles_per_s"]
+        for sm in b.get("summary", ()):
+            base_ref[sm["bundle"]] = sm["reference_bundles_per_s"]
+    ref = {sm["bundle"]: sm["reference_bundles_per_s"] for sm in now["summary"]}
+    order = {sm["bundle"]: i for i, sm in enumerate(now["summary"])}
+    out = []
+    for r in sorted(now["rows"], key=lambda r: (order.get(r["bundle"], len(order)), r["batch"])):
+        b = base_rate.get((r["bundle"], r["batch"]))
+        out.append({"bundle": r["bundle"], "batch": r["batch"],
+                    "reference_bundles_per_s": ref.get(r["bundle"]),
+                    "baseline_reference_bundles_per_s": base_ref.get(r["bundle"]),
+                    "bundles_per_s": r["bundles_per_s"], "baseline_bundles_per_s": b,
+                    "ratio": r["bundles_per_s"] / b if b else None})
+    return out
+
+
+def compare_by_batch(comparison) -> list:
+    """Per batch size: how many bundles, the lowest now / base and its geometric mean."""
+    out = []
+    for B in sorted({c["batch"] for c in comparison}):
+        rs = [c["ratio"] for c in comparison if c["batch"] == B and c["ratio"]]
+        out.append({"batch": B, "bundles": len(rs), "min_ratio": min(rs) if rs else None,
+                    "geomean_ratio": float(np.exp(np.mean(np.log(rs)))) if rs else None})
+    return out
+
+
 def _fmt_rate(x):
     if x >= 1e6:
         return f"{x / 1e6:.2f}M"
@@ -342,6 +476,26 @@ def print_tables(result):
                   *(_fmt_rate(rates[b]) if b in rates else "-" for b in sizes),
                   f"{sm['ratio']:,.0f}x")
     console.print(t)
+    if result.get("comparison") is not None:
+        base = meta["baseline"]
+        c = Table(title=f"Bundles/s now ({meta['commit']}) vs baseline {base['rev']} "
+                        f"({base['sha'][:7]}), measured in the same run")
+        for col in ("bundle", "B", "ref now", "ref base", "now", "base", "now / base"):
+            c.add_column(col, justify="left" if col == "bundle" else "right")
+        for r in result["comparison"]:
+            c.add_row(r["bundle"], str(r["batch"]),
+                      *(_fmt_rate(r[k]) if r[k] is not None else "-"
+                        for k in ("reference_bundles_per_s", "baseline_reference_bundles_per_s",
+                                  "bundles_per_s", "baseline_bundles_per_s")),
+                      f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-")
+        console.print(c)
+        for g in result["comparison_by_batch"]:
+            if g["bundles"]:
+                console.print(f"  B={g['batch']}: now / base lowest {g['min_ratio']:.2f}x, "
+                              f"geometric mean {g['geomean_ratio']:.2f}x over {g['bundles']} bundles")
+        for b in result["baseline_runs"]:
+            if "error" in b:
+                console.print(f"  baseline {b['bundle']}: {b['error']}")
     p = Table(title="Per-State memory of the config presets")
     for c in ("preset", "gm_bytes", "tile slots x Words", "bytes per State", "States per GiB"):
         p.add_column(c, justify="left" if c == "preset" else "right")
@@ -366,6 +520,9 @@ def main(argv=None):
                     help="comma-separated subset of bundle names (default all)")
     ap.add_argument("--out", default="bench-results/bundles.json", help="JSON output path")
     ap.add_argument("--quiet", action="store_true", help="no tables on stdout")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also measure this commit with its own benchmarks/bundles.py (a detached "
+                         "git worktree in /tmp), alternating with this tree bundle by bundle")
     args = ap.parse_args(argv)
 
     sizes = QUICK_BATCHES if args.quick else BATCHES
@@ -390,6 +547,11 @@ def main(argv=None):
         for n in names:
             if n not in BUNDLES:
                 ap.error(f"unknown bundle {n!r}; expected one of: {', '.join(BUNDLES)}")
+
+    baseline = None
+    if args.baseline:
+        base_path, base_sha = baseline_tree(args.baseline)
+        baseline = {"rev": args.baseline, "sha": base_sha, "worktree": str(base_path)}
 
     import jax
     import ptojax as pj
@@ -426,21 +588,36 @@ def main(argv=None):
         if not args.quiet:
             print(f"  reference  {name:26s} {rate:10,.0f} bundles/s", file=sys.stderr, flush=True)
 
-    rows = []
-    for B in sizes:
-        for name in names:
-            s, words = starts[name]
-            best, first, res = time_batch(pj, jax, s, words, B, repeats, cfgs[name],
-                                          core=name in COOP)
-            if B == sizes[0] and not same_state(res[0].state, reference[name][1].state):
-                raise RuntimeError(f"{name}: pj.batch.run and pj.reference.run disagree")
-            del res
-            rows.append({"bundle": name, "batch": B, "seconds": best, "first_call_s": first,
-                         "bundles_per_s": B / best, "state_bytes": B * cfgs[name].state_bytes})
-            if not args.quiet:
-                print(f"  batch B={B:<6d} {name:26s} {B / best:12,.0f} bundles/s  "
-                      f"(best {best * 1e3:.2f} ms, first call {first:.2f} s)",
-                      file=sys.stderr, flush=True)
+    def point(B, name, tag=""):
+        s, words = starts[name]
+        best, first, res = time_batch(pj, jax, s, words, B, repeats, cfgs[name],
+                                      core=name in COOP)
+        if B == sizes[0] and not same_state(res[0].state, reference[name][1].state):
+            raise RuntimeError(f"{name}: pj.batch.run and pj.reference.run disagree")
+        del res
+        if not args.quiet:
+            print(f"  {tag}batch B={B:<6d} {name:26s} {B / best:12,.0f} bundles/s  "
+                  f"(best {best * 1e3:.2f} ms, first call {first:.2f} s)",
+                  file=sys.stderr, flush=True)
+        return {"bundle": name, "batch": B, "seconds": best, "first_call_s": first,
+                "bundles_per_s": B / best, "state_bytes": B * cfgs[name].state_bytes}
+
+    rows, base_runs = [], []
+    if baseline is None:
+        for B in sizes:
+            for name in names:
+                rows.append(point(B, name))
+    else:   # per bundle: this tree's points and the baseline child back to back, order alternating
+        for i, name in enumerate(names):
+            for who in (("now", "base") if i % 2 == 0 else ("base", "now")):
+                if who == "now":
+                    rows += [point(B, name, "[now]     ") for B in sizes]
+                    continue
+                rec = run_baseline(base_path, base_sha, name, sizes, repeats, ref_runs, args.quiet)
+                base_runs.append(rec)
+                if "error" in rec:
+                    print(f"  [base {base_sha[:7]}] {name}: {rec['error']}", file=sys.stderr,
+                          flush=True)
 
     summary = []
     for name in names:
@@ -463,6 +640,7 @@ def main(argv=None):
             "device": str(getattr(dev, "device_kind", dev)),
             "local_devices": jax.local_device_count(), "cpu_count": os.cpu_count(),
             "machine": platform.machine(), "commit": _git_commit(), "preset": PRESET, "state_bytes": cfg.state_bytes,
+            **({"baseline": baseline} if baseline else {}),
             "batch_sizes": sizes, "repeats": repeats, "reference_runs": ref_runs,
             "quick": args.quick,
             "timing": ("pj.batch.run(states, words, donate=True, cfg=cfg): best of repeats after a "
@@ -475,6 +653,15 @@ def main(argv=None):
         "rows": rows,
         "summary": summary,
     }
+    if baseline:
+        baseline["ptojax_files"] = sorted({b["ptojax_file"] for b in base_runs if "ptojax_file" in b})
+        result["baseline_runs"] = base_runs
+        result["comparison"] = compare(result, base_runs)
+        result["comparison_by_batch"] = compare_by_batch(result["comparison"])
+        result["meta"]["baseline_timing"] = (
+            "per bundle, this tree's points and one subprocess running the baseline's own "
+            "benchmarks/bundles.py (same batch sizes, repeats, reference runs) back to back, "
+            "order alternating bundle by bundle; ratio = now bundles/s / baseline bundles/s")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

@@ -59,3 +59,26 @@ def test_compile_benchmark_child_header_tiny():
     assert Path(rec["ptojax_file"]).resolve().is_relative_to(BENCH.parents[1])
     assert rec["hlo_instructions"] > 0 and rec["hlo_text_bytes"] > rec["hlo_instructions"]
     assert rec["lower_s"] > 0 and rec["compile_s"] > 0
+
+
+def test_bundles_benchmark_baseline_merge():
+    # --baseline's merge on fake results (no baseline run: too slow for a smoke test)
+    spec = importlib.util.spec_from_file_location("ptojax_bench_bundles", BENCH.with_name("bundles.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    now = {"rows": [{"bundle": "A", "batch": 256, "bundles_per_s": 300.0},
+                    {"bundle": "A", "batch": 16, "bundles_per_s": 40.0},
+                    {"bundle": "B", "batch": 16, "bundles_per_s": 10.0}],
+           "summary": [{"bundle": "A", "reference_bundles_per_s": 2.0},
+                       {"bundle": "B", "reference_bundles_per_s": 1.0}]}
+    base = [{"rows": [{"bundle": "A", "batch": 16, "bundles_per_s": 20.0},
+                      {"bundle": "A", "batch": 256, "bundles_per_s": 400.0}],
+             "summary": [{"bundle": "A", "reference_bundles_per_s": 3.0}]},
+            {"bundle": "B", "error": "exit 2: unknown bundle"}]
+    cmp = bench.compare(now, base)
+    assert [(c["bundle"], c["batch"], c["ratio"]) for c in cmp] == [
+        ("A", 16, 2.0), ("A", 256, 0.75), ("B", 16, None)]
+    assert cmp[0]["reference_bundles_per_s"] == 2.0 and cmp[0]["baseline_reference_bundles_per_s"] == 3.0
+    by = {g["batch"]: g for g in bench.compare_by_batch(cmp)}
+    assert by[16]["bundles"] == 1 and by[16]["min_ratio"] == 2.0
+    assert by[256]["geomean_ratio"] == 0.75
