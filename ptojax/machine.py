@@ -20,7 +20,8 @@ from .isa.decode_array import K, decode
 from .ops import dispatch, header
 from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
 from .result import RunResult
-from .state import (MAX_IOS, MAX_IOT, MachineConfig, State, _empty_block, config_of, pack_block,
+from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, _empty_block,
+                    config_of, pack_block,
                     pack_tiles, unpack_block, unpack_tiles)
 
 ON_FAULT = ("abandon", "hold")
@@ -28,18 +29,15 @@ _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
 _MATRIX_FIRST = tables.OP_ID["TMATMUL"]
 
 
-def _sel(cond, new, old):
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(cond, a, b), new, old)
+def header_step(packed, word, gpr_row, pc):
+    """Decode one word and apply it to the block header (packed: state.pack_block).
 
-
-def header_step(blk, word, gpr_row, pc):
-    """Decode one word and apply it to the block header.
-
-    Returns (block after the word, fault of the word, completes). A completing
+    Returns (the packed block after the word, fault of the word, completes). A completing
     word (BSTOP, or BSTART with a block open) is assumed to commit; phase 2
     decides its real fault. GPRs are only read here (no op in the slice writes
     them), so header processing never depends on a commit's effects.
     """
+    blk = unpack_block(packed)
     d = decode(word)
     active = blk.active
     kind = d["kind"]
@@ -87,36 +85,61 @@ def header_step(blk, word, gpr_row, pc):
         [F["Fault_IllegalInstruction"], F["Fault_InstructionPC"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
          f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
 
-    # ---- header latching: each command updates only its own fields
+    # ---- header latching: each command updates only its own fields. On the
+    # packed block that is one select: the value every field would take from
+    # this word, where the word's kind (and row) writes that field.
     word32 = jnp.asarray(word, jnp.uint32)
-    is_datr, is_dim, is_ior = is_("B.DATR"), is_("B.DIM"), is_("B.IOR")
-    is_catr, is_fpatr = is_("B.CATR"), is_("B.FPATR")
     dim_val = ((gpr_value(gpr_row, d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
-    lb_hit = is_dim & (jnp.arange(3) == t)
     iot_row = jnp.stack([d["iot_dst"].astype(jnp.int32), jnp.where(d["iot_dst"], d["dst_hand"], 0),
                          jnp.where(d["iot_dst"], d["size_code"], 0), iot_mask,
                          d["iot_src0"].astype(jnp.int32), d["iot_src1"].astype(jnp.int32),
                          jnp.where(d["iot_src0"], d["src0"], 0), jnp.where(d["iot_src1"], d["src1"], 0)])
-    rec_iot = is_("B.IOT") & (d["pemode"] != 0)
-    iot_hit = rec_iot & (jnp.arange(MAX_IOT) == blk.iot_count)
-    rec_ios = is_("B.IOS") & (d["ios_pemode"] != 0)
-    ios_hit = rec_ios & (jnp.arange(MAX_IOS) == blk.ios_count)
-    zero_bind = (is_("B.IOT") & (d["pemode"] == 0)) | (is_("B.IOS") & (d["ios_pemode"] == 0))
-    nb = blk.replace(
-        datr_present=blk.datr_present | is_datr, datr=jnp.where(is_datr, d["datr"], blk.datr),
-        lb=jnp.where(lb_hit, dim_val, blk.lb), lb_present=blk.lb_present | lb_hit,
-        ior_present=blk.ior_present | is_ior, ior=jnp.where(is_ior, d["ior"], blk.ior),
-        catr_present=blk.catr_present | is_catr, catr=jnp.where(is_catr, word32, blk.catr),
-        fpatr_present=blk.fpatr_present | is_fpatr, fpatr=jnp.where(is_fpatr, word32, blk.fpatr),
-        iot=jnp.where(iot_hit[:, None], iot_row, blk.iot),
-        iot_count=blk.iot_count + rec_iot, iot_closed=blk.iot_closed | (rec_iot & (d["last"] == 1)),
-        ios=jnp.where(ios_hit[:, None], jnp.stack([d["ios_sid"], d["ios_size"], ios_mask]), blk.ios),
-        ios_count=blk.ios_count + rec_ios, zero_seen=blk.zero_seen | (zero_bind & active))
+    true = jnp.bool_(True)
+    written = pack_block(Block(
+        active=true, pc=pc, op=d["op"], dtype=d["dtype"], datr_present=true, datr=d["datr"],
+        lb=jnp.broadcast_to(dim_val, (3,)), lb_present=jnp.ones(3, bool), ior_present=true,
+        ior=d["ior"], iot_count=blk.iot_count + 1, iot_closed=blk.iot_closed | (d["last"] == 1),
+        iot=jnp.broadcast_to(iot_row, (MAX_IOT, 8)), ios_count=blk.ios_count + 1,
+        ios=jnp.broadcast_to(jnp.stack([d["ios_sid"], d["ios_size"], ios_mask]), (MAX_IOS, 3)),
+        zero_seen=true, fpatr_present=true, fpatr=word32, catr_present=true, catr=word32))
+    row = jnp.where(_LATCH_GROUP == _G_LB, t,
+                    jnp.where(_LATCH_GROUP == _G_IOT, blk.iot_count, blk.ios_count))
+    recorded = jnp.where(kind == K["B.IOT"], d["pemode"] != 0, d["ios_pemode"] != 0)
+    zero_bind = ((kind == K["B.IOT"]) & (d["pemode"] == 0)) \
+        | ((kind == K["B.IOS"]) & (d["ios_pemode"] == 0))
+    latch = ((_LATCH_KIND == kind) & ((_LATCH_ROW < 0) | (_LATCH_ROW == row))
+             & (~_LATCH_RECORDS | recorded)) | (_LATCH_ZERO & zero_bind & active)
+    nb = jnp.where(latch, written, packed)
     # BSTOP closes the block, BSTART opens a fresh one
-    empty = _empty_block()
-    opened = empty.replace(active=jnp.bool_(True), pc=pc, op=d["op"], dtype=d["dtype"])
-    nb = _sel(is_("BSTOP") | is_("BSTART"), _sel(is_("BSTART"), opened, empty), nb)
-    return nb, fault, completes
+    fresh = jnp.where(_OPENED & is_("BSTART"), written, pack_block(_empty_block()))
+    return jnp.where(is_("BSTOP") | is_("BSTART"), fresh, nb), fault, completes
+
+
+def _latch_tables():
+    """Per packed Block entry: the command kind that writes it, its row group and
+    row (B.DIM target, B.IOT or B.IOS row; -1 none), whether it is written only
+    by a recorded (nonzero PEMode) binding, whether it is zero_seen, and whether
+    a BSTART sets it."""
+    writer = {"datr_present": "B.DATR", "datr": "B.DATR", "lb": "B.DIM", "lb_present": "B.DIM",
+              "ior_present": "B.IOR", "ior": "B.IOR", "iot_count": "B.IOT", "iot_closed": "B.IOT",
+              "iot": "B.IOT", "ios_count": "B.IOS", "ios": "B.IOS", "fpatr_present": "B.FPATR",
+              "fpatr": "B.FPATR", "catr_present": "B.CATR", "catr": "B.CATR"}
+    groups = {"lb": _G_LB, "lb_present": _G_LB, "iot": _G_IOT, "ios": _G_IOS}
+    kind, group, row, records, zero, opened = [], [], [], [], [], []
+    for name, shape, _ in BLOCK_FIELDS:
+        n = int(np.prod(shape))
+        kind += [K[writer[name]] if name in writer else -1] * n
+        group += [groups.get(name, 0)] * n
+        row += (list(np.repeat(np.arange(shape[0]), n // shape[0])) if name in groups else [-1] * n)
+        records += [writer.get(name) in ("B.IOT", "B.IOS")] * n
+        zero += [name == "zero_seen"] * n
+        opened += [name in ("active", "pc", "op", "dtype")] * n
+    return (np.array(kind, np.int32), np.array(group, np.int32), np.array(row, np.int32),
+            np.array(records), np.array(zero), np.array(opened))
+
+
+_G_LB, _G_IOT, _G_IOS = 1, 2, 3
+_LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED = _latch_tables()
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects", "core"))
@@ -148,13 +171,13 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
         i, w = xs
         go = (i < length) & (stop_at == L)
         pc = st.pc + U64(4) * i.astype(U64)
-        nb, fault, completes = header_step(unpack_block(blk), w, gpr_row, pc)
+        nb, fault, completes = header_step(blk, w, gpr_row, pc)
         faulted = go & (fault != 0)
         rec = go & ~faulted & completes & (n < max_commits)
         go, fault, faulted, rec = settle((go, fault, faulted, rec))
         commits = jnp.where(rec, commits.at[at_n(n)].set(blk), commits)
         pos = jnp.where(rec, pos.at[at_n(n)].set(i), pos)
-        return (jnp.where(go & ~faulted, pack_block(nb), blk),
+        return (jnp.where(go & ~faulted, nb, blk),
                 jnp.where(faulted, i, stop_at), jnp.where(faulted, fault, hfault),
                 jnp.where(faulted, blk, before), n + rec.astype(jnp.int32), commits, pos), None
 
@@ -217,8 +240,6 @@ _EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE", "TSTORE.SPART"),
 _IOS_MASK, _IOS_MATCH = 0xF00871FF, 0x00001013
 _SHARED_OPEN = ("TLOAD", "TSTORE", "TSTORE.SPART")
 ALL_EFFECTS = frozenset(_EFFECT_STARTS) | {"SHARED"}
-# what pj.run always traces; the matrix family only when a run can reach it
-_RUN_EFFECTS = frozenset({"TLOAD", "TSTORE", "MGATHER.CAS"})
 
 
 def possible_effects(words, open_ops=()) -> frozenset:
@@ -340,13 +361,13 @@ def _run(state, words, pe, on_fault, cfg, core):
     hold = check_on_fault(on_fault)
     w = as_words(words)
     cfg = check_config(state, cfg)
-    # One State: compile few variants (every effect, generous bounds); the
-    # batch path specializes instead, where throughput matters.
+    # the families the words can reach, and generous bounds: a first call
+    # compiles only what it uses (a few seconds), and few variants in all
     padded = np.zeros(_bucket(len(w), low=16), np.uint32)
     padded[: len(w)] = w
     st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe),
                               jnp.bool_(hold), cfg.replace(cas_seed=0),
                               _bucket(int(commit_capable(w, bool(state.block.active))), low=4),
-                              _RUN_EFFECTS | possible_effects(w, open_block_ops(state)),
+                              possible_effects(w, open_block_ops(state)),
                               jnp.int64(cfg.cas_seed & 0xFFFFFFFF), core)
     return RunResult.from_state(st, int(executed))
