@@ -73,6 +73,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import _checkout  # noqa: E402  (benchmarks/_checkout.py)
 BATCHES = (1, 16, 256, 4096, 16384, 65536)
 QUICK_BATCHES = (1, 16, 256)
 PRESET = "tiny"
@@ -318,46 +320,6 @@ def time_batch(pj, jax, s, words, B, repeats, cfg, core=False):
     return min(times[1:]), times[0], res
 
 
-def _git_commit():
-    """HEAD of the checkout the benchmark runs from (+ "-dirty"), or None."""
-    import subprocess
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
-                              capture_output=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               text=True, capture_output=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("-dirty" if dirty else "")) or None
-
-
-def _git(*a, cwd=REPO, check=True):
-    return subprocess.run(["git", *a], cwd=cwd, text=True, capture_output=True, timeout=120,
-                          check=check).stdout.strip()
-
-
-def baseline_tree(rev: str) -> tuple[Path, str]:
-    """A detached worktree of `rev` in /tmp (created, or reused when it is at that commit)."""
-    try:
-        sha = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
-    except subprocess.CalledProcessError as e:
-        raise SystemExit(f"--baseline {rev!r}: not a commit ({e.stderr.strip()})") from None
-    path = Path(tempfile.gettempdir()) / f"ptojax-baseline-{sha[:7]}"
-    if path.exists():
-        at = _git("rev-parse", "HEAD", cwd=path, check=False)
-        if at != sha:
-            raise SystemExit(f"{path} exists but is at {at or '?'}, not {sha}; remove it "
-                             f"(git worktree remove {path}) and run again")
-    else:
-        _git("worktree", "add", "--detach", str(path), sha)
-    if not (path / "ptojax" / "__init__.py").exists():
-        raise SystemExit(f"{path}: no ptojax package at {sha}")
-    if not (path / "benchmarks" / "bundles.py").exists():
-        raise SystemExit(f"{path}: no benchmarks/bundles.py at {sha}")
-    return path, sha
-
-
 # The baseline child: put the worktree first on sys.path, check that ptojax comes
 # from there, then run the worktree's own benchmarks/bundles.py as __main__.
 _CHILD = """\
@@ -550,7 +512,7 @@ def main(argv=None):
 
     baseline = None
     if args.baseline:
-        base_path, base_sha = baseline_tree(args.baseline)
+        base_path, base_sha = _checkout.baseline_tree(args.baseline, needs=("benchmarks/bundles.py",))
         baseline = {"rev": args.baseline, "sha": base_sha, "worktree": str(base_path)}
 
     import jax
@@ -639,7 +601,7 @@ def main(argv=None):
             "jax": jax.__version__, "backend": jax.default_backend(),
             "device": str(getattr(dev, "device_kind", dev)),
             "local_devices": jax.local_device_count(), "cpu_count": os.cpu_count(),
-            "machine": platform.machine(), "commit": _git_commit(), "preset": PRESET, "state_bytes": cfg.state_bytes,
+            "machine": platform.machine(), "commit": _checkout.commit(), "preset": PRESET, "state_bytes": cfg.state_bytes,
             **({"baseline": baseline} if baseline else {}),
             "batch_sizes": sizes, "repeats": repeats, "reference_runs": ref_runs,
             "quick": args.quick,

@@ -61,6 +61,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import _checkout  # noqa: E402  (benchmarks/_checkout.py)
 PRESETS = ("tiny", "small")
 QUICK_PRESETS = ("tiny",)
 WORDS = 64
@@ -164,40 +166,6 @@ def child(args) -> dict:
 
 
 # ----------------------------------------------------------------- parent
-
-
-def _git(*a, cwd=REPO, check=True):
-    return subprocess.run(["git", *a], cwd=cwd, text=True, capture_output=True, timeout=120,
-                          check=check).stdout.strip()
-
-
-def _git_commit():
-    """HEAD of this checkout (+ "-dirty"), or None."""
-    try:
-        head = _git("rev-parse", "--short", "HEAD")
-        dirty = _git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("-dirty" if dirty else "")) or None
-
-
-def baseline_tree(rev: str) -> tuple[Path, str]:
-    """A detached worktree of `rev` in /tmp (created, or reused when it is at that commit)."""
-    try:
-        sha = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
-    except subprocess.CalledProcessError as e:
-        raise SystemExit(f"--baseline {rev!r}: not a commit ({e.stderr.strip()})") from None
-    path = Path(tempfile.gettempdir()) / f"ptojax-baseline-{sha[:7]}"
-    if path.exists():
-        at = _git("rev-parse", "HEAD", cwd=path, check=False)
-        if at != sha:
-            raise SystemExit(f"{path} exists but is at {at or '?'}, not {sha}; remove it "
-                             f"(git worktree remove {path}) and run again")
-    else:
-        _git("worktree", "add", "--detach", str(path), sha)
-    if not (path / "ptojax" / "__init__.py").exists():
-        raise SystemExit(f"{path}: no ptojax package at {sha}")
-    return path, sha
 
 
 def run_child(tree: Path, mode: str, preset: str, name: str, cache_dir: str | None,
@@ -366,7 +334,7 @@ def main(argv=None):
     baseline = None
     trees = [("now", REPO)]
     if args.baseline:
-        path, sha = baseline_tree(args.baseline)
+        path, sha = _checkout.baseline_tree(args.baseline)
         baseline = {"rev": args.baseline, "sha": sha, "worktree": str(path)}
         trees.insert(0, ("baseline", path))
 
@@ -399,7 +367,7 @@ def main(argv=None):
             "jax": jax.__version__, "backend": jax.default_backend(),
             "device": str(getattr(dev, "device_kind", dev)),
             "local_devices": jax.local_device_count(), "cpu_count": os.cpu_count(),
-            "machine": platform.machine(), "commit": _git_commit(), "baseline": baseline,
+            "machine": platform.machine(), "commit": _checkout.commit(), "baseline": baseline,
             "presets": list(presets), "sets": names, "repeats": args.repeats,
             "quick": args.quick, "words": WORDS, "max_commits": MAX_COMMITS,
             "hlo_count": HLO_COUNT_RULE,

@@ -33,6 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _checkout  # noqa: E402  (benchmarks/_checkout.py)
+
 BUDGET_MS = 50.0
 
 
@@ -104,7 +107,7 @@ def main(argv=None):
             "python": platform.python_version(), "numpy": np.__version__,
             "jax": jax.__version__, "backend": jax.default_backend(),
             "device": str(getattr(dev, "device_kind", dev)), "cpu_count": os.cpu_count(),
-            "machine": platform.machine(), "commit": _git_commit(),
+            "machine": platform.machine(), "commit": _checkout.commit(),
             "dtype": "FP16", "profile": args.profile, "seed": args.seed,
             "shape_range": {"m": [1, 32], "k": [1, 64], "n": [1, 64]},
             "size_classes": [list(c) for c in pj.ops.golden.SIZE_CLASSES],
@@ -141,20 +144,6 @@ def print_table(result):
     t.add_row("executor variants (after first / at end)",
               f"{s['run_stream_variants_after_first']} / {s['run_stream_variants_at_end']}")
     Console(width=None if sys.stdout.isatty() else 120, highlight=False).print(t)
-
-
-def _git_commit():
-    """HEAD of the checkout the benchmark runs from (+ "-dirty"), or None."""
-    import subprocess
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
-                              capture_output=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               text=True, capture_output=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("-dirty" if dirty else "")) or None
 
 
 if __name__ == "__main__":

@@ -142,7 +142,15 @@ _G_LB, _G_IOT, _G_IOS = 1, 2, 3
 _LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED = _latch_tables()
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects", "core"))
+# pj.run's calls are one State each: their cost is the compile, not the run.
+# XLA:CPU's older LLVM emitters compile this program about twice as fast as
+# its fusion emitters (whose code runs faster: pj.batch.run compiles its own
+# vmapped program with the defaults).
+LATENCY_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects", "core"),
+                   compiler_options=LATENCY_COMPILER_OPTIONS)
 def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
                effects: frozenset | None = None, cas_seed=0, core: bool = False):
     """Run words[:length] on one State (jit; vmap it for a batch).
