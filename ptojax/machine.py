@@ -8,7 +8,6 @@ data in `state.fault` / `state.fault_address` (docs/execution-model.md).
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -142,18 +141,10 @@ _G_LB, _G_IOT, _G_IOS = 1, 2, 3
 _LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED = _latch_tables()
 
 
-# pj.run's calls are one State each: their cost is the compile, not the run.
-# XLA:CPU's older LLVM emitters compile this program about twice as fast as
-# its fusion emitters (whose code runs faster: pj.batch.run compiles its own
-# vmapped program with the defaults).
-LATENCY_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-
-
-@functools.partial(jax.jit, static_argnames=("cfg", "max_commits", "effects", "core"),
-                   compiler_options=LATENCY_COMPILER_OPTIONS)
-def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
+def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
                effects: frozenset | None = None, cas_seed=0, core: bool = False):
-    """Run words[:length] on one State (jit; vmap it for a batch).
+    """Run words[:length] on one State (traceable: `run_stream` jits it, the
+    batch path vmaps it inside its own jit).
 
     Phase 1 scans the words through decode and the block header, stopping at
     the first header fault and recording the block each completing word
@@ -233,6 +224,15 @@ def run_stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commi
     st = st.replace(tiles=unpack_tiles(st.tiles), block=final_block, pc=pc,
                     fault=jnp.where(faulted, fault, 0), fault_address=jnp.where(faulted, jnp.where(memory_fault, caddr, pc), U64(0)))
     return st, executed
+
+
+STREAM_STATIC = ("cfg", "max_commits", "effects", "core")
+# pj.run's calls are one State each: their cost is the compile, not the run.
+# XLA:CPU's older LLVM emitters compile this program about twice as fast as
+# its fusion emitters, whose code runs faster: pj.batch.run compiles its own
+# vmapped program (`stream` inside its jit) with the defaults.
+LATENCY_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+run_stream = jax.jit(stream, static_argnames=STREAM_STATIC, compiler_options=LATENCY_COMPILER_OPTIONS)
 
 
 # effect group -> the BSTART matches (bits 26:0) of the operations it covers

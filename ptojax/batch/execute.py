@@ -1,4 +1,4 @@
-"""`pj.batch.run`: the unbatched `run_stream` under vmap, nothing more.
+"""`pj.batch.run`: the unbatched executor (`machine.stream`) under vmap, nothing more.
 
 Streams are padded to a common length (a power of two) and carry their own
 lengths; the batch is padded to `batch_rows(B)` rows (the next power of two,
@@ -22,7 +22,7 @@ import numpy as np
 from .. import tables
 from .._x64 import x64
 from ..machine import (_bucket, _check_pe, check_config, check_on_fault, commit_capable,
-                       open_block_ops, possible_effects, run_stream)
+                       open_block_ops, possible_effects, stream)
 from ..result import RunResult
 from ..state import MachineConfig, State
 
@@ -48,8 +48,8 @@ class BatchResult:
 
 
 def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effects, core):
-    return jax.vmap(lambda s, w, n: run_stream(s, w, n, pe, hold, cfg, max_commits, effects,
-                                               cas_seed, core))(states, words, lengths)
+    return jax.vmap(lambda s, w, n: stream(s, w, n, pe, hold, cfg, max_commits, effects,
+                                           cas_seed, core))(states, words, lengths)
 
 
 _STATIC = ("cfg", "max_commits", "effects", "core")
