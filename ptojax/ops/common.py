@@ -294,7 +294,7 @@ def install(tiles, slot, do, fields: dict, words, defined):
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
     row = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
                                       for k in TILE_FIELDS[1:]])
-    slot, do, row, words, defined = settle((slot, do, row, words, defined))
+    slot, do, row = settle((slot, do, row))
     put = lambda a, new: a.at[slot].set(jnp.where(do, new, a[slot]))
     return tiles.replace(desc=put(tiles.desc, row), words=put(tiles.words, words),
                          defined=put(tiles.defined, defined))

@@ -128,7 +128,7 @@ def complete(state, h: Header, cfg, enable):
                   contents_defined=defined, dtype=edt, layout=sh.ROW_MAJOR, capacity=tsz,
                   rows=rows_l, cols=cols_l, valid_rows=vr_l, valid_cols=vc_l)
     fields = {k: jnp.asarray(v).astype(getattr(shared, k).dtype) for k, v in fields.items()}
-    i, do_load, fields, new_words = settle((i, do_load, fields, new_words))
+    i, do_load, fields = settle((i, do_load, fields))
     upd = {k: getattr(shared, k).at[i].set(jnp.where(do_load, v, getattr(shared, k)[i]))
            for k, v in fields.items()}
     upd["words"] = shared.words.at[i].set(jnp.where(do_load, new_words, shared.words[i]))
