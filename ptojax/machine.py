@@ -164,6 +164,7 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     empty = pack_block(_empty_block())
     at_n = lambda n: jnp.clip(n, 0, max_commits - 1)
 
+    # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
     @jax.named_scope("phase1")
     def phase1(carry, xs):
         blk, stop_at, hfault, before, n, commits, pos = carry
