@@ -8,7 +8,6 @@ data in `state.fault` / `state.fault_address` (docs/execution-model.md).
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,8 +19,7 @@ from .ops import dispatch, header
 from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
 from .result import RunResult
 from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, _empty_block,
-                    config_of, pack_block,
-                    pack_tiles, unpack_block, unpack_tiles)
+                    config_of, pack_block, pack_tiles, unpack_block, unpack_tiles)
 
 ON_FAULT = ("abandon", "hold")
 _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
@@ -223,7 +221,8 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     executed = jnp.where(faulted, at, length)
     pc = st.pc + U64(4) * executed.astype(U64)
     st = st.replace(tiles=unpack_tiles(st.tiles), block=final_block, pc=pc,
-                    fault=jnp.where(faulted, fault, 0), fault_address=jnp.where(faulted, jnp.where(memory_fault, caddr, pc), U64(0)))
+                    fault=jnp.where(faulted, fault, 0),
+                    fault_address=jnp.where(faulted, jnp.where(memory_fault, caddr, pc), U64(0)))
     return st, executed
 
 
@@ -233,7 +232,8 @@ STREAM_STATIC = ("cfg", "max_commits", "effects", "core")
 # its fusion emitters, whose code runs faster: pj.batch.run compiles its own
 # vmapped program (`stream` inside its jit) with the defaults.
 LATENCY_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-run_stream = jax.jit(stream, static_argnames=STREAM_STATIC, compiler_options=LATENCY_COMPILER_OPTIONS)
+run_stream = jax.jit(stream, static_argnames=STREAM_STATIC,
+                     compiler_options=LATENCY_COMPILER_OPTIONS)
 
 
 # effect group -> the BSTART matches (bits 26:0) of the operations it covers

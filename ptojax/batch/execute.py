@@ -22,7 +22,7 @@ import numpy as np
 from .. import tables
 from .._x64 import x64
 from ..machine import (_bucket, _check_pe, check_config, check_on_fault, commit_capable,
-                       open_block_ops, possible_effects, stream)
+                       open_block_ops, possible_effects, STREAM_STATIC, stream)
 from ..result import RunResult
 from ..state import MachineConfig, State
 
@@ -52,9 +52,8 @@ def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effec
                                            cas_seed, core))(states, words, lengths)
 
 
-_STATIC = ("cfg", "max_commits", "effects", "core")
-_run_kept = jax.jit(_batched, static_argnames=_STATIC)
-_run_donated = jax.jit(_batched, static_argnames=_STATIC, donate_argnums=(0,))
+_run_kept = jax.jit(_batched, static_argnames=STREAM_STATIC)
+_run_donated = jax.jit(_batched, static_argnames=STREAM_STATIC, donate_argnums=(0,))
 
 
 def batch_rows(B: int, n_dev: int = 1) -> int:

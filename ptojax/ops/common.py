@@ -292,8 +292,9 @@ def install(tiles, slot, do, fields: dict, words, defined):
     """Publish a new descriptor (every field of DESCRIPTOR_FIELDS) and payload
     row at `slot` when `do`, else leave the file unchanged."""
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
+    # column 0 is "allocated" (TILE_FIELDS)
     row = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
-                                      for k in TILE_FIELDS[1:]])
+                                      for k in DESCRIPTOR_FIELDS])
     slot, do, row = settle((slot, do, row))
     put = lambda a, new: a.at[slot].set(jnp.where(do, new, a[slot]))
     return tiles.replace(desc=put(tiles.desc, row), words=put(tiles.words, words),
