@@ -1,12 +1,13 @@
-"""First-call cost of the executor (pj.machine.run_stream): HLO size, trace+lower, XLA compile, cache load.
+"""First-call cost of the executor (the jitted program pj.run uses): HLO size, trace+lower, XLA compile, cache load.
 
 One run measures a current checkout and, optionally, a baseline commit side
-by side. For every (commit, config preset, effect set) it compiles
-ptojax.machine.run_stream (the jitted word-stream executor) for a 64-word
-stream, max_commits=8, under jax.enable_x64(True), and reports:
+by side. For every (commit, config preset, effect set) it compiles the
+jitted word-stream executor that pj.run calls for that config
+(ptojax.machine.stream_runner(cfg); run_stream in trees without it) for a
+64-word stream, max_commits=8, under jax.enable_x64(True), and reports:
 
 * cold: a fresh subprocess with JAX's persistent compilation cache disabled
-  times run_stream.lower(...) (trace + lower to StableHLO) and
+  times .lower(...) (trace + lower to StableHLO) and
   lowered.compile() (XLA), and counts the instructions of the optimised HLO
   (compiled.as_text(): the lines "[ROOT ]name = shape op(...)" of every
   computation, fusions included);
@@ -128,7 +129,7 @@ def child(args) -> dict:
 
     import jax.numpy as jnp
     import ptojax
-    from ptojax.machine import run_stream
+    from ptojax import machine
 
     pj_file = Path(ptojax.__file__).resolve()
     assert tree in pj_file.parents, f"ptojax imported from {pj_file}, not from {tree}"
@@ -143,7 +144,10 @@ def child(args) -> dict:
         kw = dict(cfg=cfg, max_commits=MAX_COMMITS, effects=frozenset(effects),
                   cas_seed=jnp.int64(0), core=core)
         t0 = time.perf_counter()
-        lowered = run_stream.lower(*call, **kw)
+        # the jitted program pj.run uses for this config (older trees: run_stream)
+        runner = machine.stream_runner(cfg) if hasattr(machine, "stream_runner") \
+            else machine.run_stream
+        lowered = runner.lower(*call, **kw)
         t1 = time.perf_counter()
         before = _cache_files(args.cache_dir)
         events.update(hits=0, misses=0)
@@ -245,7 +249,7 @@ def print_table(result):
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     meta = result["meta"]
     base = meta["baseline"] is not None
-    title = (f"First call of run_stream ({WORDS} words, max_commits={MAX_COMMITS}) on "
+    title = (f"First call of the executor pj.run uses ({WORDS} words, max_commits={MAX_COMMITS}) on "
              f"{meta['backend']}: now {meta['commit']}"
              + (f" vs baseline {meta['baseline']['sha'][:7]}" if base else ""))
     t = Table(title=title)
@@ -359,7 +363,7 @@ def main(argv=None):
     dev = jax.devices()[0]
     now = datetime.datetime.now(datetime.timezone.utc)
     result = {
-        "benchmark": "ptojax.machine.run_stream first call: HLO size, trace+lower, compile, cache load",
+        "benchmark": "first call of the executor pj.run uses (machine.stream_runner): HLO size, trace+lower, compile, cache load",
         "meta": {
             "date": now.isoformat(timespec="seconds"),
             "argv": sys.argv[1:] if argv is None else list(argv),
@@ -372,7 +376,7 @@ def main(argv=None):
             "quick": args.quick, "words": WORDS, "max_commits": MAX_COMMITS,
             "hlo_count": HLO_COUNT_RULE,
             "timing": ("each phase in a fresh subprocess under jax.enable_x64(True), "
-                       "PTOJAX_JAX_CACHE=''; lower_s = run_stream.lower(...), compile_s = "
+                       "PTOJAX_JAX_CACHE=''; lower_s = stream_runner(cfg).lower(...), compile_s = "
                        ".compile(); cold: jax_enable_compilation_cache=False (best of repeats); "
                        "warm: .compile() in a second process after a first one populated a fresh "
                        "persistent cache (min compile time 0, min entry size 0); cache_hit = a "

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import tables
 from ._x64 import x64
+from .indexing import row, set_row
 from .isa.decode_array import K, decode
 from .ops import dispatch, header
 from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
@@ -44,7 +45,7 @@ def header_step(packed, word, gpr_row, pc):
     # ---- header commands (encoding.md 4.x): their own faults
     f_datr = jnp.where(~active | blk.datr_present, F["Fault_BundleControl"], 0)
     t = jnp.clip(d["dim_target"], 0, 2)
-    f_dim = jnp.where(~active | blk.lb_present[t], F["Fault_BundleControl"], 0)
+    f_dim = jnp.where(~active | row(blk.lb_present, t), F["Fault_BundleControl"], 0)
     f_ior = jnp.where(~active | blk.ior_present, F["Fault_BundleControl"], 0)
     f_catr = jnp.where(~active | blk.catr_present, F["Fault_BundleControl"], 0)
     fp = d["fp"]
@@ -99,12 +100,12 @@ def header_step(packed, word, gpr_row, pc):
         iot=jnp.broadcast_to(iot_row, (MAX_IOT, 8)), ios_count=blk.ios_count + 1,
         ios=jnp.broadcast_to(jnp.stack([d["ios_sid"], d["ios_size"], ios_mask]), (MAX_IOS, 3)),
         zero_seen=true, fpatr_present=true, fpatr=word32, catr_present=true, catr=word32))
-    row = jnp.where(_LATCH_GROUP == _G_LB, t,
+    at_row = jnp.where(_LATCH_GROUP == _G_LB, t,
                     jnp.where(_LATCH_GROUP == _G_IOT, blk.iot_count, blk.ios_count))
     recorded = jnp.where(kind == K["B.IOT"], d["pemode"] != 0, d["ios_pemode"] != 0)
     zero_bind = ((kind == K["B.IOT"]) & (d["pemode"] == 0)) \
         | ((kind == K["B.IOS"]) & (d["ios_pemode"] == 0))
-    latch = ((_LATCH_KIND == kind) & ((_LATCH_ROW < 0) | (_LATCH_ROW == row))
+    latch = ((_LATCH_KIND == kind) & ((_LATCH_ROW < 0) | (_LATCH_ROW == at_row))
              & (~_LATCH_RECORDS | recorded)) | (_LATCH_ZERO & zero_bind & active)
     nb = jnp.where(latch, written, packed)
     # BSTOP closes the block, BSTART opens a fresh one
@@ -122,16 +123,16 @@ def _latch_tables():
               "iot": "B.IOT", "ios_count": "B.IOS", "ios": "B.IOS", "fpatr_present": "B.FPATR",
               "fpatr": "B.FPATR", "catr_present": "B.CATR", "catr": "B.CATR"}
     groups = {"lb": _G_LB, "lb_present": _G_LB, "iot": _G_IOT, "ios": _G_IOS}
-    kind, group, row, records, zero, opened = [], [], [], [], [], []
+    kind, group, rows, records, zero, opened = [], [], [], [], [], []
     for name, shape, _ in BLOCK_FIELDS:
         n = int(np.prod(shape))
         kind += [K[writer[name]] if name in writer else -1] * n
         group += [groups.get(name, 0)] * n
-        row += (list(np.repeat(np.arange(shape[0]), n // shape[0])) if name in groups else [-1] * n)
+        rows += (list(np.repeat(np.arange(shape[0]), n // shape[0])) if name in groups else [-1] * n)
         records += [writer.get(name) in ("B.IOT", "B.IOS")] * n
         zero += [name == "zero_seen"] * n
         opened += [name in ("active", "pc", "op", "dtype")] * n
-    return (np.array(kind, np.int32), np.array(group, np.int32), np.array(row, np.int32),
+    return (np.array(kind, np.int32), np.array(group, np.int32), np.array(rows, np.int32),
             np.array(records), np.array(zero), np.array(opened))
 
 
@@ -157,10 +158,9 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     L = words.shape[0]
     effects = ALL_EFFECTS if effects is None else effects
     st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
-    gpr_row = st.gpr[pe]
+    gpr_row = row(st.gpr, pe)
     # blocks travel packed (one int64 vector): selecting or storing one costs one op
     empty = pack_block(_empty_block())
-    at_n = lambda n: jnp.clip(n, 0, max_commits - 1)
 
     # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
     @jax.named_scope("phase1")
@@ -173,8 +173,8 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
         faulted = go & (fault != 0)
         rec = go & ~faulted & completes & (n < max_commits)
         go, fault, faulted, rec = settle((go, fault, faulted, rec))
-        commits = jnp.where(rec, commits.at[at_n(n)].set(blk), commits)
-        pos = jnp.where(rec, pos.at[at_n(n)].set(i), pos)
+        commits = jnp.where(rec, set_row(commits, n, blk), commits)
+        pos = jnp.where(rec, set_row(pos, n, i), pos)
         return (jnp.where(go & ~faulted, nb, blk),
                 jnp.where(faulted, i, stop_at), jnp.where(faulted, fault, hfault),
                 jnp.where(faulted, blk, before), n + rec.astype(jnp.int32), commits, pos), None
@@ -190,7 +190,7 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     def phase2(carry, xs):
         s, cstop, cfault, caddr, cblk = carry
         packed, p = xs
-        h = header.decode(unpack_block(packed))
+        h = header.decode(unpack_block(settle(packed)))
         go = (p < L) & (cstop == L)
         dr_bad = h.catr_dr & (h.op >= _MATRIX_FIRST)
         if core:
@@ -227,13 +227,26 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
 
 
 STREAM_STATIC = ("cfg", "max_commits", "effects", "core")
-# pj.run's calls are one State each: their cost is the compile, not the run.
-# XLA:CPU's older LLVM emitters compile this program about twice as fast as
-# its fusion emitters, whose code runs faster: pj.batch.run compiles its own
-# vmapped program (`stream` inside its jit) with the defaults.
+# pj.run's calls are one State each: their cost is the compile plus one pass
+# over the State. XLA:CPU's older LLVM emitters compile this program about
+# twice as fast as its fusion emitters, whose code runs faster (pj.batch.run
+# compiles its own vmapped program, `stream` inside its jit, with the
+# defaults). Without LLVM's optimizations the compile takes 0.4-0.5 s less
+# and a pass over the State 2-5x longer: the better trade while the State is
+# small (tiny: 1 ms more per call; the model's 80 MB State: 0.3 s more).
 LATENCY_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+QUICK_COMPILER_OPTIONS = dict(LATENCY_COMPILER_OPTIONS, xla_backend_optimization_level=0)
+QUICK_STATE_BYTES = 1 << 20
 run_stream = jax.jit(stream, static_argnames=STREAM_STATIC,
                      compiler_options=LATENCY_COMPILER_OPTIONS)
+run_stream_quick = jax.jit(stream, static_argnames=STREAM_STATIC,
+                           compiler_options=QUICK_COMPILER_OPTIONS)
+
+
+def stream_runner(cfg: MachineConfig):
+    """The jitted `stream` a one-State call uses on `cfg`: `run_stream_quick`
+    for a State of at most QUICK_STATE_BYTES, else `run_stream`."""
+    return run_stream_quick if cfg.state_bytes <= QUICK_STATE_BYTES else run_stream
 
 
 # effect group -> the BSTART matches (bits 26:0) of the operations it covers
@@ -374,9 +387,8 @@ def _run(state, words, pe, on_fault, cfg, core):
     # compiles only what it uses (a few seconds), and few variants in all
     padded = np.zeros(_bucket(len(w), low=16), np.uint32)
     padded[: len(w)] = w
-    st, executed = run_stream(state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe),
-                              jnp.bool_(hold), cfg.replace(cas_seed=0),
-                              _bucket(int(commit_capable(w, bool(state.block.active))), low=4),
-                              possible_effects(w, open_block_ops(state)),
-                              jnp.int64(cfg.cas_seed & 0xFFFFFFFF), core)
+    st, executed = stream_runner(cfg)(
+        state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe), jnp.bool_(hold),
+        cfg.replace(cas_seed=0), _bucket(int(commit_capable(w, bool(state.block.active))), low=4),
+        possible_effects(w, open_block_ops(state)), jnp.int64(cfg.cas_seed & 0xFFFFFFFF), core)
     return RunResult.from_state(st, int(executed))

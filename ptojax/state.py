@@ -20,6 +20,7 @@ import numpy as np
 
 from . import tables
 from ._x64 import x64
+from .indexing import row, set_row
 from .layouts.geometry import MODEL_TILE_ELEMENTS
 
 MAX_IOT = 16   # B.IOT binding slots of the model's block state
@@ -336,12 +337,12 @@ def config_of(s: State) -> MachineConfig:
 
 def pe_tiles(tiles: Tiles, pe) -> Tiles:
     """PE `pe`'s Local register file (pe may be traced)."""
-    return jax.tree_util.tree_map(lambda a: a[pe], tiles)
+    return jax.tree_util.tree_map(lambda a: row(a, pe), tiles)
 
 
 def with_pe_tiles(tiles: Tiles, pe, local: Tiles) -> Tiles:
     """`tiles` with PE `pe`'s Local register file replaced by `local`."""
-    return jax.tree_util.tree_map(lambda a, l: a.at[pe].set(l), tiles, local)
+    return jax.tree_util.tree_map(lambda a, l: set_row(a, pe, l), tiles, local)
 
 
 # ----------------------------------------------------------------- host helpers

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
+from ..indexing import row
 from .forms import ENCODINGS, Field
 
 KINDS = ("NONE", "BSTOP", "BSTART", "B.DATR", "B.DIM", "B.IOR", "B.IOT", "B.IOS", "B.FPATR", "B.CATR")
@@ -107,17 +108,17 @@ def decode(w):
     idx = jnp.argmax((w & jnp.asarray(_MASKS)) == jnp.asarray(_MATCHES))
     values = _extract_all(w, _CONS_PIECES).astype(jnp.uint64)
     legal = (values < 64) & (((jnp.asarray(_CONS_LEGAL) >> jnp.minimum(values, 63)) & 1) == 1)
-    cons_ok = jnp.all(~jnp.asarray(_CONS_OWNER)[idx] | legal) & (idx < _N)
+    cons_ok = jnp.all(~row(_CONS_OWNER, idx) | legal) & (idx < _N)
     f = _extract_all(w, _OUT_PIECES)
     get = lambda name: f[_OUT_INDEX[name]]
     return dict(
-        kind=jnp.asarray(_KIND)[idx], illegal=~cons_ok, op=jnp.asarray(_OP)[idx],
-        dtype=get("dtype"), dim_target=jnp.asarray(_DIM)[idx],
+        kind=row(_KIND, idx), illegal=~cons_ok, op=row(_OP, idx),
+        dtype=get("dtype"), dim_target=row(_DIM, idx),
         dim_reg=get("dim_reg"), dim_imm=get("dim_imm"),
         ior=f[_OUT_INDEX["ior0"]:_OUT_INDEX["ior3"] + 1],
         datr=f[_OUT_INDEX["datr0"]:_OUT_INDEX["datr6"] + 1],
-        iot_dst=jnp.asarray(_HAS["DstTile"])[idx], iot_src0=jnp.asarray(_HAS["SrcTile0"])[idx],
-        iot_src1=jnp.asarray(_HAS["SrcTile1"])[idx],
+        iot_dst=row(_HAS["DstTile"], idx), iot_src0=row(_HAS["SrcTile0"], idx),
+        iot_src1=row(_HAS["SrcTile1"], idx),
         src0=get("src0"), src1=get("src1"), last=get("last"), size_code=get("size_code"),
         pemode=get("pemode"), dst_hand=get("dst_hand"), ios_sid=get("ios_sid"),
         ios_size=get("ios_size"), ios_pemode=get("ios_pemode"),

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
+from ..indexing import row, set_row
 from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
 from ..state import TILE_COLUMN as COL, TILE_FIELDS
 
@@ -38,7 +39,11 @@ CODE_TO_CUBE = np.zeros(32, np.int32)
 for _code, _name in {**tables.CUBE_LOAD_CODES, **tables.CUBE_STORE_CODES}.items():
     CODE_TO_CUBE[_code] = CUBE_ORDER.index(_name)
 
-PE_POPCOUNT = np.array([bin(m).count("1") for m in range(16)], np.int32)
+
+
+def pe_count(mask):
+    """Number of PEs a 4-bit PE mask names (one instruction, no table)."""
+    return jax.lax.population_count(jnp.asarray(mask).astype(jnp.int32) & 15)
 
 
 def settle(tree):
@@ -53,8 +58,8 @@ def settle(tree):
     what was written; the round trip costs one small store per leaf and makes
     the value a materialized buffer.
     """
-    put, get = jax.lax.optimization_barrier((jnp.int32(0), jnp.int32(0)))
-    hold = lambda v: jnp.zeros((2,) + v.shape, v.dtype).at[put].set(v)[get]
+    put = jax.lax.optimization_barrier(jnp.int32(0))
+    hold = lambda v: set_row(jnp.zeros((2,) + v.shape, v.dtype), put, v)[0]
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     leaves = [jnp.asarray(v) for v in leaves]
     # scalars travel stacked, one round trip per dtype
@@ -101,8 +106,8 @@ def mod(a, b):
 
 
 def take(table, i):
-    """table[i] for a static numpy table and a traced index, clipped in range."""
-    return jnp.asarray(table)[jnp.clip(i, 0, len(table) - 1)]
+    """table[i] for a static numpy table and a traced scalar index, clamped in range."""
+    return row(jnp.asarray(table), i)
 
 
 def elem_bytes(bits):
@@ -117,10 +122,9 @@ def slot_of(index, hand_slots: int):
 
 def free_slot(tiles, hand, hand_slots: int):
     """Lowest unallocated materialized slot of a hand: (slot, found)."""
-    idx = hand * hand_slots + jnp.arange(hand_slots)
-    free = tiles.desc[idx, COL["allocated"]] == 0
-    k = jnp.argmax(free)
-    return idx[k], free[k]
+    first = hand * hand_slots
+    free = jax.lax.dynamic_slice_in_dim(tiles.desc[:, COL["allocated"]], first, hand_slots) == 0
+    return first + jnp.argmax(free).astype(first.dtype), jnp.any(free)
 
 
 def capacity_register(tile_capacity):
@@ -132,14 +136,14 @@ def capacity_register(tile_capacity):
 def core_charge(tiles):
     """Sum of popcount(mask) * capacity over allocated Local tiles (A.5)."""
     d = tiles.desc
-    pc = take(PE_POPCOUNT, d[:, COL["mask"]])
+    pc = pe_count(d[:, COL["mask"]])
     return jnp.sum(jnp.where(d[:, COL["allocated"]] != 0, pc * d[:, COL["capacity"]], 0)
                    .astype(jnp.int64))
 
 
 def gpr_value(gpr_row, reg):
     """Value of GPR `reg` of one PE's file; x0 always reads 0."""
-    return jnp.where(reg == 0, U64(0), gpr_row[jnp.clip(reg, 0, gpr_row.shape[0] - 1)])
+    return jnp.where(reg == 0, U64(0), row(gpr_row, reg))
 
 
 def log2(x):
@@ -185,9 +189,9 @@ _COL_MAJOR = tables.TILE_LAYOUT_CODE["ColumnMajor"]
 def source(tiles, index, hand_slots: int):
     """A source TileIndex's slot and descriptor: (slot, allocated, fields, contents_defined)."""
     slot, exists = slot_of(index, hand_slots)
-    row = tiles.desc[slot]
-    s = {k: row[..., COL[k]] for k in DESCRIPTOR_FIELDS}
-    return slot, (row[..., COL["allocated"]] != 0) & exists, s, \
+    desc = row(tiles.desc, slot)
+    s = {k: desc[..., COL[k]] for k in DESCRIPTOR_FIELDS}
+    return slot, (desc[..., COL["allocated"]] != 0) & exists, s, \
         s["defined_valid"] == s["valid_rows"] * s["valid_cols"]
 
 
@@ -266,7 +270,7 @@ def ordinary_shape(tsize, col, vr, vc, bits, W: int):
 
 def shared_charge(shared):
     """Sum of popcount(allocation_mask) * capacity over live Shared records (A.5)."""
-    pc = take(PE_POPCOUNT, shared.allocation_mask)
+    pc = pe_count(shared.allocation_mask)
     return jnp.sum(jnp.where(shared.sid >= 0, pc * shared.capacity, 0).astype(jnp.int64))
 
 
@@ -282,7 +286,7 @@ def local_pool_in_use(state, cfg):
 def destination(state, hand, size_code, mask, cfg):
     """Destination hand allocation: (slot, found, tsize, budget_ok) (A.2, A.5)."""
     tsize = jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
-    charge = local_pool_in_use(state, cfg) + take(PE_POPCOUNT, mask) * tsize
+    charge = local_pool_in_use(state, cfg) + pe_count(mask) * tsize
     hand_slots = cfg.hand_slots
     slot, found = free_slot(state.tiles, hand, hand_slots)
     return slot, found, tsize, charge <= capacity_register(state.tile_capacity)
@@ -293,11 +297,11 @@ def install(tiles, slot, do, fields: dict, words, defined):
     row at `slot` when `do`, else leave the file unchanged."""
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
     # column 0 is "allocated" (TILE_FIELDS)
-    row = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
+    desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
                                       for k in DESCRIPTOR_FIELDS])
-    slot, do, row = settle((slot, do, row))
-    put = lambda a, new: a.at[slot].set(jnp.where(do, new, a[slot]))
-    return tiles.replace(desc=put(tiles.desc, row), words=put(tiles.words, words),
+    slot, do, desc = settle((slot, do, desc))
+    put = lambda a, new: set_row(a, slot, jnp.where(do, new, row(a, slot)))
+    return tiles.replace(desc=put(tiles.desc, desc), words=put(tiles.words, words),
                          defined=put(tiles.defined, defined))
 
 

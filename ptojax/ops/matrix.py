@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
+from ..indexing import row
 from . import binary32
 from . import shared as sh
 from .header import Header
@@ -110,7 +111,7 @@ def _float_value(dtype, word):
     bf16 = binary32.decode((word & U64(0xFFFF)) << U64(16), 8, 23)
     bits = take(DT_BITS, dtype)
     code = (word & jnp.where(bits == 4, U64(0xF), U64(0xFF))).astype(jnp.int32)
-    small = jnp.asarray(_val8())[jnp.clip(dtype, 0, 31), code]
+    small = row(_val8(), dtype)[code]
     return jnp.select([dtype == DT["FP32"], dtype == DT["TF32"], dtype == DT["HF32"],
                        dtype == DT["FP16"], dtype == DT["BF16"]], [f32, tf32, hf32, f16, bf16], small)
 
@@ -133,7 +134,7 @@ def complete(state, h: Header, pe, cfg, enable):
     tiles = state.tiles
     W, HS = cfg.tile_words, cfg.hand_slots
     op = jnp.clip(h.op, 0, len(tables.OPS) - 1)
-    form = jnp.asarray(_FORM)[op]
+    form = row(_FORM, op)
     is_mx, is_acc, is_bias, is_gemv = form[0], form[1], form[2], form[3]
     lb = jnp.where(h.lb_present, h.lb, 1)
     M, N, K = lb[0], lb[1], lb[2]
@@ -260,7 +261,7 @@ def complete(state, h: Header, pe, cfg, enable):
     o_sh_b = jnp.where(left_shared, 1 + sa_on, 0)
 
     def shared_source_legal(ordinal, rows, cols, dtype):
-        sid = h.shared_id[jnp.clip(ordinal, 0, h.shared_id.shape[0] - 1)]
+        sid = row(h.shared_id, ordinal)
         i, exists, _ = sh.lookup(state.shared, sid)
         r = sh.record(state.shared, i)
         good = sh.cooperative_ready(r, exists, tcap) & (r["cols"] == cols) \
@@ -313,8 +314,8 @@ def complete(state, h: Header, pe, cfg, enable):
     ri, ci = jnp.clip(r, 0, 31), c
     # slot of A[i][k] = a_base[lane] + a_step(k); of B[k][n] = b_base[lane] + b_step(k).
     # Shared A row = this PE's first row + i (stored transposed: column); Shared B likewise
-    row = row0 + ri
-    a_base = jnp.where(left_shared, jnp.where(trans_a, row, row * a_cols), ri << la_cc)
+    sh_row = row0 + ri
+    a_base = jnp.where(left_shared, jnp.where(trans_a, sh_row, sh_row * a_cols), ri << la_cc)
     b_base = jnp.where(shared_on, jnp.where(trans_b, ci * b_cols, ci),
                        (((ci >> 3) * b_krep) << (lb_cr + 3)) + ((ci & 7) << lb_cr))
 
@@ -330,7 +331,7 @@ def complete(state, h: Header, pe, cfg, enable):
 
     # MX scale words per lane and k (1 for an absent scale): A[i][k] takes sA[i][k div 32]
     # (a Shared sA row is absolute like A's, a Local one this PE's), B[k][n] takes sB[k div 32][n]
-    a_row = jnp.where(left_shared, row, ri) * jnp.where(left_shared, sa_cols, sa_s["cols"])
+    a_row = jnp.where(left_shared, sh_row, ri) * jnp.where(left_shared, sa_cols, sa_s["cols"])
     sb_c = jnp.where(shared_on, sb_cols, sb_s["cols"])
     words, shared = tiles.words, state.shared.words
 
@@ -346,8 +347,8 @@ def complete(state, h: Header, pe, cfg, enable):
         b = fetch(b_table[0], b_table[1], rows[2], rows[3], shared_on, b_base + b_step(k))
         return a, b
 
-    c_words = tiles.words[c_slot]           # C has D's layout and shape: same slots
-    bias_words = tiles.words[bias_slot][jnp.clip(c, 0, W - 1)]
+    c_words = row(tiles.words, c_slot)          # C has D's layout and shape: same slots
+    bias_words = row(tiles.words, bias_slot)[jnp.clip(c, 0, W - 1)]
     trips = jnp.where(do, K, 0)
 
     if cfg.profile != "ieee":
@@ -392,7 +393,7 @@ def complete(state, h: Header, pe, cfg, enable):
 
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
-    new_words = jnp.where(lane_ok, d_words, tiles.words[dslot])
+    new_words = jnp.where(lane_ok, d_words, row(tiles.words, dslot))
     vals = dict(dtype=acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(d_lay, 0, 1)),
                 location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
                 cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import tables
+from .common import settle
 
 F = tables.FAULT_CODE
 
@@ -92,7 +93,7 @@ def write_elements(gm, addr, value, nbytes, nibble_hi, four_bit, overwritten, ac
     n = gm.shape[0]
     a = _byte_index(addr, n)
     half = nibble_hi.astype(jnp.int32)
-    win = active & ~overwritten
+    win, a = settle((active & ~overwritten, a))
     # bytes of whole elements
     plain = win & ~four_bit
     k = jnp.arange(8)

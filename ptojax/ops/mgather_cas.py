@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import cas_order, tables
+from ..indexing import row
 from . import memory
 from .common import (DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
                      ordered_fault, settle,
@@ -133,11 +134,11 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
     r, c, lane = valid_lanes(vr, vc, W)
     order = j
     ibits = take(DT_BITS, si["dtype"])
-    index = _extend(tiles.words[islot][jnp.clip(ordinary_slot(si, r, c), 0, W - 1)], ibits,
+    index = _extend(row(tiles.words, islot)[jnp.clip(ordinary_slot(si, r, c), 0, W - 1)], ibits,
                     take(DT_SIGNED, si["dtype"]))
-    expected = tiles.words[eslot][jnp.clip(ordinary_slot(se, r, c), 0, W - 1)]
-    replacement = tiles.words[rslot][jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
-    base = gpr_value(state.gpr[pe], h.reg_src0)
+    expected = row(tiles.words, eslot)[jnp.clip(ordinary_slot(se, r, c), 0, W - 1)]
+    replacement = row(tiles.words, rslot)[jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
+    base = gpr_value(row(state.gpr, pe), h.reg_src0)
     addr = base + index
     nbytes = elem_bytes(tbits)
     probe = memory.probe(addr, nbytes, cfg.gm_bytes)
@@ -179,10 +180,10 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
     gm, old = jax.lax.fori_loop(0, n_lanes, lane_step, (state.gm, jnp.zeros(W, U64)))
 
     # publication: whole physical destination padded and defined (F.5)
-    padw = jnp.asarray(PAD_WORDS)[jnp.clip(tdt, 0, 31), jnp.clip(h.pad, 0, 3)]
+    padw = row(row(PAD_WORDS, tdt), h.pad)
     physical = j < drows * col
     slot = jnp.where(lane, ordinary_index(dlay, drows, col, tbits, r, c), W)
-    words = jnp.where(physical, padw, tiles.words[dslot]).at[slot].set(old, mode="drop")
+    words = jnp.where(physical, padw, row(tiles.words, dslot)).at[slot].set(old, mode="drop")
     fields = dict(dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
                   rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
                   cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)

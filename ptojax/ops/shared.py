@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import tables
+from ..indexing import row
 from .common import DT_BITS, U64, capacity_register, div, mod, take
 
 ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
@@ -101,7 +102,7 @@ def read_words(shared, i, exists, sid, e):
     r = record(shared, i)
     q = quarter(e, take(DT_BITS, r["dtype"]), r["capacity"])
     init = exists & in_mask(r["initialized_mask"], q)
-    words = shared.words[i][jnp.clip(e, 0, shared.words.shape[-1] - 1)]
+    words = row(shared.words, i)[jnp.clip(e, 0, shared.words.shape[-1] - 1)]
     undefined = sid.astype(U64) ^ e.astype(U64)
     return jnp.where(init, words, undefined)
 

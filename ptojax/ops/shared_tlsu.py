@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 
 from .. import tables
+from ..indexing import row
 from . import memory, shared as sh
 from .header import Header
-from .common import (DT_BITS, DT_SIGNED, PE_POPCOUNT, U64, capacity_register, core_charge,
+from .common import (DT_BITS, DT_SIGNED, U64, capacity_register, core_charge, pe_count,
                      div, elem_bytes, gpr_value, mod, ordered_fault, settle, shared_charge, take)
 
 OP = tables.OP_ID
@@ -61,7 +62,7 @@ def complete(state, h: Header, cfg, enable):
     compatible = ((mask & ~rec["allocation_mask"] & 0xF) == 0) & (rec["capacity"] == tsz) \
         & (rec["rows"] == rows_l) & (rec["cols"] == cols_l) & (rec["valid_rows"] == vr_l) \
         & (rec["valid_cols"] == vc_l) & (rec["dtype"] == edt) & (rec["layout"] == sh.ROW_MAJOR)
-    pool = shared_charge(shared) + take(PE_POPCOUNT, mask) * tsz
+    pool = shared_charge(shared) + pe_count(mask) * tsz
     if cfg.semantics == "0.58.3":
         pool = pool + core_charge(state.tiles)
     update_bad = ~sh.capacity_legal(tsz, state.tile_capacity) \
@@ -119,7 +120,7 @@ def complete(state, h: Header, cfg, enable):
     # TLOAD effect: a new record or a compatible update of the selected quarters
     loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, take(DT_SIGNED, edt))
     do_load = ok & is_load
-    new_words = jnp.where(lane, loaded, jnp.where(exists, shared.words[i], U64(0)))
+    new_words = jnp.where(lane, loaded, jnp.where(exists, row(shared.words, i), U64(0)))
     init = jnp.where(exists, rec["initialized_mask"] | mask, mask)
     alloc = jnp.where(exists, rec["allocation_mask"], mask)
     defined = init == alloc

@@ -16,7 +16,7 @@ from . import memory
 from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
                      U64, capacity_register, cube_descriptor, cube_geometry, destination,
                      elem_bytes, gpr_value, install, ordered_fault, ordinary_shape, ordinary_slot,
-                     ordinary_source_legal, settle, source, take, tile_coords, valid_lanes)
+                     ordinary_source_legal, row, settle, source, take, tile_coords, valid_lanes)
 from .header import Header
 
 OP = tables.OP_ID
@@ -75,7 +75,7 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
     bind_mask = h.mask
     lb = h.lb
     bdt = h.dtype
-    gpr = state.gpr[pe]
+    gpr = row(state.gpr, pe)
     base = jnp.where(h.ior_present, gpr_value(gpr, h.reg_src0), U64(0))
     stride_reg = gpr_value(gpr, h.reg_src1)
 
@@ -162,6 +162,7 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
     by_lane = p["by_lane"]
     r, c = jnp.where(by_lane, lane_r, r), jnp.where(by_lane, lane_c, c)
     valid = jnp.where(by_lane, lane_in, (r < vr) & (c < vc) & storage)
+    r, c, valid = settle((r, c, valid))
     value_slot = jnp.where(by_lane, jnp.clip(ordinary_slot(p["src"], r, c), 0, W - 1), jnp.arange(W))
     nbytes = elem_bytes(p["bits"])
     col_off = jnp.where(four, c >> 1, c * nbytes).astype(U64)
@@ -175,12 +176,12 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
 
     # ---------------- effects (their scalar parameters settled too)
     e = settle(dict(load=ok & is_load, store=ok & is_store, dslot=dslot, sslot=sslot,
-                    pad_word=jnp.asarray(PAD_WORDS)[jnp.clip(bdt, 0, 31), jnp.clip(h.pad, 0, 3)],
+                    pad_word=row(row(PAD_WORDS, bdt), h.pad),
                     pad_defined=h.pad != tables.PAD_NULL,
                     signed=take(DT_SIGNED, jnp.where(cube, bdt, edt))))
     loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, e["signed"])
     pad_area = p["cube"] & storage & ~valid
-    new_words = jnp.where(valid, loaded, jnp.where(pad_area, e["pad_word"], tiles.words[e["dslot"]]))
+    new_words = jnp.where(valid, loaded, jnp.where(pad_area, e["pad_word"], row(tiles.words, e["dslot"])))
     new_def = valid | (pad_area & e["pad_defined"])
     l_vr, l_vc = jnp.where(cube, vr_c, vr_o), jnp.where(cube, vc_c, vc_o)
     vals = dict(
@@ -198,7 +199,7 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
     if "TSTORE" not in effects:
         return fault, fault_addr, state.replace(tiles=tiles)
 
-    src_words = tiles.words[e["sslot"]][value_slot]
+    src_words = row(tiles.words, e["sslot"])[value_slot]
     gm = memory.write_elements(state.gm, addr, src_words, nbytes, (c & 1) == 1, four,
                                memory.overwritten_later(r, c, vr, vc, stride, nbytes, four),
                                valid & e["store"])
