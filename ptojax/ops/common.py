@@ -53,13 +53,20 @@ def settle(tree):
     enable that feeds the per-leaf selects of a State is recomputed inside
     each of their fused kernels: the check list is copied once per leaf and
     the program grows tenfold. A dynamic-update-slice cannot be fused into
-    its consumers, and its indices hide behind an optimization barrier so that
-    the simplifier can neither see that they are 0 nor that the read returns
-    what was written; the round trip costs one small store per leaf and makes
-    the value a materialized buffer.
+    its consumers, and its index hides behind an optimization barrier so that
+    the simplifier can neither see that it is 0 nor that the read returns
+    what was written. The buffer is one element longer than the value (a
+    full-size update would simplify away): under vmap every State pays for
+    it, and a buffer twice the value's size cost pj.batch.run a fifth of its
+    throughput.
     """
     put = jax.lax.optimization_barrier(jnp.int32(0))
-    hold = lambda v: set_row(jnp.zeros((2,) + v.shape, v.dtype), put, v)[0]
+
+    def hold(v):
+        flat = v.reshape(-1)
+        buf = jax.lax.dynamic_update_slice(jnp.zeros(flat.size + 1, v.dtype), flat, (put,))
+        return buf[:flat.size].reshape(v.shape)
+
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     leaves = [jnp.asarray(v) for v in leaves]
     # scalars travel stacked, one round trip per dtype
