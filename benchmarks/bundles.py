@@ -267,13 +267,9 @@ def cas_state(pj, cfg, name, rng):
     return pj.write_gpr(s, "a0", DST), memory
 
 
-def _leaves(s):
-    import jax
-    return [np.asarray(x) for x in jax.tree_util.tree_leaves(s)]
-
-
 def same_state(a, b):
-    return all(np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))
+    from ptojax.state import state_differences
+    return not state_differences(a, b)
 
 
 def time_reference(pj, s, words, n, cfg, core=False):

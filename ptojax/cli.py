@@ -43,7 +43,7 @@ import numpy as np
 import ptojax as pj
 from ptojax import tables
 from ptojax.compile_cache import CACHE_ENV, ensure_compile_cache
-from ptojax.state import PROFILES
+from ptojax.state import PROFILES, state_differences
 
 __all__ = ["main"]
 
@@ -213,9 +213,6 @@ def build_state(cfg: pj.MachineConfig, gm_file=None, gm_hex=(), gprs=(), pe: int
 # ----------------------------------------------------------------- report
 
 
-def _leaves(s) -> dict:
-    import jax
-    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(s)}
 
 
 def changed_tiles(before, after) -> list[tuple[int, int]]:
@@ -537,12 +534,6 @@ def portable_matmul_fp16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.view(np.uint16).astype(np.uint64) @ b.view(np.uint16).astype(np.uint64)
 
 
-def _same_state(a, b, skip=()) -> bool:
-    la, lb = _leaves(a), _leaves(b)
-    return la.keys() == lb.keys() and all(
-        np.array_equal(la[k], lb[k]) for k in la if not k.startswith(tuple(f".{n}" for n in skip)))
-
-
 def _demo_bundle(layout: str, pad: str, rows: int, cols: int, base: str) -> str:
     return (f"BSTART.TLOAD FP16\nB.DATR {{{layout}, DTYPE_NONE, {pad}}}\n"
             f"B.DIM zero, {cols}, ->LB0\nB.DIM zero, {rows}, ->LB1\nB.IOR {base}, a1\n"
@@ -658,7 +649,7 @@ def demo(config: str = DEMO_DEFAULT_CONFIG, batch: int = 1000, seed: int = 0) ->
     rep = build_report(r2.state, r3, bad, model="jax", config=config, pe=0, on_fault="abandon")
     say("\n".join(listing(bad, int(np.asarray(r2.state.pc)), rep["fault_word"], r3.fault)))
     say(f"pj.run -> {fault_line(rep)}")
-    unchanged = _same_state(r2.state, r3.state, skip=("fault", "fault_address", "pc"))
+    unchanged = not state_differences(r2.state, r3.state, skip=("fault", "fault_address", "pc"))
     ok_all &= unchanged
     say(f"GM, GPRs, tiles and block state unchanged: {'yes' if unchanged else 'NO'}; only the "
         f"fault register ({r3.fault}, {int(np.asarray(r3.state.fault_address)):#x}) and the pc "
@@ -739,7 +730,8 @@ def demo(config: str = DEMO_DEFAULT_CONFIG, batch: int = 1000, seed: int = 0) ->
             ("TMATMUL portable", rl.state, mm, runs["portable"], cfg),
             ("TMATMUL ieee", rl.state, mm, runs["ieee"], profiles["ieee"])):
         ref = pj.reference.run(st, words, cfg=c)
-        same = ref.fault == r.fault and ref.executed == r.executed and _same_state(ref.state, r.state)
+        same = (ref.fault == r.fault and ref.executed == r.executed
+                and not state_differences(ref.state, r.state))
         ok_all &= same
         table.add_row(name, r.fault, ref.fault, f"{r.executed} / {ref.executed}",
                       "yes" if same else "NO")
@@ -780,7 +772,7 @@ def demo(config: str = DEMO_DEFAULT_CONFIG, batch: int = 1000, seed: int = 0) ->
         ref = pj.reference.run(sb, streams[i])
         t_ref += (time.perf_counter() - t0) / len(pick)
         one = res[int(i)]
-        agree += ref.fault == one.fault and _same_state(ref.state, one.state)
+        agree += ref.fault == one.fault and not state_differences(ref.state, one.state)
     ok_all &= agree == len(pick)
     say(f"{len(pick)} of them ({min(3, len(faulted))} faulting) re-run on pj.reference.run: "
         f"{agree} of {len(pick)} final States identical; the oracle takes "

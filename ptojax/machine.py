@@ -16,10 +16,11 @@ from . import tables
 from ._x64 import x64
 from .indexing import row, set_row
 from .isa.decode_array import K, decode
+from .isa.forms import ENCODINGS
 from .ops import dispatch, header
 from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
 from .result import RunResult
-from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, _empty_block,
+from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, empty_block,
                     config_of, pack_block, pack_tiles, unpack_block, unpack_tiles)
 
 ON_FAULT = ("abandon", "hold")
@@ -109,7 +110,7 @@ def header_step(packed, word, gpr_row, pc):
              & (~_LATCH_RECORDS | recorded)) | (_LATCH_ZERO & zero_bind & active)
     nb = jnp.where(latch, written, packed)
     # BSTOP closes the block, BSTART opens a fresh one
-    fresh = jnp.where(_OPENED & is_("BSTART"), written, pack_block(_empty_block()))
+    fresh = jnp.where(_OPENED & is_("BSTART"), written, pack_block(empty_block()))
     return jnp.where(is_("BSTOP") | is_("BSTART"), fresh, nb), fault, completes
 
 
@@ -160,7 +161,7 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
     gpr_row = row(st.gpr, pe)
     # blocks travel packed (one int64 vector): selecting or storing one costs one op
-    empty = pack_block(_empty_block())
+    empty = pack_block(empty_block())
 
     # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
     @jax.named_scope("phase1")
@@ -249,34 +250,41 @@ def stream_runner(cfg: MachineConfig):
     return run_stream_quick if cfg.state_bytes <= QUICK_STATE_BYTES else run_stream
 
 
-# effect group -> the BSTART matches (bits 26:0) of the operations it covers
-_EFFECT_STARTS = {
-    "TLOAD": (0x00011181,), "TSTORE": (0x00111181, 0x00E11181), "MGATHER.CAS": (0x00811181,),
-    "MATMUL": tuple(0x00031181 | (fn << 20) for fn in (0, 1, 2, 4, 5, 6, 16, 17, 18, 20, 21, 22)),
-}
+# effect group -> the operations whose completion it traces
 _EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE", "TSTORE.SPART"),
                "MGATHER.CAS": ("MGATHER.CAS",),
                "MATMUL": tuple(n for n, e, _ in tables.OPS if e == "CUBE")}
+
+
+def _bstart_encodings(ops) -> tuple:
+    """(mask, match) of the catalog's BSTART encodings of the operations `ops`."""
+    return tuple((e.mask, e.match) for e in ENCODINGS if e.form.mnemonic.startswith("BSTART.")
+                 and (e.variant or e.form.mnemonic[len("BSTART."):]) in ops)
+
+
+_EFFECT_STARTS = {group: _bstart_encodings(ops) for group, ops in _EFFECT_OPS.items()}
 # Shared TLOAD/TSTORE/TSTORE.SPART: a B.IOS word with a TLOAD/TSTORE start, a
 # TSTORE.SPART start, or an open TLSU block (it may hold a B.IOS binding already)
-_IOS_MASK, _IOS_MATCH = 0xF00871FF, 0x00001013
+_IOS = tuple((e.mask, e.match) for e in ENCODINGS if e.form.mnemonic == "B.IOS")
+_SPART = _bstart_encodings(("TSTORE.SPART",))
 _SHARED_OPEN = ("TLOAD", "TSTORE", "TSTORE.SPART")
 ALL_EFFECTS = frozenset(_EFFECT_STARTS) | {"SHARED"}
+
+
+def _matches(words, encodings) -> bool:
+    return any(np.any((words & np.uint32(mask)) == np.uint32(match)) for mask, match in encodings)
 
 
 def possible_effects(words, open_ops=()) -> frozenset:
     """Effect groups a run can have: a BSTART of them in the words, or a block
     of them already open in the starting State(s)."""
-    raw = np.asarray(words).astype(np.uint32)
-    w = raw & np.uint32(0x07FFFFFF)
+    w = np.asarray(words).astype(np.uint32)
     opened = set(np.asarray(open_ops).ravel().tolist())
-    out = {e for e, matches in _EFFECT_STARTS.items()
-           if np.any(np.isin(w, np.asarray(matches, np.uint32)))
-           or any(tables.OP_ID[o] in opened for o in _EFFECT_OPS[e])}
-    tlsu_start = np.any(np.isin(w, np.asarray(_EFFECT_STARTS["TLOAD"] + _EFFECT_STARTS["TSTORE"],
-                                               np.uint32)))
-    if ((tlsu_start and np.any((raw & np.uint32(_IOS_MASK)) == _IOS_MATCH))
-            or np.any(w == 0x00E11181) or any(tables.OP_ID[o] in opened for o in _SHARED_OPEN)):
+    out = {e for e, starts in _EFFECT_STARTS.items()
+           if _matches(w, starts) or any(tables.OP_ID[o] in opened for o in _EFFECT_OPS[e])}
+    tlsu_start = _matches(w, _EFFECT_STARTS["TLOAD"] + _EFFECT_STARTS["TSTORE"])
+    if ((tlsu_start and _matches(w, _IOS)) or _matches(w, _SPART)
+            or any(tables.OP_ID[o] in opened for o in _SHARED_OPEN)):
         out.add("SHARED")
     return frozenset(out)
 
@@ -309,7 +317,7 @@ def commit_capable(words: np.ndarray, initially_open=False) -> np.ndarray:
     return count if np.ndim(words) > 1 else count[0]
 
 
-def _bucket(n: int, low: int = 8) -> int:
+def bucket(n: int, low: int = 8) -> int:
     """Sizes are padded to a power of two (>= low) to bound recompiles."""
     b = low
     while b < n:
@@ -354,7 +362,7 @@ def check_config(state: State, cfg: MachineConfig | None) -> MachineConfig:
     return cfg
 
 
-def _check_pe(pe):
+def check_pe(pe):
     if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
         raise ValueError(f"pe must be an int in 0..{tables.NUM_PES - 1}, got {pe!r}")
     return int(pe)
@@ -363,8 +371,9 @@ def _check_pe(pe):
 @x64
 def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
         cfg: MachineConfig | None = None) -> RunResult:
-    """Execute a stream of instruction words on one State as PE `pe` (DESIGN.md section 7)."""
-    return _run(state, words, _check_pe(pe), on_fault, cfg, core=False)
+    """Execute a stream of instruction words on one State as PE `pe`
+    (docs/architecture.md, "Public API")."""
+    return _run(state, words, check_pe(pe), on_fault, cfg, core=False)
 
 
 @x64
@@ -385,10 +394,10 @@ def _run(state, words, pe, on_fault, cfg, core):
     cfg = check_config(state, cfg)
     # the families the words can reach, and generous bounds: a first call
     # compiles only what it uses (a few seconds), and few variants in all
-    padded = np.zeros(_bucket(len(w), low=16), np.uint32)
+    padded = np.zeros(bucket(len(w), low=16), np.uint32)
     padded[: len(w)] = w
     st, executed = stream_runner(cfg)(
         state, jnp.asarray(padded), jnp.int32(len(w)), jnp.int32(pe), jnp.bool_(hold),
-        cfg.replace(cas_seed=0), _bucket(int(commit_capable(w, bool(state.block.active))), low=4),
+        cfg.replace(cas_seed=0), bucket(int(commit_capable(w, bool(state.block.active))), low=4),
         possible_effects(w, open_block_ops(state)), jnp.int64(cfg.cas_seed & 0xFFFFFFFF), core)
     return RunResult.from_state(st, int(executed))

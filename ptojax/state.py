@@ -236,7 +236,7 @@ def _i32(shape=()):
     return jnp.zeros(shape, jnp.int32)
 
 
-def _empty_block() -> Block:
+def empty_block() -> Block:
     return Block(active=jnp.zeros((), bool), pc=jnp.zeros((), jnp.uint64),
                  op=jnp.full((), -1, jnp.int32), dtype=_i32(),
                  datr_present=jnp.zeros((), bool),
@@ -252,7 +252,7 @@ def _empty_block() -> Block:
 def _block_fields():
     """(name, shape, dtype) of each Block leaf, in field order."""
     with jax.enable_x64(True):
-        b = jax.eval_shape(_empty_block)
+        b = jax.eval_shape(empty_block)
     return tuple((f.name, getattr(b, f.name).shape, getattr(b, f.name).dtype)
                  for f in dataclasses.fields(Block))
 
@@ -310,7 +310,7 @@ def _reset(cfg: MachineConfig) -> State:
                  pc=jnp.zeros((), jnp.uint64), fault=_i32(),
                  fault_address=jnp.zeros((), jnp.uint64),
                  tile_capacity=jnp.asarray(cfg.tile_capacity, jnp.uint64),
-                 tiles=tiles, shared=shared, block=_empty_block())
+                 tiles=tiles, shared=shared, block=empty_block())
 
 
 def _state_shapes(cfg: MachineConfig):
@@ -348,7 +348,32 @@ def with_pe_tiles(tiles: Tiles, pe, local: Tiles) -> Tiles:
 # ----------------------------------------------------------------- host helpers
 
 
-def _check_state(s):
+def state_leaves(state) -> dict:
+    """{leaf path (".tiles.words", ".gm", ...): numpy array} of a State (or a
+    batch of States), in tree order: the one flattening every comparison uses."""
+    return {jax.tree_util.keystr(p): np.asarray(x)
+            for p, x in jax.tree_util.tree_leaves_with_path(state)}
+
+
+def state_differences(a, b, skip=(), limit=None) -> list:
+    """Paths of the leaves whose raw values (or shapes) differ between two
+    States, in tree order; fields named in `skip` ("fault", "pc", ...) are
+    not compared, and at most `limit` paths are returned."""
+    la, lb = state_leaves(a), state_leaves(b)
+    skipped = tuple(f".{name}" for name in skip)
+    out = []
+    for path in dict.fromkeys([*la, *lb]):
+        if path.startswith(skipped):
+            continue
+        va, vb = la.get(path), lb.get(path)
+        if va is None or vb is None or va.shape != vb.shape or not np.array_equal(va, vb):
+            out.append(path)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def check_state(s):
     if not isinstance(s, State):
         raise TypeError(f"expected a ptojax State, got {type(s).__name__}")
     if s.gm.ndim != 1:
@@ -356,7 +381,7 @@ def _check_state(s):
                          "(jax.tree_util.tree_map(lambda a: a[i], states))")
 
 
-def _check_int(name, v, lo, hi):
+def check_int(name, v, lo, hi):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     if not lo <= v <= hi:
@@ -367,7 +392,7 @@ def _check_int(name, v, lo, hi):
 @x64
 def write_memory(s: State, addr: int, data) -> State:
     """Write bytes (bytes, bytearray, or a uint8 array) into GM at `addr`."""
-    _check_state(s)
+    check_state(s)
     if isinstance(data, (bytes, bytearray, memoryview)):
         buf = np.frombuffer(bytes(data), np.uint8)
     else:
@@ -376,7 +401,7 @@ def write_memory(s: State, addr: int, data) -> State:
             raise TypeError(f"data must be bytes or a uint8 array, got dtype {buf.dtype}")
         buf = buf.reshape(-1)
     n = s.gm.shape[0]
-    addr = _check_int("addr", addr, 0, n)
+    addr = check_int("addr", addr, 0, n)
     if addr + buf.size > n:
         raise ValueError(f"write of {buf.size} bytes at {addr:#x} runs past GM end {n:#x}")
     return s.replace(gm=s.gm.at[addr:addr + buf.size].set(jnp.asarray(buf)))
@@ -384,19 +409,19 @@ def write_memory(s: State, addr: int, data) -> State:
 
 def read_memory(s: State, addr: int, n: int) -> bytes:
     """Read `n` bytes of GM starting at `addr`."""
-    _check_state(s)
+    check_state(s)
     size = s.gm.shape[0]
-    addr = _check_int("addr", addr, 0, size)
-    n = _check_int("n", n, 0, size - addr)
+    addr = check_int("addr", addr, 0, size)
+    n = check_int("n", n, 0, size - addr)
     return np.asarray(s.gm[addr:addr + n]).tobytes()
 
 
 @x64
 def write_gpr(s: State, reg, value: int, pe: int = 0) -> State:
     """Set GPR `reg` (index or name) of PE `pe` to a 64-bit value; x0 stays 0."""
-    _check_state(s)
+    check_state(s)
     r = tables.gpr_index(reg)
-    pe = _check_int("pe", pe, 0, tables.NUM_PES - 1)
+    pe = check_int("pe", pe, 0, tables.NUM_PES - 1)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"value must be an int, got {type(value).__name__}")
     value = int(value)
@@ -408,6 +433,6 @@ def write_gpr(s: State, reg, value: int, pe: int = 0) -> State:
 
 
 def read_gpr(s: State, reg, pe: int = 0) -> int:
-    _check_state(s)
-    pe = _check_int("pe", pe, 0, tables.NUM_PES - 1)
+    check_state(s)
+    pe = check_int("pe", pe, 0, tables.NUM_PES - 1)
     return int(np.asarray(s.gpr)[pe, tables.gpr_index(reg)])

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import tables
-from .state import State, _check_int, _check_state
+from .state import State, check_int, check_state
 
 
 @dataclass(frozen=True)
 class TileView:
-    """One Local tile as numpy data (DESIGN.md section 7).
+    """One Local tile as numpy data (docs/architecture.md, "Public API").
 
     words/defined hold one 64-bit Word per element slot of the storage region
     (rows x columns slots) in the model's slot order: CUBE payload order for
@@ -111,9 +111,9 @@ class TileView:
 
 def read_tile(s: State, index: int, pe: int = 0) -> TileView:
     """The Local tile at TileIndex `index` (0..63) of PE `pe`'s register file."""
-    _check_state(s)
-    index = _check_int("index", index, 0, tables.LOCAL_TILES - 1)
-    pe = _check_int("pe", pe, 0, tables.NUM_PES - 1)
+    check_state(s)
+    index = check_int("index", index, 0, tables.LOCAL_TILES - 1)
+    pe = check_int("pe", pe, 0, tables.NUM_PES - 1)
     hand_slots = s.tiles.allocated.shape[-1] // 4
     hand, k = divmod(index, tables.HAND_SLOTS)
     if k >= hand_slots:   # past the configured bound: never allocated
@@ -171,8 +171,8 @@ class SharedTileView(TileView):
 
 def read_shared(s: State, shared_id: int) -> SharedTileView:
     """The Shared register S<shared_id> (0..255) of the Core as a SharedTileView."""
-    _check_state(s)
-    sid = _check_int("shared_id", shared_id, 0, tables.SHARED_TILES - 1)
+    check_state(s)
+    sid = check_int("shared_id", shared_id, 0, tables.SHARED_TILES - 1)
     sh = s.shared
     hit = np.flatnonzero(np.asarray(sh.sid) == sid)
     if hit.size == 0:

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from .. import tables
-from ..state import MachineConfig, State
+from ..state import MachineConfig, State, state_leaves
 from . import generate as G
 
 WORDS = 16                       # words per row: GenConfig.max_words, one length bucket
@@ -204,12 +204,6 @@ def filler_words(length: int = WORDS, core: bool = False) -> np.ndarray:
     TSTORE.SPART (the SHARED group: Shared TLOAD/TSTORE)."""
     starts = [G.START[op] for op in FILLER_OPS + (("TSTORE.SPART",) if core else ())]
     return np.array([starts[k % len(starts)] for k in range(length)], np.uint32)
-
-
-def state_leaves(state: State) -> dict:
-    """{leaf path: numpy array} in tree order."""
-    return {jax.tree_util.keystr(p): np.asarray(x)
-            for p, x in jax.tree_util.tree_leaves_with_path(state)}
 
 
 def leaf_names(cfg: MachineConfig) -> list:

@@ -41,9 +41,9 @@ from typing import Optional
 import numpy as np
 
 from .. import tables
-from ..state import MachineConfig, State
+from ..state import MachineConfig, State, state_leaves
 from . import generate as G
-from .campaign import Outcome, initial_state, state_leaves
+from .campaign import Outcome, initial_state
 
 CASE_FORMAT = "ptojax.fuzz-case.v1"
 EXPORT_FORMAT = "ptojax.fuzz-export.v1"

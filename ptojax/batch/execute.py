@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import tables
 from .._x64 import x64
-from ..machine import (_bucket, _check_pe, check_config, check_on_fault, commit_capable,
+from ..machine import (bucket, check_config, check_on_fault, check_pe, commit_capable,
                        open_block_ops, possible_effects, STREAM_STATIC, stream)
 from ..result import RunResult
 from ..state import MachineConfig, State
@@ -153,7 +153,7 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     """
     if not isinstance(states, State):
         raise TypeError(f"states must be a ptojax State, got {type(states).__name__}")
-    pe = _check_pe(pe)
+    pe = check_pe(pe)
     if core and pe != 0:
         raise ValueError("core=True runs every PE; leave pe at 0")
     hold = check_on_fault(on_fault)
@@ -169,8 +169,8 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     if not single and states.gm.shape[0] != B:
         raise ValueError(f"{states.gm.shape[0]} states but {B} word streams")
     cfg = check_config(states, cfg)      # sizes come from the trailing axes
-    Lb = _bucket(w.shape[1])
-    K = _bucket(int(np.max(commit_capable(w, np.asarray(states.block.active)), initial=1)), low=1)
+    Lb = bucket(w.shape[1])
+    K = bucket(int(np.max(commit_capable(w, np.asarray(states.block.active)), initial=1)), low=1)
     effects = possible_effects(w, open_block_ops(states))
     n_dev = jax.local_device_count()
     rows = batch_rows(B, n_dev)

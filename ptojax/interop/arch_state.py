@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, _check_state, _empty_block,
+from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, check_state, empty_block,
                      config_of)
 
 SCHEMA_ID = "pto.asl-model.arch-state.v1"
@@ -292,7 +292,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     `state.shared.tiles["S<sid>"]`. `cfg`, when given, must match the State's
     sizes; it is recorded in `metadata`.
     """
-    _check_state(state)
+    check_state(state)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
@@ -729,7 +729,7 @@ def _read_block(v, label: str) -> dict:
     _int(v["instruction_count"], f"{label}.instruction_count", 0, 1 << 63)
     _obj(v["attributes"], f"{label}.attributes")
     with jax.enable_x64(True):
-        template = {k: np.asarray(x) for k, x in _empty_block().items()}
+        template = {k: np.asarray(x) for k, x in empty_block().items()}
     raw = _ext(v["extensions"], f"{label}.extensions")
     if raw is None:
         if active:

@@ -208,7 +208,8 @@ def geometry(layout, dt, valid_rows: int, valid_cols: int) -> CubeGeometry:
 
 
 def payload_index(layout, dt, valid_rows: int, valid_cols: int, row: int, col: int) -> int:
-    """Payload Word index of logical (row, col) of a CUBE tile (DESIGN.md section 7).
+    """Payload Word index of logical (row, col) of a CUBE tile
+    (docs/architecture.md, "Public API").
 
     (row, col) may be a valid or a padding position of the storage region.
     """

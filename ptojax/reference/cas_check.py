@@ -40,10 +40,10 @@ import numpy as np
 
 from .. import tables
 from ..result import RunResult
-from ..state import MachineConfig, State
+from ..state import MachineConfig, State, state_differences
 from .decode import decode
 from .machine import Machine
-from .run import _word_list, check_args, run_machine
+from .run import check_args, run_machine, word_list
 
 DEFAULT_MAX_NODES = 200_000
 
@@ -90,7 +90,7 @@ def run_in_order(state: State, words, order, pe: int = 0, *, on_fault: str = "ab
     """reference.run with the MGATHER.CAS lanes executed in the explicit `order`
     (a permutation of the row-major lane indices 0..n-1)."""
     check_args(state, pe, on_fault)
-    return _execute(state, _word_list(words), pe, on_fault, cfg, list(order), False)[0]
+    return _execute(state, word_list(words), pe, on_fault, cfg, list(order), False)[0]
 
 
 def _cas_bundles(state: State, stream: list) -> int:
@@ -104,27 +104,6 @@ def _cas_bundles(state: State, stream: list) -> int:
 
 
 # ----------------------------------------------------------------- comparing states
-
-
-def _leaves(tree, prefix=""):
-    for k, v in tree.items():
-        if hasattr(v, "items"):
-            yield from _leaves(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", np.asarray(v)
-
-
-def state_differences(a: State, b: State, limit: int = 5) -> list:
-    """Names of (at most `limit`) leaves that differ between two States."""
-    lb = dict(_leaves(b))
-    out = []
-    for name, va in _leaves(a):
-        vb = lb.get(name)
-        if vb is None or va.shape != vb.shape or not np.array_equal(va, vb):
-            out.append(name)
-            if len(out) >= limit:
-                break
-    return out
 
 
 # ----------------------------------------------------------------- one address group
@@ -206,7 +185,7 @@ def explains(initial_state: State, words, observed_state: State, pe: int = 0, *,
     check_args(initial_state, pe, on_fault)
     if not isinstance(observed_state, State):
         raise TypeError(f"observed_state must be a ptojax State, got {type(observed_state).__name__}")
-    stream = _word_list(words)
+    stream = word_list(words)
     bundles = _cas_bundles(initial_state, stream)
     if bundles == 0:
         raise ValueError("the stream holds no MGATHER.CAS bundle")
@@ -214,7 +193,7 @@ def explains(initial_state: State, words, observed_state: State, pe: int = 0, *,
         raise ValueError(f"the stream holds {bundles} MGATHER.CAS bundles; the checker handles one")
     reference, trace = _execute(initial_state, stream, pe, on_fault, cfg, None, True)
     if not trace:
-        diff = state_differences(reference.state, observed_state)
+        diff = state_differences(reference.state, observed_state, limit=5)
         if diff:
             return CheckResult(False, None, "the MGATHER.CAS executed no lanes (fault "
                                f"{reference.fault}), so the result is order-independent, "
@@ -258,7 +237,7 @@ def explains(initial_state: State, words, observed_state: State, pe: int = 0, *,
         orders.append(order)
     order = [i for group in orders for i in group]
     replay, _ = _execute(initial_state, stream, pe, on_fault, cfg, order, False)
-    diff = state_differences(replay.state, observed_state)
+    diff = state_differences(replay.state, observed_state, limit=5)
     if diff:
         return CheckResult(False, None, f"order {order} reproduces the lane addresses' memory "
                            "and the observed old values, but the state still differs in "

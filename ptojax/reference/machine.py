@@ -107,7 +107,7 @@ class Binding:
 
 @dataclass
 class Block:
-    """Header state of the open block; reset values = state._empty_block()."""
+    """Header state of the open block; reset values = state.empty_block()."""
     active: bool = False
     pc: int = 0
     op: int = -1

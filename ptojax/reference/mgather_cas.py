@@ -18,7 +18,7 @@ from .. import tables
 from ..cas_order import lane_order
 from . import layouts
 from .machine import MASK64, Block, Machine, Tile
-from .transport import (TILE_ALLOCATION, TILE_LEGALITY, Fault, _derived_rows, allocate,
+from .transport import (TILE_ALLOCATION, TILE_LEGALITY, Fault, derived_rows, allocate,
                         binding_well_formed, budget_ok, free_slot, gpr, linear_index,
                         load_element, ordinary_source_legal, probe, store_element)
 
@@ -152,7 +152,7 @@ def destination_shape(m: Machine, tsize: int, vr: int, vc: int, cols: int,
     when illegal (rows not derivable, VR > rows, VC > Col, VR*VC over the
     capacity). The whole physical region is written (pad fill), so rows*Col
     must also fit the model's payload bound (tile_words)."""
-    rows = _derived_rows(tsize, cols, d)
+    rows = derived_rows(tsize, cols, d)
     if rows == 0 or vr > rows or vc > cols or vr * vc > tsize * 8 // d.bits:
         return 0
     if rows * cols > m.tile_words:

@@ -40,7 +40,7 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
         cfg: Optional[MachineConfig] = None) -> RunResult:
     """Execute `words` from state.pc on PE `pe`; return the new State and the fault."""
     check_args(state, pe, on_fault)
-    stream = _word_list(words)
+    stream = word_list(words)
     m = Machine(state, cfg)
     executed = run_machine(m, stream, int(pe), on_fault)
     return RunResult.from_state(m.to_state(), executed)
@@ -51,7 +51,7 @@ def run_core(state: State, words, *, on_fault: str = "abandon",
     """Execute `words` from state.pc on the Core's four PEs together: each block
     completes as one collective (shared-decisions.md section 2)."""
     check_args(state, 0, on_fault)
-    stream = _word_list(words)
+    stream = word_list(words)
     m = Machine(state, cfg)
     executed = run_machine(m, stream, 0, on_fault, core=True)
     return RunResult.from_state(m.to_state(), executed)
@@ -86,7 +86,7 @@ def check_args(state, pe, on_fault) -> None:
         raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
 
 
-def _word_list(words) -> list[int]:
+def word_list(words) -> list[int]:
     if isinstance(words, (int, np.integer)):
         words = [words]
     elif hasattr(words, "shape"):

@@ -16,7 +16,7 @@ from typing import Optional
 from .. import tables
 from .machine import MASK64, Block, Machine, SharedRecord
 from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, UNIMPLEMENTED, Fault,
-                        _derived_rows, ordinary_datr_legal, dense_stride, element_address, gpr,
+                        derived_rows, ordinary_datr_legal, dense_stride, element_address, gpr,
                         ior_surplus, lb_in_range, load_element, pe_count, probe, store_element)
 
 FUNCTION = {"TLOAD": 0, "TSTORE": 1, "TSTORE.SPART": 14}
@@ -64,7 +64,7 @@ def capacity_legal(m: Machine, capacity: int) -> bool:
 def shape_legal(capacity: int, cols: int, vr: int, vc: int, d: tables.DataType) -> bool:
     """TileDescriptorShapeLegal: rows derive from (capacity, cols), the valid
     region fits them and the capacity's element count."""
-    rows = _derived_rows(capacity, cols, d)
+    rows = derived_rows(capacity, cols, d)
     return rows != 0 and vr <= rows and vc <= cols and vr * vc <= capacity * 8 // d.bits
 
 
@@ -88,7 +88,7 @@ def descriptor_legal(m: Machine, i: int) -> bool:
         return False
     if not capacity_legal(m, r.capacity):
         return False
-    rows = _derived_rows(r.capacity, r.cols, d)
+    rows = derived_rows(r.capacity, r.cols, d)
     return (rows != 0 and r.rows == rows and 0 <= r.valid_rows <= r.rows
             and 0 <= r.valid_cols <= r.cols and r.rows * r.cols <= r.capacity * 8 // d.bits
             and generic_indexable(r, d))
@@ -203,7 +203,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
         return TILE_LEGALITY
     tsize = tables.size_code_bytes(size_code)
     # 5. the descriptor: rows derived from (TSize, columns)
-    rows = _derived_rows(tsize, cols, d)
+    rows = derived_rows(tsize, cols, d)
     if rows == 0 or vr > rows or vr * vc > tsize * 8 // d.bits:
         return TILE_LEGALITY
     # 6. SharedTileUpdateCompatible

@@ -358,7 +358,7 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     slot = free_slot(m, bind.dst_hand)
     if slot is None or not budget_ok(m, bind.mask, tsize):
         return TILE_ALLOCATION
-    rows = _derived_rows(tsize, cols, d)
+    rows = derived_rows(tsize, cols, d)
     if (rows == 0 or vr > rows or vc > cols or vr * vc > tsize * 8 // d.bits
             or vr * cols > m.tile_words):
         return TILE_ALLOCATION
@@ -379,7 +379,7 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     return None
 
 
-def _derived_rows(capacity: int, cols: int, d: tables.DataType) -> int:
+def derived_rows(capacity: int, cols: int, d: tables.DataType) -> int:
     """A.3: rows = capacity_bits / (Col * bits); 0 unless Col is a power of two,
     the division is exact and the result is 1..65535."""
     if capacity <= 0 or cols <= 0 or cols & (cols - 1):
@@ -418,7 +418,7 @@ def ordinary_source_legal(m: Machine, t: Tile) -> bool:
         return False
     if not layouts.capacity_legal(t.capacity, m.tile_capacity):
         return False
-    rows = _derived_rows(t.capacity, t.cols, d)
+    rows = derived_rows(t.capacity, t.cols, d)
     if rows == 0 or t.rows != rows or not 0 <= t.valid_rows <= t.rows \
             or not 0 <= t.valid_cols <= t.cols:
         return False
