@@ -38,9 +38,9 @@ __all__ = ["CACHE_ENV", "MIN_COMPILE_SECS", "default_cache_dir", "ensure_compile
            "DEFAULT_WARMUP_CONFIGS", "warmup_programs", "warmup"]
 
 CACHE_ENV = "PTOJAX_JAX_CACHE"
-# the executor compiles in about 1-20 s; JAX's own helpers (device_put, small
-# jnp ops) in milliseconds and are not worth a file each
-MIN_COMPILE_SECS = 0.5
+# the executor's programs compile in 0.3-3 s on a 2-core CPU; JAX's own helpers
+# (device_put, small jnp ops) in milliseconds and are not worth a file each
+MIN_COMPILE_SECS = 0.2
 _MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 
 _lock = threading.Lock()

@@ -22,6 +22,9 @@ from . import header, matrix, mgather_cas, shared_tlsu, transport
 from .header import Header
 
 OP = tables.OP_ID
+# the effect groups whose operations can write a Local register file (a
+# TSTORE, Local or Shared, and a Shared TLOAD only read it)
+LOCAL_WRITERS = frozenset({"TLOAD", "MGATHER.CAS", "MATMUL"})
 
 
 def is_shared_tlsu(h: Header):
@@ -48,6 +51,10 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     if "MATMUL" in effects:
         f, a, view = matrix.complete(view, h, pe, cfg, enable & mat)
         fault, addr = jnp.where(mat, f, fault), jnp.where(mat, a, addr)
+    if not effects & LOCAL_WRITERS:
+        # writing the unchanged view back would make XLA copy the Core's
+        # payload Words to keep the reads of it safe
+        return fault, addr, view.replace(tiles=state.tiles)
     return fault, addr, view.replace(tiles=with_pe_tiles(state.tiles, pe, view.tiles))
 
 
