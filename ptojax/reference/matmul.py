@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from .. import numerics, tables
-from . import layouts
+from . import layouts, minifloat
 from .machine import MASK64, Block, Machine, Tile
 from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, UNIMPLEMENTED, Fault,
                         allocate, binding_well_formed, budget_ok, cube_descriptor_legal,
@@ -359,7 +359,13 @@ def portable_element(rd: Readers, i: int, j: int, K: int) -> int:
 
 def float_value(name: str, word: int) -> float:
     """Exact value of a floating element (or E8M0 scale 2^(e-127), 0xFF NaN)
-    from the low bits of its carrier word (ptojax.numerics)."""
+    from the low bits of its carrier word. The 8-bit and 4-bit formats use the
+    reference's own decoder (minifloat.py), not the executor's ptojax.numerics,
+    so the differential tests check the executor's decoding; FP32/TF32/HF32/
+    FP16/BF16 are numpy/ml_dtypes reinterpretations in numerics, which the
+    executor does not use (it decodes those from bit fields, ops/binary32.py)."""
+    if name in minifloat.FORMATS:
+        return minifloat.value(name, word)
     return float(numerics.decode_float(name, np.array([word], np.uint64))[0])
 
 
