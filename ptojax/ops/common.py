@@ -143,9 +143,9 @@ def capacity_register(tile_capacity):
 def core_charge(tiles):
     """Sum of popcount(mask) * capacity over allocated Local tiles (A.5)."""
     d = tiles.desc
-    pc = pe_count(d[:, COL["mask"]])
-    return jnp.sum(jnp.where(d[:, COL["allocated"]] != 0, pc * d[:, COL["capacity"]], 0)
-                   .astype(jnp.int64))
+    # int64 before the product: a (hand-made) capacity near 2^31 must not wrap
+    charge = pe_count(d[:, COL["mask"]]).astype(jnp.int64) * d[:, COL["capacity"]].astype(jnp.int64)
+    return jnp.sum(jnp.where(d[:, COL["allocated"]] != 0, charge, 0))
 
 
 def gpr_value(gpr_row, reg):
@@ -277,8 +277,8 @@ def ordinary_shape(tsize, col, vr, vc, bits, W: int):
 
 def shared_charge(shared):
     """Sum of popcount(allocation_mask) * capacity over live Shared records (A.5)."""
-    pc = pe_count(shared.allocation_mask)
-    return jnp.sum(jnp.where(shared.sid >= 0, pc * shared.capacity, 0).astype(jnp.int64))
+    charge = pe_count(shared.allocation_mask).astype(jnp.int64) * shared.capacity.astype(jnp.int64)
+    return jnp.sum(jnp.where(shared.sid >= 0, charge, 0))
 
 
 def local_pool_in_use(state, cfg):
