@@ -11,6 +11,7 @@ input. States come from pj.reference.run (no XLA compile) or direct leaf edits
 import copy
 import json
 import pathlib
+from importlib import resources
 
 import jax
 import numpy as np
@@ -251,13 +252,14 @@ def envelopes(states):
 
 
 def test_package_schema_is_the_runner_schema():
+    """The packaged schema is, byte for byte, the runner's file kept in
+    tests/data (its origin: tests/data/README.md)."""
     sch = schema()
     assert sch["$defs"]["stateEnvelope"]["properties"]["schema"]["const"] == SCHEMA_ID
-    shared = pathlib.Path(__file__).resolve().parents[1] / "shared/interop/asl-model-arch-state-v1.schema.json"
-    if not shared.exists():
-        shared = pathlib.Path("/work/shared/interop/asl-model-arch-state-v1.schema.json")
-    if shared.exists():
-        assert json.loads(shared.read_text()) == sch
+    runner = pathlib.Path(__file__).with_name("data") / "asl-model-arch-state-v1.schema.json"
+    packaged = resources.files("ptojax.interop").joinpath("data/asl-model-arch-state-v1.schema.json")
+    assert packaged.read_bytes() == runner.read_bytes()
+    assert sch == json.loads(runner.read_text(encoding="utf-8"))
     if jsonschema is not None:
         jsonschema.Draft202012Validator.check_schema(sch)
 

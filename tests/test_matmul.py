@@ -5,4 +5,10 @@ numeric profiles) run on the JAX executor."""
 import ptojax as pj
 from _scenarios import rebind
 
-globals().update(rebind("test_reference_matmul.py", pj.run, "_matmul_on_jax"))
+# these run no bundle (the encoders' and the decoder's golden words, the
+# binary32 rounding helper): they run once, in the oracle's file
+REFERENCE_ONLY = ("test_matrix_encoders_match_golden_words",
+                  "test_adr0071_9_matrix_encodings_unchanged", "test_r32_helper")
+
+globals().update(rebind("test_reference_matmul.py", pj.run, "_matmul_on_jax",
+                        reference_only=REFERENCE_ONLY))

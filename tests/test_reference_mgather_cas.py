@@ -5,9 +5,9 @@ duplicates, lane-preflight faults, packed-type rejection, schema rejection,
 zero mask) as real instruction words, one test per check of the ordered list
 D.4, the lane orders of ptojax/cas_order.py, and the any-serialization
 checker of ptojax/reference/cas_check.py. Source tiles are built with real
-ordinary TLOAD bundles. Scenario tests call the module-level `run`, so the
-file can be re-run on another executor the way tests/test_transport.py
-re-runs the transport scenarios.
+ordinary (and, once, CUBE) TLOAD bundles. Scenario tests call the module-level
+`run`, setup included, so tests/test_mgather_cas.py can re-run the file on the
+JAX executor the way tests/test_transport.py re-runs the transport scenarios.
 """
 
 import functools
@@ -103,6 +103,19 @@ def load(s, dt, values, cols=None, hand=0, size=1):
     if cols is not None:
         words.append(dim(2, cols))
     s = ok(s, words + [iot_dst(hand, size, 4), ior(X2, X3), BSTOP])
+    s = write_memory(s, SCRATCH, bytes(len(raw)))
+    return with_regs(s, x2=0, x3=0)
+
+
+def cube_load(s, dt, values, hand=0):
+    """A CUBE_M16 tile of `values` (VR x VC) in the first free slot of `hand`, by a
+    CUBE TLOAD (ND2M16) through this module's `run`; GM scratch and x2/x3 are
+    restored afterwards."""
+    vr, vc = len(values), len(values[0])
+    raw = encode_rows(dt, values)
+    s = write_memory(s, SCRATCH, raw)
+    s = with_regs(s, x2=SCRATCH, x3=len(raw) // vr)
+    s = ok(s, _tr.cube_load(22, dt, vr, vc, hand=hand, regs=True))
     s = write_memory(s, SCRATCH, bytes(len(raw)))
     return with_regs(s, x2=0, x3=0)
 
@@ -539,7 +552,7 @@ def test_undefined_or_unindexable_sources():
     # a source that is not fully defined
     expect_fault(poke_tiles(s, "defined_valid", 1, 1), cas_header("U8", 2), "Fault_TileLegality")
     # a CUBE tile is not generically indexable
-    c = _tr.cube_source(s, 22, "U8", 1, 2, [[1, 2]], hand=1)
+    c = cube_load(s, "U8", [[1, 2]], hand=1)
     assert allocated(c) == [0, 1, 2, 16]
     expect_fault(c, cas_header("U8", 2, iots=[iot_src2(0, 16, last=0), iot_src_dst(2, 0)]),
                  "Fault_TileLegality")
