@@ -239,12 +239,20 @@ def test_forced_labels(profile, n):
 
 
 def test_profiles_differ_on_floating_results():
-    """The two profiles really compute differently: successful floating cases
-    give other D words in ieee than in portable (both models agreeing)."""
+    """The two profiles really compute differently: successful unmutated floating
+    cases give other tile words in ieee than in portable, in pj.batch.run as in the
+    reference, and pj.batch.run matches the reference on each of them in both
+    profiles (every leaf, fault and executed count)."""
     ok = [i for i, c in enumerate(MAIN) if c.kind in ("mm_float", "mm_mx", "mm_mx_blocks")
           and not c.mutations and oracle(i, "portable").fault == "Fault_None"]
+    got = lambda i, p: main_batch(i // ROWS, p)[i % ROWS]     # the batches the file already runs
+    for i in ok:
+        for p in PROFILES:
+            assert_same(f"pj.batch.run ({p})", MAIN[i].describe(), got(i, p), oracle(i, p))
     words = lambda o: dict(o.leaves)[".tiles.words"]
-    differ = [i for i in ok if not np.array_equal(words(oracle(i, "portable")), words(oracle(i, "ieee")))]
+    differ = [i for i in ok
+              if not np.array_equal(words(oracle(i, "portable")), words(oracle(i, "ieee")))
+              and not np.array_equal(words(got(i, "portable")), words(got(i, "ieee")))]
     assert len(ok) >= 20 and len(differ) >= 0.8 * len(ok), (len(ok), len(differ))
 
 
@@ -290,6 +298,65 @@ def test_sample_covers_the_matmul_faults():
     assert set(MATMUL_FAULTS) | {"Fault_IllegalInstruction", "Fault_BundlePostCommit"} <= forced
 
 
+@pytest.mark.parametrize("kind,muts,applied", [
+    # an mm_acc_chain's C is its first bundle's D, not a loaded tile (KeyError: 'c')
+    *[("mm_acc_chain", ms, ms[1:]) for m in ("mm_c_capacity", "mm_c_layout", "mm_c_is_d_hand")
+      for ms in ([m], [m, "mm_ios_gemv"])],
+    # no B.FPATR left to edit (TypeError)
+    ("mm_float", ["mm_no_fpatr", "mm_trans"], ["mm_no_fpatr"]),
+    ("mm_float", ["mm_no_fpatr", "mm_quant_class"], ["mm_no_fpatr"])])
+def test_forced_mutations_that_cannot_apply(kind, muts, applied):
+    """Forced mutations that cannot apply to the drawn plan are left out of
+    Case.mutations (each of these draws used to crash the generator)."""
+    for seed in range(5):
+        c = G.random_matmul_case(np.random.default_rng(seed), GEN, kind=kind, mutations=muts)
+        assert c.kind == kind and list(c.mutations) == applied, c.describe()
+
+
+def test_forced_chain_faults_in_the_stream():
+    """A mutation of a tile the chain's first bundle reads makes that bundle fault
+    too: it stays in the stream (cut to max_words), since build_state needs a setup
+    that completes (in the setup it raised RuntimeError)."""
+    for seed in range(8):
+        c = G.random_matmul_case(np.random.default_rng(seed), GEN, kind="mm_acc_chain",
+                                 mutations=["mm_src_dtype"])
+        assert "chain_in:stream" in c.notes and c.mutations == ("mm_src_dtype",), c.describe()
+        G.build_state(c, CFG)
+
+
+def _property_draws(seed: int, n: int) -> list:
+    """n (seed, kind, mutations) draws shaped like _DRAW below: any 32-bit seed, any
+    kind, 0-2 distinct mutations."""
+    rng = np.random.default_rng(seed)
+    kinds, muts = sorted(G.MATMUL_KINDS), sorted(G.MATMUL_MUTATIONS)
+    return [(int(rng.integers(0, 2 ** 32)), kinds[int(rng.integers(len(kinds)))],
+             [muts[j] for j in rng.choice(len(muts), int(rng.integers(0, 3)), replace=False)])
+            for _ in range(n)]
+
+
+def test_forced_draws_are_rarely_impossible():
+    """random_matmul_case refuses a forced (kind, mutations) only with MatmulImpossible,
+    exactly when matmul_possible says no form takes it, and seldom on draws shaped
+    like test_random_bundles_agree's; any other exception (a generator bug, which
+    that test must not skip) fails here, as does a chain whose setup cannot run."""
+    n = 400
+    impossible = []
+    for seed, kind, muts in _property_draws(SEED, n):
+        possible = G.matmul_possible(kind, muts)
+        try:
+            c = G.random_matmul_case(np.random.default_rng(seed), GEN, kind=kind, mutations=muts)
+        except G.MatmulImpossible:
+            assert not possible, (seed, kind, muts)
+            impossible.append((kind, muts))
+            continue
+        assert possible, (seed, kind, muts)
+        assert c.kind == kind and set(c.mutations) <= set(muts), c.describe()
+        if kind == "mm_acc_chain":          # its setup may hold a matrix bundle
+            G.build_state(c, CFG)
+    print(f"\n{len(impossible)} of {n} impossible: {impossible}")
+    assert len(impossible) < 0.05 * n, impossible
+
+
 # ----------------------------------------------------------------- hypothesis
 
 
@@ -310,9 +377,10 @@ def test_random_bundles_agree(profile, draws):
         try:
             cases.append(G.random_matmul_case(np.random.default_rng(seed), GEN, kind=kind,
                                               mutations=list(muts)))
-        except ValueError:                   # no form takes this kind with these mutations
+        except G.MatmulImpossible:           # no form takes this kind with these mutations;
+            assert not G.matmul_possible(kind, muts)   # any other exception fails the test
             continue
-    if not cases:
+    if not cases:                            # every draw impossible (rare: see above)
         return
     states = [G.build_state(c, cfg) for c in cases]
     got = batch(states, cases, profile)

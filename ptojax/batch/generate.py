@@ -2659,7 +2659,9 @@ MATMUL_AIMS = {
 }
 assert set(MATMUL_AIMS) == set(MATMUL_MUTATIONS)
 
-# which forms a mutation can apply to (absent: any)
+# which forms a mutation can apply to (absent: any); mm_c_is_d_hand / mm_c_layout /
+# mm_c_capacity also need a loaded C, so they do not apply to mm_acc_chain (forced there,
+# they are left out of Case.mutations; unforced, _mm_mutation_ok never draws them)
 _MM_FORM_NEEDS = {
     "mm_gemv_m": lambda f: f["gemv"], "mm_ios_gemv": lambda f: f["gemv"],
     "mm_gemv_cube_layout": lambda f: f["gemv"],
@@ -2673,6 +2675,10 @@ _MM_FORM_NEEDS = {
 _MM_PLAN_MUTATIONS = ("mm_a_layout", "mm_b_layout", "mm_c_layout", "mm_c_capacity", "mm_src_dtype",
                       "mm_src_shape", "mm_src_undefined", "mm_src_unallocated", "mm_aux_cube",
                       "mm_c_is_d_hand", "mm_d_size", "mm_hand_full")
+# forced on mm_acc_chain, these edit a tile (or type) its first bundle reads too, so that
+# bundle faults: it then stays in the stream (build_state needs a setup that completes)
+_MM_FIRST_FAULTS = ("mm_a_layout", "mm_b_layout", "mm_src_dtype", "mm_src_shape", "mm_src_unallocated",
+                    "mm_aux_cube", "mm_type_class", "mm_mx_type")
 # not combined in one case (they edit the same field, or the second undoes the first)
 _MM_CONFLICTS = {frozenset(p) for p in (
     ("mm_no_fpatr", "mm_trans"), ("mm_no_fpatr", "mm_quant_class"), ("mm_no_fpatr", "mm_post"),
@@ -2716,6 +2722,23 @@ def _mm_mutation_ok(m: str, kind: str, muts) -> bool:
     if kind == "mm_mx_blocks" and m == "mm_type_class":
         return False
     return True
+
+
+class MatmulImpossible(ValueError):
+    """random_matmul_case was forced to a kind and mutations that no allowed form
+    takes (matmul_possible says False): a legitimate refusal, not a generator bug."""
+
+
+def matmul_possible(kind: str, mutations=(), forms=()) -> bool:
+    """Does some form of `forms` (GenConfig.matmul_forms; empty: all 12) take this
+    kind with these forced mutations? random_matmul_case raises MatmulImpossible
+    exactly when it does not."""
+    forms = tuple(forms) or MATMUL_FORMS
+    unknown = ({kind} - set(MATMUL_KINDS)) | (set(mutations) - set(MATMUL_MUTATIONS)) \
+        | (set(forms) - set(MATMUL_FORMS))
+    if unknown:
+        raise ValueError(f"unknown matrix kind, mutations or forms {sorted(unknown)}")
+    return any(_mm_form_ok(f, kind, list(mutations)) for f in forms)
 
 
 # ---- element codes
@@ -3015,6 +3038,7 @@ class _MmPlan:
     c_is_d_hand: bool = False
     undefine_role: Optional[str] = None
     unallocated_role: Optional[str] = None
+    first_faults: bool = False    # a chain's first bundle faults too (_MM_FIRST_FAULTS)
 
     @property
     def f(self) -> dict:
@@ -3097,6 +3121,8 @@ def _mp_b_layout(b, plan):
 
 
 def _mp_c_layout(b, plan):
+    if "c" not in plan.tiles:           # mm_acc_chain: C is the first bundle's D, no loaded tile
+        return False
     rng, W, t = b.rng, b.m.tile_words, plan.tiles["c"]
     opts = []
     for lay in ("M16", "M32", "N8"):
@@ -3112,6 +3138,8 @@ def _mp_c_layout(b, plan):
 
 
 def _mp_c_capacity(b, plan):
+    if "c" not in plan.tiles:           # mm_acc_chain: C is the first bundle's D, no loaded tile
+        return False
     rng, t = b.rng, plan.tiles["c"]
     need = _cube_min_size(t.layout, 32, t.vr, t.vc)
     opts = []
@@ -3229,7 +3257,8 @@ def _mp_d_size(b, plan):
 
 def _mp_flag(name):
     def apply(b, plan):
-        if name == "c_is_d_hand" and b.m.hand_slots < 2:
+        # c_is_d_hand pins a loaded C (mm_acc_chain has none: its C is the first bundle's D)
+        if name == "c_is_d_hand" and (b.m.hand_slots < 2 or "c" not in plan.tiles):
             return False
         setattr(plan, name, True)
         return True
@@ -3416,6 +3445,8 @@ def _ms_ios(b, spec, plan):
 
 
 def _ms_trans(b, spec, plan):
+    if spec["fpatr"] is None:           # forced after mm_no_fpatr: no B.FPATR to edit
+        return False
     which = _pick(b.rng, [1, 2, 3])
     spec["fpatr"] |= (which & 1) << 7 | (which >> 1) << 8
     return True
@@ -3428,6 +3459,8 @@ def _fpatr_word(pre=0, relu=0, group_n=0, row_max=0, group_max=0, row_max_init=0
 
 
 def _ms_quant_class(b, spec, plan):
+    if spec["fpatr"] is None:           # forced after mm_no_fpatr: no B.FPATR to edit
+        return False
     rng = b.rng
     if plan.acc == FP32:
         mode = _pick(rng, [m for m in MM_S32_MODES if m in MM_SCALAR_MODES])
@@ -3777,8 +3810,8 @@ def _mm_program(b: _Builder, plan: _MmPlan, spec_muts: list, item_muts: list):
     if len(stream(main)) > g.max_words:
         main = _mm_bundle(b, spec, minimal=True)
     applied += [m for m in item_muts if MM_ITEM_MUTATIONS[m](b, main)]
-    if len(stream(main)) > g.max_words and plan.chain == "stream":
-        plan.chain = "setup"
+    if len(stream(main)) > g.max_words and plan.chain == "stream" and not plan.first_faults:
+        plan.chain = "setup"            # (a first bundle that faults stays: the cut drops main's tail)
     if len(stream(main)) > g.max_words and in_stream:
         in_stream = []
         for t in loads:
@@ -3828,10 +3861,12 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
 
     `kind` and `mutations` force the draw (labels that could not be applied
     are left out of Case.mutations; a forced combination no allowed form
-    takes raises ValueError). The forms drawn are GenConfig.matmul_forms
-    (all 12 when empty). The operand tiles are made by TLOADs in Case.setup
-    (one in the stream for mm_in_stream; an mm_acc_chain first bundle in the
-    stream when it fits, else in the setup); build_state prepares them.
+    takes raises MatmulImpossible, a ValueError: matmul_possible tells which).
+    The forms drawn are GenConfig.matmul_forms (all 12 when empty). The
+    operand tiles are made by TLOADs in Case.setup (one in the stream for
+    mm_in_stream; an mm_acc_chain first bundle in the stream when it fits,
+    else in the setup, unless a forced mutation makes it fault); build_state
+    prepares them.
     """
     g = _gen_config(cfg)
     forms = tuple(g.matmul_forms) or MATMUL_FORMS
@@ -3845,7 +3880,7 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
     elif kind not in MATMUL_KINDS:
         raise ValueError(f"unknown matrix kind {kind!r}")
     elif kind not in kinds:
-        raise ValueError(f"matrix kind {kind!r} needs a form outside {forms}")
+        raise MatmulImpossible(f"matrix kind {kind!r} needs a form outside {forms}")
     if mutations is None:
         mutations = []
         if kind != "mm_zero_mask" and rng.random() < g.p_mutate:
@@ -3863,7 +3898,7 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
         if unknown:
             raise ValueError(f"unknown matrix mutations {sorted(unknown)}")
         if not any(_mm_form_ok(f, kind, mutations) for f in forms):
-            raise ValueError(f"no form in {forms} takes kind {kind} with {mutations}")
+            raise MatmulImpossible(f"no form in {forms} takes kind {kind} with {mutations}")
     cands = [f for f in forms if _mm_form_ok(f, kind, mutations)]
     for attempt in range(16):
         form = _pick(rng, cands)
@@ -3877,6 +3912,7 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
                 applied.append(m)                   # satisfied by the type draw
             elif fn and fn(b, plan):
                 applied.append(m)
+        plan.first_faults = kind == "mm_acc_chain" and any(m in _MM_FIRST_FAULTS for m in applied)
         spec_muts = [m for m in mutations if m in MM_SPEC_MUTATIONS]
         item_muts = [m for m in mutations if m in MM_ITEM_MUTATIONS]
         if kind == "mm_zero_mask":
