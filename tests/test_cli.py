@@ -1,7 +1,8 @@
 """The `ptojax` command line: run, asm, disasm, demo and bench through cli.main.
 
-Every JAX run uses the "small" preset and 7-word programs, so the whole file
-pays for one compile of pj.run (plus the demo's and the benchmark's batches).
+Every JAX run uses the "small" preset; the single-PE ones are 7-word
+programs, so the file pays for one compile of pj.run, one of pj.run_core (the
+cooperative example with --core), plus the demo's and the benchmark's batches.
 """
 
 from __future__ import annotations
@@ -291,8 +292,7 @@ COOP_EXAMPLE = EXAMPLE.with_name("coop_tmatmul.s")
 
 
 def test_run_core_cooperative_example(capsys):
-    # the reference model keeps it cheap; the JAX path of the same program is in
-    # tests/test_cooperative.py (the scenarios re-bound on pj.run_core)
+    # the reference model; test_run_core_cooperative_example_on_jax runs it on pj.run_core
     text = COOP_EXAMPLE.read_text()
     rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--reference", "--core")
     assert rc == 0, err
@@ -314,6 +314,56 @@ def test_run_core_cooperative_example(capsys):
     assert rc == 0 and "tiles changed: 1" in out and "PE1 T#1 (tile 0)" in out
     rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--reference", "--core", "--pe", "1")
     assert rc == 2 and "--core runs every PE" in err
+
+
+def _coop_d_row(i):
+    # the example's D row i: A[i][k] = 4i + k, so [8i + 3, 8i + 1, 8i + 3, 8i + 5] (U32)
+    return "  " + " ".join(f"{v:08x}" for v in (8 * i + 3, 8 * i + 1, 8 * i + 3, 8 * i + 5))
+
+
+def test_run_core_cooperative_example_on_jax(capsys):
+    """`ptojax run --core` without --reference: pj.run_core runs the example, each
+    fragment holds its D rows, and the JSON report equals the reference model's
+    (every tile and Shared Word, bit for bit); a misaligned PE2 base faults the
+    collective Shared TLOAD at that PE's first element and changes nothing."""
+    n = len(pj.asm.assemble(COOP_EXAMPLE.read_text()))
+    rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--core")
+    assert rc == 0, err
+    assert f"{n} words, jax model, config small, portable profile, the whole Core (PE0..PE3)" in out
+    assert f"result: Fault_None: {n} of {n} words executed" in out
+    assert "tiles changed: 2" in out
+    lines = out.splitlines()
+    pe0 = next(i for i, x in enumerate(lines) if x.startswith(
+        "  PE0 T#1 (tile 0): CUBE_M16 U32 16x4, valid 16x4, 256 B, Matrix, mask 1000"))
+    assert lines[pe0 + 1:pe0 + 17] == [_coop_d_row(i) for i in range(16)]
+    pe1 = next(i for i, x in enumerate(lines) if x.startswith(
+        "  PE1 T#1 (tile 0): CUBE_M16 U32 16x4, valid 4x4, 256 B, Matrix, mask 0100"))
+    assert lines[pe1 + 1:pe1 + 5] == [_coop_d_row(16 + i) for i in range(4)]   # D rows 16..19
+    assert lines[pe1 + 5] == "  " + " ".join(["?" * 8] * 4)                   # not defined
+    assert "S1: RowMajor U16 32x4, valid 20x4, 256 B per PE, allocated 1111, initialized 1111" in out
+    assert "memory changed: none" in out
+
+    def report(*argv):
+        rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--core", "--json", *argv)
+        assert rc == 0, err
+        return json.loads(out)
+
+    reports = {}
+    for name, argv in (("ok", []), ("misaligned", ["--gpr", "2:a0=0x101"])):
+        jax_rep, ref_rep = report(*argv), report("--reference", *argv)
+        assert (jax_rep.pop("model"), ref_rep.pop("model")) == ("jax", "reference")
+        assert jax_rep == ref_rep, name
+        reports[name] = jax_rep
+    rep = reports["ok"]
+    assert rep["pe"] == "core" and [(t["pe"], t["valid_rows"]) for t in rep["tiles"]] == [(0, 16), (1, 4)]
+    assert [(s["name"], s["allocation_mask"], s["initialized_mask"], s["published"])
+            for s in rep["shared"]] == [("S1", "1111", "1111", True), ("S2", "1111", "1111", True)]
+    # S1 quarter q holds rows 8q..8q+7: PE2's first element, row 16, is at 0x101 + 16 * 8
+    rep = reports["misaligned"]
+    assert (rep["fault"], rep["fault_address"], rep["fault_word"], rep["executed"], rep["pc"]) == (
+        "Fault_DataAlignment", 0x181, 6, 6, 0x18)
+    assert rep["tiles"] == [] and rep["shared"] == [] and rep["memory"] == []
+    assert not rep["block_open"]
 
 
 def _warmup(cache, *argv):

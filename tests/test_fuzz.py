@@ -5,7 +5,9 @@ Compile budget: every JAX run here is pj.batch.run on the "tiny" preset with
 effectful op, never executed), so the file compiles pj.batch.run once (JAX's
 persistent cache, tests/conftest.py, keeps it between sessions); the oracle
 runs in this process (--jobs 1) so that monkeypatching it plants a bug. The
-multi-device test compiles once more, in its own process.
+--core campaign and its replays compile pj.batch.run(core=True) once (the same
+[64, 16] shape), and the multi-device test compiles once more, in its own
+process.
 """
 
 from __future__ import annotations
@@ -153,9 +155,10 @@ def test_matrix_ops_selection_and_weights():
 
 
 def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
-    """--core: every case runs on the Core (run_core on both sides), cooperative /
-    Shared kinds drawn with coop_weight (1/3 by default with a TMATMUL form or
-    all ops), their labels in the coverage universe, the flag in case files."""
+    """--core options: every drawn case is a Core case, cooperative / Shared kinds
+    drawn with coop_weight (1/3 by default with a TMATMUL form or all ops), their
+    labels in the coverage universe, the options reach the campaign (faked here:
+    test_core_campaign_on_jax runs a real one), the flag in case files."""
     cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=C.parse_ops(ops), **kw)
     assert cfg("all").coop == 0.0 and cfg("tload").coop == 0.0
     assert (cfg("all", core=True).cas, cfg("all", core=True).matmul,
@@ -496,6 +499,64 @@ def test_hold_mode_campaign(capsys, tmp_path):
                              "--pe", "2", "--quiet")
     assert rc == 0, err
     assert rep["on_fault"] == "hold" and rep["pe"] == 2 and rep["mismatches"] == 0
+
+
+CORE_SEED = 13
+
+
+def test_core_campaign_on_jax(capsys, tmp_path):
+    """A real --core campaign (one [64, 16] call): pj.batch.run(core=True) against
+    pj.reference.run_core, every State leaf, the fault and the executed count of
+    every case compared: zero mismatches, with cooperative / Shared kinds among
+    the cases and results that PE0's single-PE view does not give. Exported Core
+    cases replay through `ptojax replay` (the JAX Core batch against the
+    reference again)."""
+    edir = tmp_path / "export"
+    rc, rep, err = fuzz_json(capsys, "--core", "--count", str(ROWS - 1), "--seed", str(CORE_SEED),
+                             "--export", str(edir), "--quiet", "--out", str(tmp_path / "out"))
+    assert rc == 0, err
+    assert (rep["core"], rep["coop_weight"], rep["config"]) == (True, round(1 / 3, 4), "tiny")
+    assert rep["cases"] == rep["compared"] == ROWS - 1 and rep["mismatches"] == 0
+    assert rep["first_call_seconds"] > 0
+    cov = rep["coverage"]
+    coop = {k: n for k, n in cov["kinds"].items() if k in G.COOP_KINDS}
+    assert sum(coop.values()) >= 10, cov["kinds"]
+    coop_faults = {f for label, faults in rep["fault_by_label"].items() if label in G.COOP_KINDS
+                   for f in faults}
+    assert "Fault_None" in coop_faults and len(coop_faults) >= 2, coop_faults
+    # the exported expectations are pj.reference.run_core's; the Core matters in
+    # some of them (PE0's single-PE view ends elsewhere), with and without a fault
+    index = json.loads((edir / "index.json").read_text())
+    assert len(index["cases"]) == ROWS - 1
+    core_only = {}
+    for name in index["cases"]:
+        d = json.loads((edir / name).read_text())
+        assert d["core"] is True and d["pe"] == 0
+        cfg = casefile.machine_from(d["config"])
+        assert cfg == CFG
+        start = from_arch_state(d["initial"], cfg)
+        on_core = C.reference_outcome(start, d["words"], 0, d["on_fault"], cfg, core=True)
+        assert (on_core.fault, on_core.executed) == (d["expected"]["fault"], d["expected"]["executed"])
+        assert on_core.same(C.Outcome(C.state_leaves(from_arch_state(d["expected"]["final"], cfg)),
+                                      on_core.executed))
+        if not on_core.same(C.reference_outcome(start, d["words"], 0, d["on_fault"], cfg)):
+            core_only.setdefault(on_core.fault == "Fault_None", (edir / name, d))
+        if len(core_only) == 2:
+            break
+    assert set(core_only) == {True, False}, "no Core-only outcome with and without a fault"
+    # each replay is one more [64, 16] call (about 2 s): text for one case, JSON for the other
+    path, d = core_only[True]
+    rc, out, _ = replay(capsys, str(path))
+    assert rc == 0, out
+    assert f"{len(d['words'])} words, the Core, on_fault abandon" in out
+    assert "jax: Fault_None" in out and "the two models agree" in out
+    path, d = core_only[False]
+    rc, out, _ = replay(capsys, str(path), "--json")
+    j = json.loads(out)
+    assert rc == 0 and not j["differ"] and j["models"] == ["jax", "reference"]
+    assert (j["results"]["jax"]["fault"], j["results"]["jax"]["executed"]) == (
+        d["expected"]["fault"], d["expected"]["executed"])
+    assert j["results"]["jax"]["fault"] != "Fault_None"
 
 
 # ----------------------------------------------------------------- several devices
