@@ -104,3 +104,31 @@ def test_faults_are_raised_with_the_fault():
 def test_misuse_is_a_clear_error(call, err):
     with pytest.raises(err):
         call()
+
+
+def test_bundles_agree_with_the_reference(monkeypatch):
+    """pj.ops.matmul's own bundle sequences (TLOADs, the TMATMUL forms, TSTORE)
+    run on pj.reference.run too: the same fault, executed count and final GM."""
+    from ptojax.ops import golden
+    from ptojax.state import write_gpr, write_memory
+
+    seen = []
+    real = golden._run
+
+    def checked(template, cfg, gm, gprs, words):
+        got = real(template, cfg, gm, gprs, words)
+        s = write_memory(template, 0, np.frombuffer(bytes(gm), np.uint8))
+        for reg, value in gprs.items():
+            s = write_gpr(s, reg, int(value))
+        want = pj.reference.run(s, [int(w) for w in words], cfg=cfg)
+        assert got[0] == want.fault and got[2] == want.executed
+        assert np.array_equal(got[3], np.asarray(want.state.gm))
+        seen.append(len(words))
+        return got
+
+    monkeypatch.setattr(golden, "_run", checked)
+    a, b = ints(-8, 9, (5, 40)).astype(np.float16), ints(-8, 9, (40, 7)).astype(np.float16)
+    bias = ints(-8, 9, 7).astype(np.float32)
+    d = pj.ops.matmul(a, b, dtype="FP16", bias=bias)
+    assert np.array_equal(d, a.astype(np.float32) @ b.astype(np.float32) + bias)
+    assert seen
