@@ -102,7 +102,7 @@ def header_step(packed, word, gpr_row, pc):
         ios=jnp.broadcast_to(jnp.stack([d["ios_sid"], d["ios_size"], ios_mask]), (MAX_IOS, 3)),
         zero_seen=true, fpatr_present=true, fpatr=word32, catr_present=true, catr=word32))
     at_row = jnp.where(_LATCH_GROUP == _G_LB, t,
-                    jnp.where(_LATCH_GROUP == _G_IOT, blk.iot_count, blk.ios_count))
+                       jnp.where(_LATCH_GROUP == _G_IOT, blk.iot_count, blk.ios_count))
     recorded = jnp.where(kind == K["B.IOT"], d["pemode"] != 0, d["ios_pemode"] != 0)
     zero_bind = ((kind == K["B.IOT"]) & (d["pemode"] == 0)) \
         | ((kind == K["B.IOS"]) & (d["ios_pemode"] == 0))

@@ -10,6 +10,7 @@ change lives here, so `jax.vmap` over a State is a batch of machines.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -97,8 +98,7 @@ class MachineConfig:
     @property
     def state_bytes(self) -> int:
         """Bytes one State occupies (all leaves), for sizing batches."""
-        return sum(int(np.prod(l.shape)) * np.dtype(l.dtype).itemsize
-                   for l in jax.tree_util.tree_leaves(_state_shapes(self)))
+        return _state_bytes(self)
 
     def replace(self, **kw) -> "MachineConfig":
         return dataclasses.replace(self, **kw)
@@ -316,6 +316,13 @@ def _reset(cfg: MachineConfig) -> State:
 def _state_shapes(cfg: MachineConfig):
     with jax.enable_x64(True):
         return jax.eval_shape(lambda: _reset(cfg))
+
+
+@functools.lru_cache(maxsize=None)
+def _state_bytes(cfg: MachineConfig) -> int:
+    # cached: pj.run asks on every call (machine.stream_runner), and a trace costs ms
+    return sum(int(np.prod(l.shape)) * np.dtype(l.dtype).itemsize
+               for l in jax.tree_util.tree_leaves(_state_shapes(cfg)))
 
 
 @x64
