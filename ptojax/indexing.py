@@ -27,3 +27,20 @@ def set_row(a, i, v):
     """a with a[i] = v along the first axis (index clamped into range, as `row`)."""
     return jax.lax.dynamic_update_index_in_dim(a, jnp.asarray(v, a.dtype), jnp.asarray(i), 0,
                                                allow_negative_indices=False)
+
+
+def cell(a, i, j):
+    """a[i, j] along the first two axes (both indices clamped, as `row`); an
+    array of second indices reads one row each."""
+    j = jnp.asarray(j)
+    if j.ndim:
+        return jax.vmap(lambda k: cell(a, i, k))(j.reshape(-1)).reshape(j.shape + a.shape[2:])
+    start = (jnp.asarray(i, jnp.int32), j.astype(jnp.int32)) + (jnp.int32(0),) * (a.ndim - 2)
+    return jax.lax.dynamic_slice(a, start, (1, 1) + a.shape[2:]).reshape(a.shape[2:])
+
+
+def set_cell(a, i, j, v):
+    """a with a[i, j] = v along the first two axes (indices clamped, as `row`)."""
+    start = (jnp.asarray(i, jnp.int32), jnp.asarray(j, jnp.int32)) + (jnp.int32(0),) * (a.ndim - 2)
+    v = jnp.asarray(v, a.dtype).reshape((1, 1) + a.shape[2:])
+    return jax.lax.dynamic_update_slice(a, v, start)

@@ -342,14 +342,29 @@ def config_of(s: State) -> MachineConfig:
                          shared_slots=int(R), shared_words=int(WS))
 
 
-def pe_tiles(tiles: Tiles, pe) -> Tiles:
-    """PE `pe`'s Local register file (pe may be traced)."""
-    return jax.tree_util.tree_map(lambda a: row(a, pe), tiles)
+@chex.dataclass
+class PeFile:
+    """PE `pe`'s Local register file while one of its blocks completes: its
+    descriptors projected (S x 15 int32), its payload left in the Core's
+    arrays and addressed at (pe, slot). A block then copies only the payload
+    rows it names; projecting the whole file and writing it back cost a
+    batched TLOAD two passes over all S x W Words of the PE."""
+    desc: jax.Array             # int32[S, len(TILE_FIELDS)]: this PE's
+    words: jax.Array            # uint64[4, S, W]: the Core's
+    defined: jax.Array          # bool[4, S, W]: the Core's
+    pe: jax.Array               # int32
 
 
-def with_pe_tiles(tiles: Tiles, pe, local: Tiles) -> Tiles:
-    """`tiles` with PE `pe`'s Local register file replaced by `local`."""
-    return jax.tree_util.tree_map(lambda a, l: set_row(a, pe, l), tiles, local)
+def pe_file(local: LocalFile, pe) -> PeFile:
+    """PE `pe`'s view of the Core's Local files (pe may be traced)."""
+    return PeFile(desc=row(local.desc, pe), words=local.words, defined=local.defined,
+                  pe=jnp.asarray(pe, jnp.int32))
+
+
+def with_pe_file(local: LocalFile, f: PeFile) -> LocalFile:
+    """`local` after PE `f.pe`'s block: its descriptors written back, the
+    payload as the block left it (written in place)."""
+    return LocalFile(desc=set_row(local.desc, f.pe, f.desc), words=f.words, defined=f.defined)
 
 
 # ----------------------------------------------------------------- host helpers

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..indexing import row, set_row
+from ..indexing import cell, row, set_cell, set_row
 from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
 from ..state import TILE_COLUMN as COL, TILE_FIELDS
 
@@ -299,17 +299,24 @@ def destination(state, hand, size_code, mask, cfg):
     return slot, found, tsize, charge <= capacity_register(state.tile_capacity)
 
 
+def payload(tiles, slot):
+    """The payload Words of slot `slot` of a PE's file (a state.PeFile)."""
+    return cell(tiles.words, tiles.pe, slot)
+
+
 def install(tiles, slot, do, fields: dict, words, defined):
     """Publish a new descriptor (every field of DESCRIPTOR_FIELDS) and payload
-    row at `slot` when `do`, else leave the file unchanged."""
+    row at `slot` of a PE's file (a state.PeFile) when `do`, else leave the
+    file unchanged. The payload row is written in the Core's arrays in place."""
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
     # column 0 is "allocated" (TILE_FIELDS)
     desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
                                       for k in DESCRIPTOR_FIELDS])
     slot, do, desc = settle((slot, do, desc))
-    put = lambda a, new: set_row(a, slot, jnp.where(do, new, row(a, slot)))
-    return tiles.replace(desc=put(tiles.desc, desc), words=put(tiles.words, words),
-                         defined=put(tiles.defined, defined))
+    pe = tiles.pe
+    put = lambda a, new: set_cell(a, pe, slot, jnp.where(do, new, cell(a, pe, slot)))
+    return tiles.replace(desc=set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))),
+                         words=put(tiles.words, words), defined=put(tiles.defined, defined))
 
 
 # ---------------------------------------------------------------- CUBE descriptors

@@ -7,8 +7,9 @@ blocks that pass them go to their own modules. Each family's effects are
 gated by its own enable, so composing them in sequence applies exactly one.
 
 The operation modules see one PE's view: `state.tiles` is that PE's Local
-register file (projected here from the Core's [4, ...] files and written
-back after), while GPRs, GM and the Shared registers are the Core's.
+register file (a state.PeFile: its descriptors projected here and written
+back after, its payload rows read and written in the Core's arrays), while
+GPRs, GM and the Shared registers are the Core's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import tables
-from ..state import pe_tiles, with_pe_tiles
+from ..state import pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_tlsu, transport
 from .header import Header
 
@@ -36,7 +37,7 @@ def is_shared_tlsu(h: Header):
 
 def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state)."""
-    view = state.replace(tiles=pe_tiles(state.tiles, pe))
+    view = state.replace(tiles=pe_file(state.tiles, pe))
     routed = ~h.cube & ~h.zero_mask
     cas = (h.op == OP["MGATHER.CAS"]) & routed
     mat = (h.op >= matrix.FIRST) & (h.op <= matrix.LAST) & routed
@@ -52,10 +53,8 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
         f, a, view = matrix.complete(view, h, pe, cfg, enable & mat)
         fault, addr = jnp.where(mat, f, fault), jnp.where(mat, a, addr)
     if not effects & LOCAL_WRITERS:
-        # writing the unchanged view back would make XLA copy the Core's
-        # payload Words to keep the reads of it safe
-        return fault, addr, view.replace(tiles=state.tiles)
-    return fault, addr, view.replace(tiles=with_pe_tiles(state.tiles, pe, view.tiles))
+        return fault, addr, view.replace(tiles=state.tiles)     # nothing to write back
+    return fault, addr, view.replace(tiles=with_pe_file(state.tiles, view.tiles))
 
 
 def complete_core(state, h: Header, cfg, enable, effects, cas_seed=0):

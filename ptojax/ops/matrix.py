@@ -32,8 +32,8 @@ from . import binary32
 from . import shared as sh
 from .header import Header
 from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, capacity_register,
-                     cube_descriptor, cube_geometry, destination, install, log2, ordered_fault, settle,
-                     ordinary_source_legal, source, take, tile_coords)
+                     cube_descriptor, cube_geometry, destination, install, log2, ordered_fault,
+                     ordinary_source_legal, payload, settle, source, take, tile_coords)
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
@@ -333,22 +333,24 @@ def complete(state, h: Header, pe, cfg, enable):
     # (a Shared sA row is absolute like A's, a Local one this PE's), B[k][n] takes sB[k div 32][n]
     a_row = jnp.where(left_shared, sh_row, ri) * jnp.where(left_shared, sa_cols, sa_s["cols"])
     sb_c = jnp.where(shared_on, sb_cols, sb_s["cols"])
-    words, shared = tiles.words, state.shared.words
+    # the Local operand rows A, sA, B, sB of this PE (rows 0-3), copied once per block
+    words = payload(tiles, jnp.stack([a_slot, sa_slot, b_slot, sb_slot]))
+    shared = state.shared.words
 
     def scales(k):
-        sa = fetch(words, shared, sa_slot, sh_sa, left_shared, a_row + (k >> 5))
-        sb = fetch(words, shared, sb_slot, sh_sb, shared_on, ci + (k >> 5) * sb_c)
+        sa = fetch(words, shared, 1, sh_sa, left_shared, a_row + (k >> 5))
+        sb = fetch(words, shared, 3, sh_sb, shared_on, ci + (k >> 5) * sb_c)
         return jnp.where(sa_on, sa, U64(1)), jnp.where(sb_on, sb, U64(1))
 
-    def operands(a_table, b_table, k, rows=(a_slot, sh_a, b_slot, sh_b)):
+    def operands(a_table, b_table, k, rows=(0, sh_a, 2, sh_b)):
         """A[i][k] and B[k][n] of every lane from (Local, Shared) tables of raw Words, or of
         decoded values (one row each: rows = 0)."""
         a = fetch(a_table[0], a_table[1], rows[0], rows[1], left_shared, a_base + a_step(k))
         b = fetch(b_table[0], b_table[1], rows[2], rows[3], shared_on, b_base + b_step(k))
         return a, b
 
-    c_words = row(tiles.words, c_slot)          # C has D's layout and shape: same slots
-    bias_words = row(tiles.words, bias_slot)[jnp.clip(c, 0, W - 1)]
+    c_words = payload(tiles, c_slot)            # C has D's layout and shape: same slots
+    bias_words = payload(tiles, bias_slot)[jnp.clip(c, 0, W - 1)]
     trips = jnp.where(do, K, 0)
 
     if cfg.profile != "ieee":
@@ -368,8 +370,8 @@ def complete(state, h: Header, pe, cfg, enable):
         def decode(dtype, table):
             return jnp.where(is_float, _float_value(dtype, table),
                              _int_value(dtype, table).astype(jnp.int64).astype(jnp.float64))
-        a_val = (decode(a_type, words[a_slot][None]), decode(a_type, shared[sh_a][None]))
-        b_val = (decode(b_type, words[b_slot][None]), decode(b_type, shared[sh_b][None]))
+        a_val = (decode(a_type, words[0][None]), decode(a_type, shared[sh_a][None]))
+        b_val = (decode(b_type, words[2][None]), decode(b_type, shared[sh_b][None]))
 
         def body(k, carry):
             acc_i, acc_f = carry
@@ -393,7 +395,7 @@ def complete(state, h: Header, pe, cfg, enable):
 
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
-    new_words = jnp.where(lane_ok, d_words, row(tiles.words, dslot))
+    new_words = jnp.where(lane_ok, d_words, payload(tiles, dslot))
     vals = dict(dtype=acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(d_lay, 0, 1)),
                 location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
                 cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],

@@ -15,10 +15,9 @@ from .. import cas_order, tables
 from ..indexing import row
 from . import memory
 from .common import (DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
-                     ordered_fault, settle,
-                     fractal_ok, gpr_value, install, ordinary_index, ordinary_shape, ordinary_slot,
-                     ordinary_source_legal, valid_lanes,
-                     source, take)
+                     fractal_ok, gpr_value, install, ordered_fault, ordinary_index, ordinary_shape,
+                     ordinary_slot, ordinary_source_legal, payload, settle, source, take,
+                     valid_lanes)
 from .header import Header
 
 LAY = tables.TILE_LAYOUT_CODE
@@ -134,10 +133,10 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
     r, c, lane = valid_lanes(vr, vc, W)
     order = j
     ibits = take(DT_BITS, si["dtype"])
-    index = _extend(row(tiles.words, islot)[jnp.clip(ordinary_slot(si, r, c), 0, W - 1)], ibits,
+    index = _extend(payload(tiles, islot)[jnp.clip(ordinary_slot(si, r, c), 0, W - 1)], ibits,
                     take(DT_SIGNED, si["dtype"]))
-    expected = row(tiles.words, eslot)[jnp.clip(ordinary_slot(se, r, c), 0, W - 1)]
-    replacement = row(tiles.words, rslot)[jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
+    expected = payload(tiles, eslot)[jnp.clip(ordinary_slot(se, r, c), 0, W - 1)]
+    replacement = payload(tiles, rslot)[jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
     base = gpr_value(row(state.gpr, pe), h.reg_src0)
     addr = base + index
     nbytes = elem_bytes(tbits)
@@ -183,7 +182,7 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
     padw = row(row(PAD_WORDS, tdt), h.pad)
     physical = j < drows * col
     slot = jnp.where(lane, ordinary_index(dlay, drows, col, tbits, r, c), W)
-    words = jnp.where(physical, padw, row(tiles.words, dslot)).at[slot].set(old, mode="drop")
+    words = jnp.where(physical, padw, payload(tiles, dslot)).at[slot].set(old, mode="drop")
     fields = dict(dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
                   rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
                   cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)

@@ -15,7 +15,7 @@ from .. import tables
 from . import memory
 from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
                      U64, capacity_register, cube_descriptor, cube_geometry, destination,
-                     elem_bytes, gpr_value, install, ordered_fault, ordinary_shape, ordinary_slot,
+                     elem_bytes, gpr_value, install, payload, ordered_fault, ordinary_shape, ordinary_slot,
                      ordinary_source_legal, row, settle, source, take, tile_coords, valid_lanes)
 from .header import Header
 
@@ -181,7 +181,7 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
                     signed=take(DT_SIGNED, jnp.where(cube, bdt, edt))))
     loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, e["signed"])
     pad_area = p["cube"] & storage & ~valid
-    new_words = jnp.where(valid, loaded, jnp.where(pad_area, e["pad_word"], row(tiles.words, e["dslot"])))
+    new_words = jnp.where(valid, loaded, jnp.where(pad_area, e["pad_word"], payload(tiles, e["dslot"])))
     new_def = valid | (pad_area & e["pad_defined"])
     l_vr, l_vc = jnp.where(cube, vr_c, vr_o), jnp.where(cube, vc_c, vc_o)
     vals = dict(
@@ -199,7 +199,7 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
     if "TSTORE" not in effects:
         return fault, fault_addr, state.replace(tiles=tiles)
 
-    src_words = row(tiles.words, e["sslot"])[value_slot]
+    src_words = payload(tiles, e["sslot"])[value_slot]
     gm = memory.write_elements(state.gm, addr, src_words, nbytes, (c & 1) == 1, four,
                                memory.overwritten_later(r, c, vr, vc, stride, nbytes, four),
                                valid & e["store"])
