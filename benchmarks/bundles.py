@@ -53,6 +53,12 @@ merged rows ("comparison").
     python benchmarks/bundles.py --quick       # 1, 16, 256
     python benchmarks/bundles.py --max-batch 4096 --out r.json
     python benchmarks/bundles.py --batches 4096,16384 --baseline 8d18aa7
+    python benchmarks/bundles.py --config asl --batches 32,256   # the model's own bounds
+
+--config NAME runs the bundles on another preset (small; asl, the model's own
+bounds); the matrix bundles use it too where its tiles hold their operands.
+The last table gives every preset's bytes per State and how many States fit
+in 16 GiB.
 """
 
 from __future__ import annotations
@@ -117,11 +123,19 @@ for _name, (_dt, _m, _k, _n, _p) in COOP.items():
     BUNDLES[_name] = ("TMATMUL", "coop", _dt, _m, _n, 4, "M")
 
 
-def matrix_config(pj, name):
-    if name in COOP:   # room for a 128x32 FP16 Shared A and a 32-row FP32 fragment
+def matrix_config(pj, name, base=None):
+    """The config a matrix or cooperative bundle runs on: `base` (the --config
+    preset) in the bundle's profile when its tiles and Shared records hold the
+    operands, else a 512-Word-tile config (a 16x32 FP16 A; tiny's 256 do not)."""
+    coop = name in COOP
+    profile = COOP[name][4] if coop else MATRIX[name][5]
+    if base is not None and base.tile_words >= 512 and (
+            not coop or (base.shared_words >= 4096 and base.shared_slots >= 2)):
+        return base.replace(profile=profile, gm_bytes=max(base.gm_bytes, 16384 if coop else 0))
+    if coop:   # room for a 128x32 FP16 Shared A and a 32-row FP32 fragment
         return pj.MachineConfig(tile_words=512, hand_slots=2, shared_slots=2, shared_words=4096,
-                                gm_bytes=16384, profile=COOP[name][4])
-    return pj.MachineConfig(tile_words=512, hand_slots=2, shared_slots=1, profile=MATRIX[name][5])
+                                gm_bytes=16384, profile=profile)
+    return pj.MachineConfig(tile_words=512, hand_slots=2, shared_slots=1, profile=profile)
 
 
 # MGATHER.CAS lane addresses: "distinct" or "dup" (see the module docstring)
@@ -335,7 +349,7 @@ runpy.run_path(str(script), run_name="__main__")
 
 
 def run_baseline(tree: Path, sha: str, name: str, sizes, repeats: int, ref_runs: int,
-                 quiet: bool) -> dict:
+                 quiet: bool, config: str = PRESET) -> dict:
     """The baseline's benchmarks/bundles.py for one bundle in a subprocess: its JSON
     result, plus "ptojax_file" and "process_s" (or {"bundle", "error"})."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -344,7 +358,8 @@ def run_baseline(tree: Path, sha: str, name: str, sizes, repeats: int, ref_runs:
     os.close(fd)
     cmd = [sys.executable, "-c", _CHILD, str(tree), "--bundles", name,
            "--batches", ",".join(str(b) for b in sizes), "--repeats", str(repeats),
-           "--reference-runs", str(ref_runs), "--out", out] + (["--quiet"] if quiet else [])
+           "--reference-runs", str(ref_runs), "--out", out] + (["--quiet"] if quiet else []) \
+        + (["--config", config] if config != PRESET else [])
     tail = collections.deque(maxlen=5)
     pj_file = None
     t0 = time.perf_counter()
@@ -455,11 +470,11 @@ def print_tables(result):
             if "error" in b:
                 console.print(f"  baseline {b['bundle']}: {b['error']}")
     p = Table(title="Per-State memory of the config presets")
-    for c in ("preset", "gm_bytes", "tile slots x Words", "bytes per State", "States per GiB"):
+    for c in ("preset", "gm_bytes", "tile slots x Words", "bytes per State", "States in 16 GiB"):
         p.add_column(c, justify="left" if c == "preset" else "right")
     for name, d in result["presets"].items():
         p.add_row(name, str(d["gm_bytes"]), f"{d['local_slots']} x {d['tile_words']}",
-                  f"{d['state_bytes']:,}", f"{(1 << 30) // d['state_bytes']:,}")
+                  f"{d['state_bytes']:,}", f"{(16 << 30) // d['state_bytes']:,}")
     console.print(p)
 
 
@@ -476,6 +491,10 @@ def main(argv=None):
                     help="timed pj.reference.run calls per bundle (default 300; --quick 30)")
     ap.add_argument("--bundles", default=None,
                     help="comma-separated subset of bundle names (default all)")
+    ap.add_argument("--config", default=PRESET, metavar="NAME",
+                    help=f"config preset the bundles run on (default {PRESET}; e.g. small, asl: "
+                         "the model's own bounds); matrix bundles whose operands do not fit its "
+                         "tiles run on a 512-Word-tile config")
     ap.add_argument("--out", default="bench-results/bundles.json", help="JSON output path")
     ap.add_argument("--quiet", action="store_true", help="no tables on stdout")
     ap.add_argument("--baseline", default=None, metavar="REV",
@@ -514,11 +533,13 @@ def main(argv=None):
     import jax
     import ptojax as pj
 
-    cfg = pj.preset(PRESET)
+    if args.config not in pj.PRESETS:
+        ap.error(f"--config {args.config!r}: expected one of {', '.join(pj.PRESETS)}")
+    cfg = pj.preset(args.config)
     rng = np.random.default_rng(0)
     t_start = time.perf_counter()
     bundles, starts = [], {}
-    cfgs = {name: matrix_config(pj, name) if name in MATRIX or name in COOP else cfg
+    cfgs = {name: matrix_config(pj, name, cfg) if name in MATRIX or name in COOP else cfg
             for name in names}
     for name in names:
         op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
@@ -532,6 +553,7 @@ def main(argv=None):
                            if name in COOP else {}),
                         **({"lanes": CAS_LANES[name]} if op == "MGATHER.CAS" else {}),
                         "shape": [rows, cols], "size_code": size,
+                        "state_bytes": cfgs[name].state_bytes,
                         "words": [f"0x{w:08x}" for w in words],
                         "text": pj.asm.disassemble(words).splitlines()})
 
@@ -571,7 +593,8 @@ def main(argv=None):
                 if who == "now":
                     rows += [point(B, name, "[now]     ") for B in sizes]
                     continue
-                rec = run_baseline(base_path, base_sha, name, sizes, repeats, ref_runs, args.quiet)
+                rec = run_baseline(base_path, base_sha, name, sizes, repeats, ref_runs, args.quiet,
+                                   args.config)
                 base_runs.append(rec)
                 if "error" in rec:
                     print(f"  [base {base_sha[:7]}] {name}: {rec['error']}", file=sys.stderr,
@@ -597,7 +620,8 @@ def main(argv=None):
             "jax": jax.__version__, "backend": jax.default_backend(),
             "device": str(getattr(dev, "device_kind", dev)),
             "local_devices": jax.local_device_count(), "cpu_count": os.cpu_count(),
-            "machine": platform.machine(), "commit": _checkout.commit(), "preset": PRESET, "state_bytes": cfg.state_bytes,
+            "machine": platform.machine(), "commit": _checkout.commit(), "preset": args.config,
+            "state_bytes": cfg.state_bytes,
             **({"baseline": baseline} if baseline else {}),
             "batch_sizes": sizes, "repeats": repeats, "reference_runs": ref_runs,
             "quick": args.quick,
