@@ -20,8 +20,8 @@ from .isa.forms import ENCODINGS
 from .ops import dispatch, header
 from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
 from .result import RunResult
-from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, empty_block,
-                    config_of, pack_block, pack_tiles, unpack_block, unpack_tiles)
+from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, check_block,
+                    config_of, empty_block, pack_block, pack_tiles, unpack_block, unpack_tiles)
 
 ON_FAULT = ("abandon", "hold")
 _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
@@ -392,6 +392,7 @@ def _run(state, words, pe, on_fault, cfg, core):
     hold = check_on_fault(on_fault)
     w = as_words(words)
     cfg = check_config(state, cfg)
+    check_block(state.block)
     # the families the words can reach, and generous bounds: a first call
     # compiles only what it uses (a few seconds), and few variants in all
     padded = np.zeros(bucket(len(w), low=16), np.uint32)

@@ -403,6 +403,134 @@ def check_state(s):
                          "(jax.tree_util.tree_map(lambda a: a[i], states))")
 
 
+# The values header processing can leave in the Block (encoding.md section 4):
+# each field one its command decodes to (reserved codes fault at decode, so
+# they are never latched), and a field not latched yet (no block open, its
+# command not seen, a binding row past the count, a register of an absent
+# binding) at its reset value. A State holding anything else is not one the
+# model can be in.
+_DTYPES = tuple(d.code for d in tables.DATATYPES)
+_MASKS = tuple(m for m in tables.PEMODE_MASK if m)          # recorded bindings: PEMode != 000
+_IOT_COLUMNS = (range(2), range(4), range(11), _MASKS, range(2), range(2), range(64), range(64))
+_IOS_COLUMNS = (range(256), range(13), _MASKS)
+_DOMAIN = {
+    "active": range(2), "op": range(len(tables.OPS)), "dtype": _DTYPES, "datr_present": range(2),
+    "datr": (tuple(tables.LAYOUT_CODES), _DTYPES + (tables.DTYPE_NONE,),
+             range(len(tables.PADVALUES)), range(len(tables.CMODES)), range(len(tables.RMODES)),
+             range(2), range(2)),
+    "lb": range(1 << 16), "lb_present": range(2), "ior_present": range(2),
+    "ior": range(tables.NUM_GPRS), "iot_count": range(MAX_IOT + 1), "iot_closed": range(2),
+    "iot": _IOT_COLUMNS * MAX_IOT, "ios_count": range(MAX_IOS + 1), "ios": _IOS_COLUMNS * MAX_IOS,
+    "zero_seen": range(2), "fpatr_present": range(2), "fpatr": range(1 << 32),
+    "catr_present": range(2), "catr": range(1 << 32)}
+# field -> the flag that latches it (lb: one flag per element)
+_LATCHED_BY = {"datr": "datr_present", "lb": "lb_present", "ior": "ior_present",
+               "fpatr": "fpatr_present", "catr": "catr_present"}
+
+
+@functools.lru_cache(maxsize=None)
+def _block_rules():
+    """Over pack_block's positions: the (field, element) each holds, its
+    [lo, hi] and allowed-value bit set (0: the whole range) once latched, the
+    reset vector, the position whose zero holds each at reset (gate; itself
+    when none), and the binding-row positions past each count."""
+    names, lo, hi, allowed, start = [], [], [], [], {}
+    for name, shape, _ in BLOCK_FIELDS:
+        start[name] = len(names)
+        for i in range(int(np.prod(shape))):
+            names.append((name, np.unravel_index(i, shape) if shape else ()))
+            dom = _DOMAIN.get(name, range(-(1 << 63), (1 << 63) - 1))    # pc: any address
+            dom = dom[i] if shape and not isinstance(dom, range) else dom
+            if isinstance(dom, range):
+                lo.append(dom.start); hi.append(dom.stop - 1); allowed.append(0)
+            else:
+                lo.append(min(dom)); hi.append(max(dom)); allowed.append(sum(1 << v for v in dom))
+    with jax.enable_x64(True), jax.ensure_compile_time_eval():
+        reset = np.asarray(pack_block(empty_block()))
+    n = len(names)
+    gate = np.arange(n)
+    for field, flag in _LATCHED_BY.items():
+        k = int(np.prod(dict((f, sh) for f, sh, _ in BLOCK_FIELDS)[field]))
+        gate[start[field]:start[field] + k] = start[flag] + (np.arange(k) if field == "lb" else 0)
+    for r in range(MAX_IOT):        # an IOT row's hand and size need a destination, src0/1 a source
+        at = start["iot"] + 8 * r
+        gate[[at + 1, at + 2, at + 6, at + 7]] = [at, at, at + 4, at + 5]
+    past = []
+    for field, width, slots in (("iot", 8, MAX_IOT), ("ios", 3, MAX_IOS)):
+        m = np.zeros((slots + 1, n), bool)
+        for c in range(slots + 1):
+            m[c, start[field] + c * width:start[field] + slots * width] = True
+        past.append(m)
+    return names, np.array(lo), np.array(hi), np.array(allowed, np.int64), reset, start, gate, past
+
+
+def _packed_rows(block, xp):
+    """[rows, BLOCK_WORDS] int64: pack_block of every State's block (xp: np or jnp)."""
+    leaves = []
+    for name, shape, dtype in BLOCK_FIELDS:
+        v = xp.asarray(getattr(block, name))
+        lead = v.shape[:v.ndim - len(shape)]
+        v = v.view(xp.int64) if dtype == np.uint64 else v.astype(xp.int64)
+        leaves.append(v.reshape(lead + (-1,)))
+    return xp.concatenate(leaves, -1).reshape(-1, BLOCK_WORDS)
+
+
+def _bad_positions(v, xp):
+    """bool[rows, BLOCK_WORDS]: the positions of packed blocks `v` outside the rules."""
+    names, lo, hi, allowed, reset, start, gate, (past_iot, past_ios) = _block_rules()
+    at_reset = v == reset
+    latched = (v[:, gate] != 0) | (gate == np.arange(len(names)))
+    count = lambda f, top: xp.clip(v[:, start[f]], 0, top)
+    unset = xp.asarray(past_iot)[count("iot_count", MAX_IOT)] \
+        | xp.asarray(past_ios)[count("ios_count", MAX_IOS)]
+    in_set = ((allowed >> xp.clip(v, 0, 62)) & 1) == 1
+    bad = xp.where(latched & ~unset, (v < lo) | (v > hi) | ((allowed != 0) & ~in_set), ~at_reset)
+    closed_early = (v[:, start["iot_closed"]] != 0) & (v[:, start["iot_count"]] == 0)
+    bad = bad | ((np.arange(len(names)) == start["iot_closed"]) & closed_early[:, None])
+    # no block open: every field at its reset value
+    return xp.where(v[:, start["active"], None] != 0, bad, ~at_reset)
+
+
+@jax.jit
+def _bad_rows(block):
+    return jnp.any(_bad_positions(_packed_rows(block, jnp), jnp), -1)
+
+
+def block_domain_errors(block, limit: int = 3) -> list:
+    """Why a State's (or a batch's) open-block fields lie outside what header
+    processing can produce (the rules above): up to `limit` messages, [] when
+    every block is one the model can hold. The rows are screened in one
+    compiled pass (a batch of 65536 in milliseconds), the messages written
+    for the first bad rows only."""
+    with jax.enable_x64(True):
+        rows = np.flatnonzero(np.asarray(_bad_rows(block)))[:limit]
+    if not rows.size:
+        return []
+    names, lo, hi, _, reset, start, _, _ = _block_rules()
+    v = _packed_rows(block, np)[rows]
+    out = []
+    for r, p in zip(*np.nonzero(_bad_positions(v, np))):
+        if len(out) == limit:
+            break
+        name, at = names[p]
+        where = f"[{int(rows[r])}]" if np.ndim(block.active) else ""
+        field_at = f"{name}[{', '.join(str(int(i)) for i in at)}]" if at else name
+        state = "an open block" if v[r, start["active"]] else "no open block"
+        out.append(f"State{where}.block.{field_at} = {int(v[r, p])} is not a value header "
+                   f"processing leaves ({state}; once latched a value its command decodes "
+                   f"to, in {lo[p]}..{hi[p]}; {int(reset[p])} before)")
+    return out
+
+
+def check_block(block):
+    """ValueError when a State's open-block fields are outside what header
+    processing can produce (block_domain_errors): pj.run and pj.reference.run
+    both reject such a State rather than each reading it its own way."""
+    errors = block_domain_errors(block)
+    if errors:
+        raise ValueError("not a State the model can be in: " + "; ".join(errors))
+
+
 def check_int(name, v, lo, hi):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")

@@ -2,14 +2,16 @@
 check, stream and header rules) run on the JAX executor. Random words and
 hand-made (garbage) States run on pj.run and on the reference model, which
 must agree: same fault, fault address, executed count and every State leaf.
-Where they do not yet (garbage block fields; a 2^31-1 tile capacity), the
-comparison is a strict xfail naming the difference."""
+An open block with values header processing never leaves is not a State the
+model can be in: both models refuse it (state.check_block)."""
 
 import jax
 import numpy as np
 import pytest
 
 import ptojax as pj
+from ptojax import tables
+from ptojax.state import block_domain_errors
 from _differential import Outcome, assert_same
 from _scenarios import rebind
 from test_reference_transport import (BSTOP, X2, X3, bstart, cube_load, cube_store, datr, dim,
@@ -86,22 +88,86 @@ def test_hand_made_descriptors_match_the_reference():
             assert_same_as_reference(s, words, on_fault, f"garbage descriptors {i} (seed 12)")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the executors differ on garbage block fields: pj.reference.run normalizes them when it "
-    "loads a State (B.DATR fields cut to their widths, binding counts clamped, bindings past "
-    "the count zeroed) and pj.run keeps them raw, and a block open with an operation id "
-    "outside tables.OPS completes as a no-op on the reference but with Fault_Unimplemented "
-    "on pj.run (issue 16, item 4)"))
-def test_hand_made_states_match_the_reference():
-    """25 States with garbage descriptors and block fields, each completing its
-    block (BSTOP), opening a new one (BSTART) and binding a tile first."""
+def test_out_of_domain_blocks_are_rejected_by_both_models():
+    """A State whose open-block fields hold values header processing never
+    leaves (a reserved code, a count past its slots, a field set before its
+    command) is not a State the model can be in: pj.run, pj.run_core,
+    pj.batch.run and pj.reference.run all refuse it with a ValueError naming
+    the field."""
     rng = np.random.default_rng(11)
     base = small()
     for i in range(25):
         s = garbage_state(rng, base)
+        assert block_domain_errors(s.block), f"garbage State {i} passed the domain check"
+        for run in (pj.run, pj.reference.run, pj.run_core, pj.reference.run_core,
+                    lambda s, w: pj.batch.run(s, [w, w])):
+            with pytest.raises(ValueError, match=r"State\.block\.\w+"):
+                run(s, [BSTOP])
+
+
+def in_domain_block(rng, base):
+    """A random open block of values header processing can leave: every field
+    one its command decodes to (encoding.md section 4; reserved codes fault at
+    decode) or at reset until its command is seen, bindings up to their count."""
+    dtypes = [d.code for d in tables.DATATYPES]
+    masks = [m for m in tables.PEMODE_MASK if m]
+    pick = lambda xs: int(rng.choice(xs))
+    b = {k: np.asarray(v).copy() for k, v in base.block.items()}
+    # half of them a plain TLOAD/TSTORE header, so that blocks also complete
+    plain = rng.random() < 0.5
+    b.update(active=True, op=pick([tables.OP_ID["TLOAD"], tables.OP_ID["TSTORE"]] if plain
+                                  else range(len(tables.OPS))),
+             dtype=pick(dtypes), pc=rng.integers(0, 1 << 20) * 2)
+    if rng.random() < 0.5 and not plain:
+        b.update(datr_present=True, datr=np.array(
+            [pick(list(tables.LAYOUT_CODES)), pick(dtypes + [tables.DTYPE_NONE]), pick(range(4)),
+             pick(range(len(tables.CMODES))), pick(range(8)), pick(range(2)), pick(range(2))], np.int32))
+    for t in range(3):
+        if rng.random() < 0.5:
+            b["lb_present"][t] = True
+            b["lb"][t] = pick([1, 2, 3, 4] if plain else [0, 1, 2, 3, 7, 16, 32, 255, 0xFFFF])
+    if rng.random() < 0.5:
+        b.update(ior_present=True, ior=np.array([0, X2, X3, 0]) if plain
+                 else rng.integers(0, tables.NUM_GPRS, 4).astype(np.int32))
+    n_iot = pick([0, 1] if plain else range(4))
+    mask = pick(masks)
+    for r in range(n_iot):
+        dst, s0, s1 = (rng.random(3) < 0.5).tolist()
+        b["iot"][r] = [dst, pick(range(4)) * dst, pick(range(11)) * dst, mask,
+                       s0, s1, pick(range(64)) * s0, pick(range(64)) * s1]
+    b.update(iot_count=n_iot, iot_closed=n_iot > 0 and rng.random() < 0.5)
+    if plain:
+        return _with_block(base, b)
+    n_ios = pick(range(3))
+    for r in range(n_ios):
+        b["ios"][r] = [pick(range(256)), pick(range(13)), mask]
+    b.update(ios_count=n_ios, zero_seen=rng.random() < 0.3)
+    if rng.random() < 0.3:
+        b.update(fpatr_present=True, fpatr=int(rng.integers(0, 1 << 32)))
+    if rng.random() < 0.3:
+        b.update(catr_present=True, catr=int(rng.integers(0, 1 << 32)))
+    return _with_block(base, b)
+
+
+def _with_block(s, fields):
+    with jax.enable_x64(True):
+        return s.replace(block=s.block.replace(**{
+            k: jax.numpy.asarray(np.asarray(v, np.asarray(getattr(s.block, k)).dtype))
+            for k, v in fields.items()}))
+
+
+def test_hand_made_blocks_match_the_reference():
+    """60 States with an open block of random in-domain fields (any operation,
+    bindings, dims, attributes) over garbage descriptors, each completing its
+    block (BSTOP), opening a new one (BSTART) and binding a tile first."""
+    rng = np.random.default_rng(11)
+    base = small()
+    for i in range(60):
+        s = in_domain_block(rng, garbage_state(rng, base, block=False))
+        assert block_domain_errors(s.block) == [], (i, block_domain_errors(s.block))
         for words in ([BSTOP], [bstart("TLOAD", "FP16")], [iot_dst(1), ior(X2, X3), BSTOP]):
             on_fault = str(rng.choice(["abandon", "hold"]))
-            assert_same_as_reference(s, words, on_fault, f"garbage State {i} (seed 11)")
+            assert_same_as_reference(s, words, on_fault, f"hand-made block {i} (seed 11)")
 
 
 def test_budget_charge_of_huge_capacity():

@@ -28,7 +28,6 @@ from ..state import MAX_IOS, MAX_IOT, MachineConfig, State
 
 MASK64 = (1 << 64) - 1
 DATR_ABSENT = [0, tables.DTYPE_NONE, tables.PAD_NULL, 0, 0, 0, 0]   # block reset value
-DATR_FIELD_MASKS = (0x1F, 0x1F, 0x3, 0x7, 0x7, 0x1, 0x1)          # Layout .. Canonicalize
 
 
 @dataclass
@@ -290,19 +289,17 @@ class Machine:
 
     @staticmethod
     def _block_from_state(b) -> Block:
+        # the fields are in their domains (state.check_block, on entry to run)
         g = {k: np.asarray(v) for k, v in b.items()}
-        iot_count = max(0, min(int(g["iot_count"]), MAX_IOT))
-        ios_count = max(0, min(int(g["ios_count"]), MAX_IOS))
+        iot_count, ios_count = int(g["iot_count"]), int(g["ios_count"])
         closed = bool(g["iot_closed"])
         iots = []
         for i, r in enumerate(g["iot"].tolist()[:iot_count]):
             iots.append(Binding(bool(r[0]), int(r[1]), int(r[2]), int(r[3]), bool(r[4]), bool(r[5]),
                                 int(r[6]), int(r[7]), last=closed and i == iot_count - 1))
-        # B.DATR fields are raw encoded fields: keep only their encoded widths
-        datr = [int(x) & w for x, w in zip(g["datr"].tolist(), DATR_FIELD_MASKS)]
         return Block(active=bool(g["active"]), pc=int(g["pc"]) & MASK64, op=int(g["op"]),
                      dtype=int(g["dtype"]), datr_present=bool(g["datr_present"]),
-                     datr=datr,
+                     datr=[int(x) for x in g["datr"].tolist()],
                      lb=[int(x) for x in g["lb"].tolist()],
                      lb_present=[bool(x) for x in g["lb_present"].tolist()],
                      ior_present=bool(g["ior_present"]), ior=[int(x) for x in g["ior"].tolist()],

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import tables
 from ..result import RunResult
-from ..state import MAX_IOS, MAX_IOT, MachineConfig, State
+from ..state import MAX_IOS, MAX_IOT, MachineConfig, State, check_block
 from . import matmul, mgather_cas, shared, transport
 from .decode import Decoded, decode
 from .machine import MASK64, Binding, Block, Machine
@@ -84,6 +84,7 @@ def check_args(state, pe, on_fault) -> None:
         raise ValueError(f"pe must be 0..{tables.NUM_PES - 1}, got {pe!r}")
     if on_fault not in ON_FAULT:
         raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
+    check_block(state.block)
 
 
 def word_list(words) -> list[int]:
