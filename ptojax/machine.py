@@ -28,22 +28,11 @@ _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
 _MATRIX_FIRST = tables.OP_ID["TMATMUL"]
 
 
-def header_step(packed, word, gpr_row, pc):
-    """Decode one word and apply it to the block header (packed: state.pack_block).
-
-    Returns (the packed block after the word, fault of the word, completes). A completing
-    word (BSTOP, or BSTART with a block open) is assumed to commit; phase 2
-    decides its real fault. GPRs are only read here (no op in the slice writes
-    them), so header processing never depends on a commit's effects.
-    """
-    blk = unpack_block(packed)
-    d = decode(word)
+def _command_faults(blk, d):
+    """The header commands' own faults (encoding.md 4.x) in the fault select's order
+    (B.DATR, B.DIM, B.IOR, B.CATR, B.FPATR, B.IOT, B.IOS), and what the checks derive
+    that the commands latch: (B.DIM's target row, the B.IOT and B.IOS PE masks)."""
     active = blk.active
-    kind = d["kind"]
-    is_ = lambda name: kind == K[name]
-    illegal = is_("NONE") | d["illegal"]
-
-    # ---- header commands (encoding.md 4.x): their own faults
     f_datr = jnp.where(~active | blk.datr_present, F["Fault_BundleControl"], 0)
     t = jnp.clip(d["dim_target"], 0, 2)
     f_dim = jnp.where(~active | row(blk.lb_present, t), F["Fault_BundleControl"], 0)
@@ -74,19 +63,17 @@ def header_step(packed, word, gpr_row, pc):
         (~active, "Fault_BundleControl"),
         (ios_mismatch, "Fault_TileLegality"),
         (dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))
+    return (f_datr, f_dim, f_ior, f_catr, f_fpatr, f_iot, f_ios), (t, iot_mask, ios_mask)
 
-    completes = (is_("BSTOP") | is_("BSTART")) & active & ~illegal
-    # an odd continuation/fall-through PC (only reachable from a hand-made State)
-    odd_pc = (is_("BSTART") | (is_("BSTOP") & active)) & ((pc & U64(1)) == 1)
-    fault = jnp.select(
-        [illegal, odd_pc, is_("B.DATR"), is_("B.DIM"), is_("B.IOR"), is_("B.CATR"), is_("B.FPATR"),
-         is_("B.IOT"), is_("B.IOS"), is_("BSTOP") & ~active],
-        [F["Fault_IllegalInstruction"], F["Fault_InstructionPC"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
-         f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
 
-    # ---- header latching: each command updates only its own fields. On the
-    # packed block that is one select: the value every field would take from
-    # this word, where the word's kind (and row) writes that field.
+def _latch(packed, blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
+    """The packed block after the word: header latching, BSTOP closing, BSTART opening."""
+    active = blk.active
+    kind = d["kind"]
+    is_ = lambda name: kind == K[name]
+    # each command updates only its own fields. On the packed block that is one
+    # select: the value every field would take from this word, where the word's
+    # kind (and row) writes that field.
     word32 = jnp.asarray(word, jnp.uint32)
     dim_val = ((gpr_value(gpr_row, d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
     iot_row = jnp.stack([d["iot_dst"].astype(jnp.int32), jnp.where(d["iot_dst"], d["dst_hand"], 0),
@@ -111,7 +98,38 @@ def header_step(packed, word, gpr_row, pc):
     nb = jnp.where(latch, written, packed)
     # BSTOP closes the block, BSTART opens a fresh one
     fresh = jnp.where(_OPENED & is_("BSTART"), written, pack_block(empty_block()))
-    return jnp.where(is_("BSTOP") | is_("BSTART"), fresh, nb), fault, completes
+    return jnp.where(is_("BSTOP") | is_("BSTART"), fresh, nb)
+
+
+def header_step(packed, word, gpr_row, pc):
+    """Decode one word and apply it to the block header (packed: state.pack_block).
+
+    Returns (the packed block after the word, fault of the word, completes). A completing
+    word (BSTOP, or BSTART with a block open) is assumed to commit; phase 2
+    decides its real fault. GPRs are only read here (no op in the slice writes
+    them), so header processing never depends on a commit's effects.
+    """
+    blk = unpack_block(packed)
+    d = decode(word)
+    active = blk.active
+    kind = d["kind"]
+    is_ = lambda name: kind == K[name]
+    illegal = is_("NONE") | d["illegal"]
+
+    # ---- header commands (encoding.md 4.x): their own faults
+    (f_datr, f_dim, f_ior, f_catr, f_fpatr, f_iot, f_ios), latched = _command_faults(blk, d)
+
+    completes = (is_("BSTOP") | is_("BSTART")) & active & ~illegal
+    # an odd continuation/fall-through PC (only reachable from a hand-made State)
+    odd_pc = (is_("BSTART") | (is_("BSTOP") & active)) & ((pc & U64(1)) == 1)
+    fault = jnp.select(
+        [illegal, odd_pc, is_("B.DATR"), is_("B.DIM"), is_("B.IOR"), is_("B.CATR"), is_("B.FPATR"),
+         is_("B.IOT"), is_("B.IOS"), is_("BSTOP") & ~active],
+        [F["Fault_IllegalInstruction"], F["Fault_InstructionPC"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
+         f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
+
+    # ---- header latching
+    return _latch(packed, blk, d, word, gpr_row, pc, *latched), fault, completes
 
 
 def _latch_tables():
