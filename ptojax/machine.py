@@ -159,27 +159,12 @@ _G_LB, _G_IOT, _G_IOS = 1, 2, 3
 _LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED = _latch_tables()
 
 
-def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
-               effects: frozenset | None = None, cas_seed=0, core: bool = False):
-    """Run words[:length] on one State (traceable: `run_stream` jits it, the
-    batch path vmaps it inside its own jit).
-
-    Phase 1 scans the words through decode and the block header, stopping at
-    the first header fault and recording the block each completing word
-    commits (at most `max_commits`). Phase 2 commits those blocks in order and
-    stops at the first completion fault. With `core` (static) every
-    completion is a collective of the Core's PEs (dispatch.complete_core) and
-    the header reads PE `pe`'s GPRs (0 for pj.run_core). `pe` (current PE), `hold`
-    (on_fault="hold") and `cas_seed` are traced, so they never cause a
-    recompile (callers pass cfg with cas_seed=0 and the seed here).
-    Returns (state, executed).
-    """
+def _scan_headers(st: State, words, length, gpr_row, max_commits: int, empty):
+    """Phase 1: the words through decode and the block header, stopping at the
+    first header fault. Returns (the open block after the scan, the header
+    fault's word index (L: none), the header fault, the block before that word,
+    the recorded commits and their word indices)."""
     L = words.shape[0]
-    effects = ALL_EFFECTS if effects is None else effects
-    st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
-    gpr_row = row(st.gpr, pe)
-    # blocks travel packed (one int64 vector): selecting or storing one costs one op
-    empty = pack_block(empty_block())
 
     # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
     @jax.named_scope("phase1")
@@ -202,9 +187,16 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     init = (first, jnp.int32(L), jnp.int32(0), first, jnp.int32(0),
             jnp.broadcast_to(empty, (max_commits,) + empty.shape),
             jnp.full((max_commits,), L, jnp.int32))
-    (blk, stop_at, hfault, before, n, commits, pos), _ = jax.lax.scan(
+    (blk, stop_at, hfault, before, _, commits, pos), _ = jax.lax.scan(
         phase1, init, (jnp.arange(L, dtype=jnp.int32), words))
+    return blk, stop_at, hfault, before, commits, pos
 
+
+def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, cas_seed,
+                   core: bool, empty):
+    """Phase 2: the recorded blocks committed in order, stopping at the first
+    completion fault. Returns (the state, the fault's word index (L: none), the
+    fault, its address, the faulting block)."""
     @jax.named_scope("phase2")
     def phase2(carry, xs):
         s, cstop, cfault, caddr, cblk = carry
@@ -223,8 +215,36 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
         return (s2, jnp.where(faulted, p, cstop), jnp.where(faulted, f, cfault),
                 jnp.where(faulted, addr, caddr), jnp.where(faulted, packed, cblk)), None
 
-    (st, cstop, cfault, caddr, cblk), _ = jax.lax.scan(
+    out, _ = jax.lax.scan(
         phase2, (st, jnp.int32(L), jnp.int32(0), U64(0), empty), (commits, pos))
+    return out
+
+
+def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
+               effects: frozenset | None = None, cas_seed=0, core: bool = False):
+    """Run words[:length] on one State (traceable: `run_stream` jits it, the
+    batch path vmaps it inside its own jit).
+
+    Phase 1 scans the words through decode and the block header, stopping at
+    the first header fault and recording the block each completing word
+    commits (at most `max_commits`). Phase 2 commits those blocks in order and
+    stops at the first completion fault. With `core` (static) every
+    completion is a collective of the Core's PEs (dispatch.complete_core) and
+    the header reads PE `pe`'s GPRs (0 for pj.run_core). `pe` (current PE), `hold`
+    (on_fault="hold") and `cas_seed` are traced, so they never cause a
+    recompile (callers pass cfg with cas_seed=0 and the seed here).
+    Returns (state, executed).
+    """
+    L = words.shape[0]
+    effects = ALL_EFFECTS if effects is None else effects
+    st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
+    gpr_row = row(st.gpr, pe)
+    # blocks travel packed (one int64 vector): selecting or storing one costs one op
+    empty = pack_block(empty_block())
+    blk, stop_at, hfault, before, commits, pos = _scan_headers(st, words, length, gpr_row,
+                                                               max_commits, empty)
+    st, cstop, cfault, caddr, cblk = _commit_blocks(st, commits, pos, L, pe, cfg, effects, cas_seed,
+                                                    core, empty)
 
     # the first fault in word order stops the stream (commit faults precede
     # the header fault: only commits before it were recorded)
