@@ -28,22 +28,11 @@ _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
 _MATRIX_FIRST = tables.OP_ID["TMATMUL"]
 
 
-def header_step(packed, word, gpr_row, pc):
-    """Decode one word and apply it to the block header (packed: state.pack_block).
-
-    Returns (the packed block after the word, fault of the word, completes). A completing
-    word (BSTOP, or BSTART with a block open) is assumed to commit; phase 2
-    decides its real fault. GPRs are only read here (no op in the slice writes
-    them), so header processing never depends on a commit's effects.
-    """
-    blk = unpack_block(packed)
-    d = decode(word)
+def _command_faults(blk, d):
+    """The header commands' own faults (encoding.md 4.x) in the fault select's order
+    (B.DATR, B.DIM, B.IOR, B.CATR, B.FPATR, B.IOT, B.IOS), and what the checks derive
+    that the commands latch: (B.DIM's target row, the B.IOT and B.IOS PE masks)."""
     active = blk.active
-    kind = d["kind"]
-    is_ = lambda name: kind == K[name]
-    illegal = is_("NONE") | d["illegal"]
-
-    # ---- header commands (encoding.md 4.x): their own faults
     f_datr = jnp.where(~active | blk.datr_present, F["Fault_BundleControl"], 0)
     t = jnp.clip(d["dim_target"], 0, 2)
     f_dim = jnp.where(~active | row(blk.lb_present, t), F["Fault_BundleControl"], 0)
@@ -74,19 +63,17 @@ def header_step(packed, word, gpr_row, pc):
         (~active, "Fault_BundleControl"),
         (ios_mismatch, "Fault_TileLegality"),
         (dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))
+    return (f_datr, f_dim, f_ior, f_catr, f_fpatr, f_iot, f_ios), (t, iot_mask, ios_mask)
 
-    completes = (is_("BSTOP") | is_("BSTART")) & active & ~illegal
-    # an odd continuation/fall-through PC (only reachable from a hand-made State)
-    odd_pc = (is_("BSTART") | (is_("BSTOP") & active)) & ((pc & U64(1)) == 1)
-    fault = jnp.select(
-        [illegal, odd_pc, is_("B.DATR"), is_("B.DIM"), is_("B.IOR"), is_("B.CATR"), is_("B.FPATR"),
-         is_("B.IOT"), is_("B.IOS"), is_("BSTOP") & ~active],
-        [F["Fault_IllegalInstruction"], F["Fault_InstructionPC"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
-         f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
 
-    # ---- header latching: each command updates only its own fields. On the
-    # packed block that is one select: the value every field would take from
-    # this word, where the word's kind (and row) writes that field.
+def _latch(packed, blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
+    """The packed block after the word: header latching, BSTOP closing, BSTART opening."""
+    active = blk.active
+    kind = d["kind"]
+    is_ = lambda name: kind == K[name]
+    # each command updates only its own fields. On the packed block that is one
+    # select: the value every field would take from this word, where the word's
+    # kind (and row) writes that field.
     word32 = jnp.asarray(word, jnp.uint32)
     dim_val = ((gpr_value(gpr_row, d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
     iot_row = jnp.stack([d["iot_dst"].astype(jnp.int32), jnp.where(d["iot_dst"], d["dst_hand"], 0),
@@ -111,7 +98,38 @@ def header_step(packed, word, gpr_row, pc):
     nb = jnp.where(latch, written, packed)
     # BSTOP closes the block, BSTART opens a fresh one
     fresh = jnp.where(_OPENED & is_("BSTART"), written, pack_block(empty_block()))
-    return jnp.where(is_("BSTOP") | is_("BSTART"), fresh, nb), fault, completes
+    return jnp.where(is_("BSTOP") | is_("BSTART"), fresh, nb)
+
+
+def header_step(packed, word, gpr_row, pc):
+    """Decode one word and apply it to the block header (packed: state.pack_block).
+
+    Returns (the packed block after the word, fault of the word, completes). A completing
+    word (BSTOP, or BSTART with a block open) is assumed to commit; phase 2
+    decides its real fault. GPRs are only read here (no op in the slice writes
+    them), so header processing never depends on a commit's effects.
+    """
+    blk = unpack_block(packed)
+    d = decode(word)
+    active = blk.active
+    kind = d["kind"]
+    is_ = lambda name: kind == K[name]
+    illegal = is_("NONE") | d["illegal"]
+
+    # ---- header commands (encoding.md 4.x): their own faults
+    (f_datr, f_dim, f_ior, f_catr, f_fpatr, f_iot, f_ios), latched = _command_faults(blk, d)
+
+    completes = (is_("BSTOP") | is_("BSTART")) & active & ~illegal
+    # an odd continuation/fall-through PC (only reachable from a hand-made State)
+    odd_pc = (is_("BSTART") | (is_("BSTOP") & active)) & ((pc & U64(1)) == 1)
+    fault = jnp.select(
+        [illegal, odd_pc, is_("B.DATR"), is_("B.DIM"), is_("B.IOR"), is_("B.CATR"), is_("B.FPATR"),
+         is_("B.IOT"), is_("B.IOS"), is_("BSTOP") & ~active],
+        [F["Fault_IllegalInstruction"], F["Fault_InstructionPC"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
+         f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
+
+    # ---- header latching
+    return _latch(packed, blk, d, word, gpr_row, pc, *latched), fault, completes
 
 
 def _latch_tables():
@@ -141,27 +159,12 @@ _G_LB, _G_IOT, _G_IOS = 1, 2, 3
 _LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED = _latch_tables()
 
 
-def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
-               effects: frozenset | None = None, cas_seed=0, core: bool = False):
-    """Run words[:length] on one State (traceable: `run_stream` jits it, the
-    batch path vmaps it inside its own jit).
-
-    Phase 1 scans the words through decode and the block header, stopping at
-    the first header fault and recording the block each completing word
-    commits (at most `max_commits`). Phase 2 commits those blocks in order and
-    stops at the first completion fault. With `core` (static) every
-    completion is a collective of the Core's PEs (dispatch.complete_core) and
-    the header reads PE `pe`'s GPRs (0 for pj.run_core). `pe` (current PE), `hold`
-    (on_fault="hold") and `cas_seed` are traced, so they never cause a
-    recompile (callers pass cfg with cas_seed=0 and the seed here).
-    Returns (state, executed).
-    """
+def _scan_headers(st: State, words, length, gpr_row, max_commits: int, empty):
+    """Phase 1: the words through decode and the block header, stopping at the
+    first header fault. Returns (the open block after the scan, the header
+    fault's word index (L: none), the header fault, the block before that word,
+    the recorded commits and their word indices)."""
     L = words.shape[0]
-    effects = ALL_EFFECTS if effects is None else effects
-    st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
-    gpr_row = row(st.gpr, pe)
-    # blocks travel packed (one int64 vector): selecting or storing one costs one op
-    empty = pack_block(empty_block())
 
     # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
     @jax.named_scope("phase1")
@@ -184,9 +187,16 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     init = (first, jnp.int32(L), jnp.int32(0), first, jnp.int32(0),
             jnp.broadcast_to(empty, (max_commits,) + empty.shape),
             jnp.full((max_commits,), L, jnp.int32))
-    (blk, stop_at, hfault, before, n, commits, pos), _ = jax.lax.scan(
+    (blk, stop_at, hfault, before, _, commits, pos), _ = jax.lax.scan(
         phase1, init, (jnp.arange(L, dtype=jnp.int32), words))
+    return blk, stop_at, hfault, before, commits, pos
 
+
+def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, cas_seed,
+                   core: bool, empty):
+    """Phase 2: the recorded blocks committed in order, stopping at the first
+    completion fault. Returns (the state, the fault's word index (L: none), the
+    fault, its address, the faulting block)."""
     @jax.named_scope("phase2")
     def phase2(carry, xs):
         s, cstop, cfault, caddr, cblk = carry
@@ -205,8 +215,36 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
         return (s2, jnp.where(faulted, p, cstop), jnp.where(faulted, f, cfault),
                 jnp.where(faulted, addr, caddr), jnp.where(faulted, packed, cblk)), None
 
-    (st, cstop, cfault, caddr, cblk), _ = jax.lax.scan(
+    out, _ = jax.lax.scan(
         phase2, (st, jnp.int32(L), jnp.int32(0), U64(0), empty), (commits, pos))
+    return out
+
+
+def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
+               effects: frozenset | None = None, cas_seed=0, core: bool = False):
+    """Run words[:length] on one State (traceable: `run_stream` jits it, the
+    batch path vmaps it inside its own jit).
+
+    Phase 1 scans the words through decode and the block header, stopping at
+    the first header fault and recording the block each completing word
+    commits (at most `max_commits`). Phase 2 commits those blocks in order and
+    stops at the first completion fault. With `core` (static) every
+    completion is a collective of the Core's PEs (dispatch.complete_core) and
+    the header reads PE `pe`'s GPRs (0 for pj.run_core). `pe` (current PE), `hold`
+    (on_fault="hold") and `cas_seed` are traced, so they never cause a
+    recompile (callers pass cfg with cas_seed=0 and the seed here).
+    Returns (state, executed).
+    """
+    L = words.shape[0]
+    effects = ALL_EFFECTS if effects is None else effects
+    st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
+    gpr_row = row(st.gpr, pe)
+    # blocks travel packed (one int64 vector): selecting or storing one costs one op
+    empty = pack_block(empty_block())
+    blk, stop_at, hfault, before, commits, pos = _scan_headers(st, words, length, gpr_row,
+                                                               max_commits, empty)
+    st, cstop, cfault, caddr, cblk = _commit_blocks(st, commits, pos, L, pe, cfg, effects, cas_seed,
+                                                    core, empty)
 
     # the first fault in word order stops the stream (commit faults precede
     # the header fault: only commits before it were recorded)

@@ -280,18 +280,8 @@ def _export_shared(sh: dict, WS: int) -> tuple[dict, list]:
     return tiles, free
 
 
-def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int = 0,
-                  kind: str = "state_snapshot") -> dict:
-    """One State as a `pto.asl-model.arch-state.v1` envelope (a plain-JSON dict).
-
-    The envelope is PE `pe`'s single-PE view (the ASL model's view): PE `pe`'s
-    GPR file fills `state.scalar.registers` and its Local tile file
-    `state.tile.registers` (`pe_id` = pe); all four GPR files travel in
-    `scalar.extensions.ptojax.gpr` and the other PEs' Local files in
-    `tile.extensions.ptojax.local_files`. The Core's Shared records are
-    `state.shared.tiles["S<sid>"]`. `cfg`, when given, must match the State's
-    sizes; it is recorded in `metadata`.
-    """
+def _export_args(state: State, cfg: Optional[MachineConfig], pe, kind: str):
+    """to_arch_state's arguments checked: (pe as an int, cfg: the State's sizes when None)."""
     check_state(state)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -314,6 +304,75 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
             f"shared_slots={cfg.shared_slots}, shared_words={cfg.shared_words}) does not match the "
             f"State (gm_bytes={sizes.gm_bytes}, hand_slots={sizes.hand_slots}, {W} payload Words "
             f"per Local slot, {R} Shared records of {WS} Words)")
+    return pe, cfg
+
+
+def _export_scalar(gpr: np.ndarray, pe: int, tile_capacity: int, tpc: int) -> dict:
+    """state.scalar: the chosen PE's GPRs by ABI name, TILE_CAPACITY, TPC."""
+    registers = {name: int(gpr[pe, i]) for i, name in enumerate(tables.GPR_NAMES)}
+    registers[TILE_CAPACITY_REGISTER] = tile_capacity
+    return {"registers": registers, "pc": tpc, "tpc": tpc, "flags": {}, "mode": "",
+            "extensions": {EXT: {"gpr": [[int(x) for x in row] for row in gpr.tolist()]}}}
+
+
+def _export_memory(gm: np.ndarray) -> dict:
+    """state.memory: nonzero bytes as cells, one region for the whole GM."""
+    nz = np.flatnonzero(gm)
+    return {"cells": {f"0x{int(a):x}": int(gm[a]) for a in nz},
+            "regions": [{"base": 0, "size": int(gm.shape[0]), "permissions": "rw",
+                         "name": GM_REGION_NAME, "extensions": {}}],
+            "extensions": {}}
+
+
+def _export_fault(fault: int, fault_address: int) -> dict:
+    """state.fault."""
+    if not 0 <= fault < len(tables.FAULTS):
+        raise ValueError(f"fault code {fault} is not a tables.FAULTS index")
+    fname = tables.FAULTS[fault]
+    pending = fname != "Fault_None"
+    faddr = None if (not pending and fault_address == 0) else fault_address
+    return {"pending": pending, "kind": _fault_kind(fname), "code": fname, "address": faddr,
+            "instruction": "",
+            "message": (f"{fname} at 0x{fault_address:x}" if pending else ""),
+            "recoverable": fname in tables.MEMORY_FAULTS,
+            "extensions": {EXT: {"trap_number": tables.TRAP_NUMBER.get(fname)}}}
+
+
+def _export_tile(t: dict, pe: int, S: int, W: int, hs: int) -> dict:
+    """state.tile: PE pe's Local file as registers; the other PEs' files in extensions."""
+    files = [_export_local(t, p, S, W, hs) for p in range(tables.NUM_PES)]
+    tile_regs, free = files[pe]
+    local_files = [None if p == pe else {"registers": regs, "free_slots": fr}
+                   for p, (regs, fr) in enumerate(files)]
+    return {"registers": tile_regs,
+            "extensions": {EXT: {"free_slots": free, "local_files": local_files}}}
+
+
+def _export_block(b: dict) -> dict:
+    """state.block: readable attributes + the raw header for the round trip."""
+    active = bool(b["active"])
+    return {"active": active, "block_id": None,
+            "start_pc": int(b["pc"]) if active else None,
+            "instruction_count": 0,
+            "attributes": _block_attributes(b) if active else {},
+            "extensions": {EXT: {k: v.tolist() for k, v in b.items()}}}
+
+
+def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int = 0,
+                  kind: str = "state_snapshot") -> dict:
+    """One State as a `pto.asl-model.arch-state.v1` envelope (a plain-JSON dict).
+
+    The envelope is PE `pe`'s single-PE view (the ASL model's view): PE `pe`'s
+    GPR file fills `state.scalar.registers` and its Local tile file
+    `state.tile.registers` (`pe_id` = pe); all four GPR files travel in
+    `scalar.extensions.ptojax.gpr` and the other PEs' Local files in
+    `tile.extensions.ptojax.local_files`. The Core's Shared records are
+    `state.shared.tiles["S<sid>"]`. `cfg`, when given, must match the State's
+    sizes; it is recorded in `metadata`.
+    """
+    pe, cfg = _export_args(state, cfg, pe, kind)
+    _, S, W = state.tiles.words.shape
+    R, WS = state.shared.words.shape
     hs = S // 4
 
     gm = np.asarray(state.gm).astype(np.uint8)
@@ -326,51 +385,15 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     sh = {k: np.asarray(v) for k, v in state.shared.items()}
     b = {k: np.asarray(v) for k, v in state.block.items()}
 
-    # ---- scalar: the chosen PE's GPRs by ABI name, TILE_CAPACITY, TPC
-    registers = {name: int(gpr[pe, i]) for i, name in enumerate(tables.GPR_NAMES)}
-    registers[TILE_CAPACITY_REGISTER] = tile_capacity
-    scalar = {"registers": registers, "pc": tpc, "tpc": tpc, "flags": {}, "mode": "",
-              "extensions": {EXT: {"gpr": [[int(x) for x in row] for row in gpr.tolist()]}}}
-
-    # ---- memory: nonzero bytes as cells, one region for the whole GM
-    nz = np.flatnonzero(gm)
-    memory = {"cells": {f"0x{int(a):x}": int(gm[a]) for a in nz},
-              "regions": [{"base": 0, "size": int(gm.shape[0]), "permissions": "rw",
-                           "name": GM_REGION_NAME, "extensions": {}}],
-              "extensions": {}}
-
-    # ---- fault
-    if not 0 <= fault < len(tables.FAULTS):
-        raise ValueError(f"fault code {fault} is not a tables.FAULTS index")
-    fname = tables.FAULTS[fault]
-    pending = fname != "Fault_None"
-    faddr = None if (not pending and fault_address == 0) else fault_address
-    fault_d = {"pending": pending, "kind": _fault_kind(fname), "code": fname, "address": faddr,
-               "instruction": "",
-               "message": (f"{fname} at 0x{fault_address:x}" if pending else ""),
-               "recoverable": fname in tables.MEMORY_FAULTS,
-               "extensions": {EXT: {"trap_number": tables.TRAP_NUMBER.get(fname)}}}
-
-    # ---- Local tiles: PE pe's file as registers; the other PEs' files in extensions
-    files = [_export_local(t, p, S, W, hs) for p in range(tables.NUM_PES)]
-    tile_regs, free = files[pe]
-    local_files = [None if p == pe else {"registers": regs, "free_slots": fr}
-                   for p, (regs, fr) in enumerate(files)]
-    tile = {"registers": tile_regs,
-            "extensions": {EXT: {"free_slots": free, "local_files": local_files}}}
-
+    scalar = _export_scalar(gpr, pe, tile_capacity, tpc)
+    memory = _export_memory(gm)
+    fault_d = _export_fault(fault, fault_address)
+    tile = _export_tile(t, pe, S, W, hs)
     # ---- Shared tiles: the Core's records
     shared_tiles, free_records = _export_shared(sh, WS)
     shared = {"tiles": shared_tiles, "generations": {},
               "extensions": {EXT: {"free_records": free_records}}}
-
-    # ---- the open block: readable attributes + the raw header for the round trip
-    active = bool(b["active"])
-    block = {"active": active, "block_id": None,
-             "start_pc": int(b["pc"]) if active else None,
-             "instruction_count": 0,
-             "attributes": _block_attributes(b) if active else {},
-             "extensions": {EXT: {k: v.tolist() for k, v in b.items()}}}
+    block = _export_block(b)
 
     from .. import __version__
     return {
@@ -762,29 +785,9 @@ def _read_block(v, label: str) -> dict:
     return out
 
 
-def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
-    """The State described by a `pto.asl-model.arch-state.v1` envelope.
-
-    `state.tile` becomes PE `pe_id`'s Local file, `tile.extensions.ptojax.local_files`
-    the other PEs' (reset when absent), `state.shared.tiles` the Shared records.
-    `cfg` gives the State's sizes (GM bytes, hand slots, payload Words, Shared
-    records and their Words); by default the sizes recorded in
-    `state.extensions.ptojax`, else MachineConfig(). Raises ValueError on a
-    malformed envelope or on content that does not fit `cfg`.
-    """
-    env = _obj(d, "envelope", ("schema", "kind", "state", "artifact", "metadata"))
-    if env["schema"] != SCHEMA_ID:
-        _fail("envelope.schema", f"unsupported schema {env['schema']!r}; expected {SCHEMA_ID!r}")
-    if env["kind"] not in KINDS:
-        _fail("envelope.kind", f"unsupported kind {env['kind']!r}; expected one of {KINDS}")
-    _obj(env["artifact"], "envelope.artifact")
-    _obj(env["metadata"], "envelope.metadata")
-    st = _obj(env["state"], "state", ("scalar", "block", "tile", "shared", "memory", "fault",
-                                      "pe_id", "thread_id", "cycle", "extensions"))
-    pe = _int(st["pe_id"], "state.pe_id", 0, tables.NUM_PES - 1)
-    _int(st["thread_id"], "state.thread_id", 0, 1 << 63)
-    _int(st["cycle"], "state.cycle", 0, 1 << 63)
-
+def _read_config(st: dict, cfg: Optional[MachineConfig]) -> MachineConfig:
+    """The State's sizes: `cfg`, else those recorded in state.extensions.ptojax, else
+    MachineConfig()."""
     top = _ext(st["extensions"], "state.extensions")
     if top is not None:
         tl = f"state.extensions.{EXT}"
@@ -806,10 +809,12 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
             _fail(f"state.extensions.{EXT}", str(e))
     elif not isinstance(cfg, MachineConfig):
         raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
-    P, S, W, G = tables.NUM_PES, cfg.local_slots, cfg.tile_words, cfg.gm_bytes
+    return cfg
 
-    # ---- scalar
-    sc = _obj(st["scalar"], "state.scalar", ("registers", "pc", "tpc", "flags", "mode", "extensions"))
+
+def _read_scalar(v, pe: int, cfg: MachineConfig) -> tuple[np.ndarray, int, int]:
+    """state.scalar: (the four GPR files, TPC, TILE_CAPACITY)."""
+    sc = _obj(v, "state.scalar", ("registers", "pc", "tpc", "flags", "mode", "extensions"))
     regs = _obj(sc["registers"], "state.scalar.registers")
     tpc = _int(sc["tpc"], "state.scalar.tpc", 0, _U64)
     _int(sc["pc"], "state.scalar.pc", 0, _U64)
@@ -841,9 +846,12 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
             _fail(label, f"{val:#x} disagrees with extensions.{EXT}.gpr[{pe}][{i}] = "
                   f"{int(gpr[pe, i]):#x}")
         gpr[pe, i] = val
+    return gpr, tpc, tile_capacity
 
-    # ---- memory
-    mem = _obj(st["memory"], "state.memory", ("cells", "regions", "extensions"))
+
+def _read_memory(v, G: int) -> np.ndarray:
+    """state.memory: the GM bytes."""
+    mem = _obj(v, "state.memory", ("cells", "regions", "extensions"))
     gm = np.zeros(G, np.uint8)
     for i, r in enumerate(_list(mem["regions"], "state.memory.regions")):
         rl = f"state.memory.regions[{i}]"
@@ -865,10 +873,13 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
             _fail(label, f"address does not fit cfg.gm_bytes={G}")
         gm[a] = _int(val, label, 0, 255)
     _obj(mem["extensions"], "state.memory.extensions")
+    return gm
 
-    # ---- fault
-    fl = _obj(st["fault"], "state.fault", ("pending", "kind", "code", "address", "instruction",
-                                           "message", "recoverable", "extensions"))
+
+def _read_fault(v) -> tuple[str, int]:
+    """state.fault: (its code name, its address)."""
+    fl = _obj(v, "state.fault", ("pending", "kind", "code", "address", "instruction",
+                                 "message", "recoverable", "extensions"))
     code = _str(fl["code"], "state.fault.code")
     if code not in tables.FAULTS:
         _fail("state.fault.code", f"unknown fault {code!r}; expected one of {', '.join(tables.FAULTS)}")
@@ -879,13 +890,18 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
         _str(fl[k], f"state.fault.{k}")
     _bool(fl["recoverable"], "state.fault.recoverable")
     _obj(fl["extensions"], "state.fault.extensions")
+    return code, fault_address
 
-    # ---- Local tiles: state.tile is PE pe_id's file, the others travel in extensions
+
+def _read_local_files(tile, pe: int, cfg: MachineConfig) -> dict:
+    """Tiles leaves as numpy arrays: state.tile is PE pe_id's file, the others travel
+    in extensions (reset when absent)."""
+    P, S, W = tables.NUM_PES, cfg.local_slots, cfg.tile_words
     t = {k: np.full((P, S), _FREE_DEFAULTS.get(k, 0), dtype=bool if k == "allocated" else np.int32)
          for k in _TILE_SCALARS}
     t["words"] = np.zeros((P, S, W), np.uint64)
     t["defined"] = np.zeros((P, S, W), bool)
-    tl = _obj(st["tile"], "state.tile", ("registers", "extensions"))
+    tl = _obj(tile, "state.tile", ("registers", "extensions"))
     text = _ext(tl["extensions"], "state.tile.extensions")
     el = f"state.tile.extensions.{EXT}"
     if text is not None:
@@ -916,7 +932,37 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
                 if name in seen:
                     _fail(label, f"tile {name} is both allocated and free")
                 _read_free(v, name, label, cfg, tp)
+    return t
 
+
+def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
+    """The State described by a `pto.asl-model.arch-state.v1` envelope.
+
+    `state.tile` becomes PE `pe_id`'s Local file, `tile.extensions.ptojax.local_files`
+    the other PEs' (reset when absent), `state.shared.tiles` the Shared records.
+    `cfg` gives the State's sizes (GM bytes, hand slots, payload Words, Shared
+    records and their Words); by default the sizes recorded in
+    `state.extensions.ptojax`, else MachineConfig(). Raises ValueError on a
+    malformed envelope or on content that does not fit `cfg`.
+    """
+    env = _obj(d, "envelope", ("schema", "kind", "state", "artifact", "metadata"))
+    if env["schema"] != SCHEMA_ID:
+        _fail("envelope.schema", f"unsupported schema {env['schema']!r}; expected {SCHEMA_ID!r}")
+    if env["kind"] not in KINDS:
+        _fail("envelope.kind", f"unsupported kind {env['kind']!r}; expected one of {KINDS}")
+    _obj(env["artifact"], "envelope.artifact")
+    _obj(env["metadata"], "envelope.metadata")
+    st = _obj(env["state"], "state", ("scalar", "block", "tile", "shared", "memory", "fault",
+                                      "pe_id", "thread_id", "cycle", "extensions"))
+    pe = _int(st["pe_id"], "state.pe_id", 0, tables.NUM_PES - 1)
+    _int(st["thread_id"], "state.thread_id", 0, 1 << 63)
+    _int(st["cycle"], "state.cycle", 0, 1 << 63)
+    cfg = _read_config(st, cfg)
+
+    gpr, tpc, tile_capacity = _read_scalar(st["scalar"], pe, cfg)
+    gm = _read_memory(st["memory"], cfg.gm_bytes)
+    code, fault_address = _read_fault(st["fault"])
+    t = _read_local_files(st["tile"], pe, cfg)
     # ---- Shared tiles: the Core's records
     sh = _read_shared(st["shared"], "state.shared", cfg)
 

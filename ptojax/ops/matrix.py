@@ -21,6 +21,7 @@ adds in binary32 (integers: mod 2^32).
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -129,10 +130,78 @@ def _int_value(dtype, word):
 # ---------------------------------------------------------------- completion
 
 
-def complete(state, h: Header, pe, cfg, enable):
-    """Complete the matrix block with header `h`: (fault, fault address, new state)."""
-    tiles = state.tiles
-    W, HS = cfg.tile_words, cfg.hand_slots
+class _Block(NamedTuple):
+    """The block's form, element types and Shared groups, decoded from its header."""
+    is_acc: jax.Array
+    is_bias: jax.Array
+    is_gemv: jax.Array
+    M: jax.Array
+    N: jax.Array
+    K: jax.Array
+    a_type: jax.Array
+    b_type: jax.Array
+    acc_type: jax.Array
+    types_legal: jax.Array
+    sa_on: jax.Array                # A / B carry MX scales
+    sb_on: jax.Array
+    n_shared: jax.Array
+    shared_on: jax.Array            # B (and maybe A) from Shared records
+    left_shared: jax.Array          # A from a Shared record too
+    a_local: jax.Array
+    b_local: jax.Array
+    coop: jax.Array                 # ADR 0100's group-M split over the Core
+    G: jax.Array
+    m_per_pe: jax.Array
+    Mi: jax.Array                   # this PE's rows
+    row0: jax.Array                 # its first Shared-A row
+    active: jax.Array
+
+
+class _Local(NamedTuple):
+    """The Local operands (step 7) that the checks and the element map read."""
+    a_slot: jax.Array
+    sa_slot: jax.Array
+    b_slot: jax.Array
+    sb_slot: jax.Array
+    c_slot: jax.Array
+    bias_slot: jax.Array
+    a_lay: jax.Array
+    a_cr: jax.Array
+    a_cc: jax.Array
+    b_cr: jax.Array
+    b_k_repeat: jax.Array
+    sa_cols: jax.Array
+    sb_cols: jax.Array
+    d_lay: jax.Array                # D's M layout
+    kb: jax.Array                   # MX scale blocks along K
+    sources_legal: jax.Array
+
+
+class _Shared(NamedTuple):
+    """The Shared operands (check 7s): record indices and stored row lengths."""
+    a: jax.Array
+    sa: jax.Array
+    b: jax.Array
+    sb: jax.Array
+    a_cols: jax.Array
+    sa_cols: jax.Array
+    b_cols: jax.Array
+    sb_cols: jax.Array
+    trans_a: jax.Array              # A / B stored transposed
+    trans_b: jax.Array
+    sources_legal: jax.Array
+
+
+def _stack(*xs):
+    return jnp.stack([jnp.asarray(x, jnp.int32) for x in xs])
+
+
+def _unstack(tree, n):
+    return (jax.tree_util.tree_map(lambda v: v[k], tree) for k in range(n))
+
+
+def _decode(h: Header, pe, cfg) -> _Block:
+    """The operation's form, the element types and the Shared groups of header `h`."""
     op = jnp.clip(h.op, 0, len(tables.OPS) - 1)
     form = row(_FORM, op)
     is_mx, is_acc, is_bias, is_gemv = form[0], form[1], form[2], form[3]
@@ -159,24 +228,32 @@ def complete(state, h: Header, pe, cfg, enable):
     Mi = jnp.where(coop, jnp.clip(G - pe * m_per_pe, 0, m_per_pe), M)   # this PE's rows
     row0 = jnp.where(coop, pe * m_per_pe, 0)                             # its first Shared-A row
     active = Mi > 0
+    return _Block(is_acc, is_bias, is_gemv, M, N, K, a_type, b_type, acc_type, types_legal,
+                  sa_on, sb_on, n_shared, shared_on, left_shared, a_local, b_local, coop, G,
+                  m_per_pe, Mi, row0, active)
 
-    # ---- binding stream (step 3)
-    idx, ok, rows = h.sources, h.source_ok, h.bound
+
+def _binding_stream(h: Header, cfg, blk: _Block):
+    """Step 3, the binding stream: (D's binding row, gate_legal, post_processing,
+    mode_matches_accumulator)."""
+    rows = h.bound
     n_src, n_dst = h.n_src, h.n_dst
     d_row = jnp.argmax(rows & h.has_dst)          # the (first) destination binding
     mask = h.mask
-    shared_bad = shared_on & ((n_shared != 1 + sb_on) & ~left_shared
-                              | jnp.any(h.ios_bound & (h.shared_size != 0))
-                              | ~_pow2(N) | ~_pow2(K)
-                              | (((G < 1) | (G > 128) | (mask != 0xF)) if cfg.semantics == "adr0100"
-                                 else ~_pow2(G)))
+    N, K, G = blk.N, blk.K, blk.G
+    shared_bad = blk.shared_on & ((blk.n_shared != 1 + blk.sb_on) & ~blk.left_shared
+                                | jnp.any(h.ios_bound & (h.shared_size != 0))
+                                | ~_pow2(N) | ~_pow2(K)
+                                | (((G < 1) | (G > 128) | (mask != 0xF)) if cfg.semantics == "adr0100"
+                                   else ~_pow2(G)))
     mode = h.pre_quant_mode
     vector_mode, scalar_mode = _member(mode, _VECTOR_MODES), _member(mode, _SCALAR_MODES)
-    n_math = is_acc.astype(jnp.int32) + a_local * (1 + sa_on) + b_local * (1 + sb_on) + is_bias
+    n_math = blk.is_acc.astype(jnp.int32) + blk.a_local * (1 + blk.sa_on) + blk.b_local * (1 + blk.sb_on) \
+        + blk.is_bias
     n_post = (h.row_max & h.row_max_init) + vector_mode + (h.relu == 3)
     n_scalar = scalar_mode.astype(jnp.int32) + (h.relu == 2)
     # step 3, the one combined gate, by its parts (the reference's twins)
-    stream_legal = ~(is_gemv & (h.ios_count > 0)) & (n_src == n_math + n_post) \
+    stream_legal = ~(blk.is_gemv & (h.ios_count > 0)) & (n_src == n_math + n_post) \
         & (n_dst == 1 + h.row_max + h.group_max) & h.iot_closed
     ior_legal = ~h.ior_present | ((h.reg_dst == 0) & ((n_scalar >= 1) | (h.reg_src0 == 0))
                                   & ((n_scalar >= 2) | (h.reg_src1 == 0)) & (h.reg_src2 == 0))
@@ -189,27 +266,34 @@ def complete(state, h: Header, pe, cfg, enable):
         ~rows | (_member(h.pe_mask, tables.PEMODE_MASK[1:]) & (h.dst_hand >= 0) & (h.dst_hand <= 3)
                  & (~h.has_dst | ((h.size_code >= 1) & (h.size_code <= 10)))
                  & (h.src0 >= 0) & (h.src0 < 64) & (h.src1 >= 0) & (h.src1 < 64)))
-    gate_legal = types_legal & stream_legal & ior_legal & datr_legal & dimensions_legal \
+    gate_legal = blk.types_legal & stream_legal & ior_legal & datr_legal & dimensions_legal \
         & masks_legal & ~shared_bad
 
     post_processing = (mode != 0) | (h.relu != 0) | (h.row_max == 1) | (h.group_max == 1)
     mode_matches_accumulator = jnp.where(
-        _member(mode, _S32_MODES), acc_type == DT["S32"],
-        ~_member(mode, _FP32_MODES) | (acc_type == DT["FP32"]))
+        _member(mode, _S32_MODES), blk.acc_type == DT["S32"],
+        ~_member(mode, _FP32_MODES) | (blk.acc_type == DT["FP32"]))
+    return d_row, gate_legal, post_processing, mode_matches_accumulator
 
-    # ---- Local sources (step 7), in stream order C, A, sA, B, sB, Bias
-    o_a = is_acc.astype(jnp.int32)
+
+def _local_indices(h: Header, blk: _Block):
+    """TileIndex of the Local sources (step 7), in stream order C, A, sA, B, sB, Bias."""
+    idx, ok = h.sources, h.source_ok
+    o_a = blk.is_acc.astype(jnp.int32)
     o_sa = o_a + 1
-    o_b = o_a + a_local * (1 + sa_on)
+    o_b = o_a + blk.a_local * (1 + blk.sa_on)
     o_sb = o_b + 1
-    o_bias = o_b + b_local * (1 + sb_on)
-    c_idx, a_idx, sa_idx, b_idx, sb_idx, bias_idx = (
-        _source_at(idx, ok, o) for o in (0, o_a, o_sa, o_b, o_sb, o_bias))
+    o_bias = o_b + blk.b_local * (1 + blk.sb_on)
+    return tuple(_source_at(idx, ok, o) for o in (0, o_a, o_sa, o_b, o_sb, o_bias))
+
+
+def _local_sources(state, cfg, blk: _Block, indices, mode, tsize) -> _Local:
+    """Step 7: the Local operands' descriptors and contents, and D's M layout."""
+    tiles = state.tiles
+    W, HS = cfg.tile_words, cfg.hand_slots
+    Mi, N, K = blk.Mi, blk.N, blk.K
+    c_idx, a_idx, sa_idx, b_idx, sb_idx, bias_idx = indices
     tcap = state.tile_capacity
-    d_hand, d_size = h.dst_hand[d_row], h.size_code[d_row]
-    # a cooperative fragment is private to its PE (ADR 0100): its own mask bit, 1 x TSize
-    d_mask = jnp.where(coop, 1 << (3 - pe), mask)
-    dslot, found, tsize, budget_ok = destination(state, d_hand, d_size, d_mask, cfg)
 
     def primary_legal(index, vr, vc, dtype):
         """A, B, C: a legal CUBE descriptor, defined, of this valid shape and dtype
@@ -222,20 +306,18 @@ def complete(state, h: Header, pe, cfg, enable):
 
     m_fits = lambda lay: ((lay == 0) & (Mi <= 16)) | ((lay == 1) & (Mi <= 32))
     # A, B and C checked as one batch of three (one copy of the descriptor checks)
-    stack = lambda *xs: jnp.stack([jnp.asarray(x, jnp.int32) for x in xs])
-    cube3 = jax.vmap(primary_legal)(stack(a_idx, b_idx, c_idx), stack(Mi, K, Mi), stack(K, N, N),
-                                   stack(a_type, b_type, acc_type))
+    cube3 = jax.vmap(primary_legal)(_stack(a_idx, b_idx, c_idx), _stack(Mi, K, Mi), _stack(K, N, N),
+                                    _stack(blk.a_type, blk.b_type, blk.acc_type))
     (a_slot, a_ok, a_lay, a_cr, a_cc, a_s), (b_slot, b_ok, b_lay, b_cr, b_cc, b_s), \
-        (c_slot, c_ok, c_lay, _, _, c_s) = (jax.tree_util.tree_map(lambda v: v[k], cube3)
-                                            for k in range(3))
+        (c_slot, c_ok, c_lay, _, _, c_s) = _unstack(cube3, 3)
     a_ok = a_ok & m_fits(a_lay)
     b_ok = b_ok & (b_lay == 2)
     # D's M layout: A's (Local A), C's (both Shared + ACC), else by rows per PE (section 5, check 10)
     if cfg.semantics == "adr0100":
-        shared_lay, shared_lay_ok = jnp.where(m_per_pe == 16, 0, 1), True
+        shared_lay, shared_lay_ok = jnp.where(blk.m_per_pe == 16, 0, 1), True
     else:
-        shared_lay, shared_lay_ok = jnp.where(M <= 16, 0, 1), M <= 32
-    d_lay = jnp.where(a_local, a_lay, jnp.where(is_acc, c_lay, shared_lay))
+        shared_lay, shared_lay_ok = jnp.where(blk.M <= 16, 0, 1), blk.M <= 32
+    d_lay = jnp.where(blk.a_local, a_lay, jnp.where(blk.is_acc, c_lay, shared_lay))
     c_ok = c_ok & (c_lay == d_lay) & m_fits(c_lay) & ((mode != 0) | (c_s["capacity"] == tsize))
 
     def auxiliary_legal(index, vr, vc, dtype):
@@ -247,18 +329,24 @@ def complete(state, h: Header, pe, cfg, enable):
         return slot, good, s
 
     kb = (K + 31) >> 5
-    aux3 = jax.vmap(auxiliary_legal)(stack(sa_idx, sb_idx, bias_idx), stack(Mi, kb, 1), stack(kb, N, N),
-                               stack(DT["E8M0"], DT["E8M0"], acc_type))
-    (sa_slot, sa_ok, sa_s), (sb_slot, sb_ok, sb_s), (bias_slot, bias_ok, _) = (
-        jax.tree_util.tree_map(lambda v: v[k], aux3) for k in range(3))
+    aux3 = jax.vmap(auxiliary_legal)(_stack(sa_idx, sb_idx, bias_idx), _stack(Mi, kb, 1),
+                                     _stack(kb, N, N), _stack(DT["E8M0"], DT["E8M0"], blk.acc_type))
+    (sa_slot, sa_ok, sa_s), (sb_slot, sb_ok, sb_s), (bias_slot, bias_ok, _) = _unstack(aux3, 3)
     # an idle PE of a cooperative block resolves no Local source (ADR 0100)
-    sources_legal = ~active | ~(
-        (a_local & (~a_ok | (sa_on & ~sa_ok))) | (b_local & (~b_ok | (sb_on & ~sb_ok)))
-        | (is_acc & ~c_ok) | (is_bias & ~bias_ok) | (left_shared & ~is_acc & ~shared_lay_ok))
+    sources_legal = ~blk.active | ~(
+        (blk.a_local & (~a_ok | (blk.sa_on & ~sa_ok))) | (blk.b_local & (~b_ok | (blk.sb_on & ~sb_ok)))
+        | (blk.is_acc & ~c_ok) | (blk.is_bias & ~bias_ok)
+        | (blk.left_shared & ~blk.is_acc & ~shared_lay_ok))
+    return _Local(a_slot, sa_slot, b_slot, sb_slot, c_slot, bias_slot, a_lay, a_cr, a_cc, b_cr,
+                  b_s["k_repeat"], sa_s["cols"], sb_s["cols"], d_lay, kb, sources_legal)
 
-    # ---- Shared sources (check 7s), collectively: ready records with the exact stored shape
+
+def _shared_sources(state, h: Header, blk: _Block, kb) -> _Shared:
+    """Check 7s, collectively: ready records with the exact stored shape."""
+    tcap = state.tile_capacity
+    G, N, K = blk.G, blk.N, blk.K
     trans_a, trans_b = h.trans_a == 1, h.trans_b == 1
-    o_sh_b = jnp.where(left_shared, 1 + sa_on, 0)
+    o_sh_b = jnp.where(blk.left_shared, 1 + blk.sa_on, 0)
 
     def shared_source_legal(ordinal, rows, cols, dtype):
         sid = row(h.shared_id, ordinal)
@@ -269,35 +357,26 @@ def complete(state, h: Header, pe, cfg, enable):
         return i, good, r["cols"]
 
     sh4 = jax.vmap(shared_source_legal)(
-        stack(0, 1, o_sh_b, o_sh_b + 1),
-        stack(jnp.where(trans_a, K, G), G, jnp.where(trans_b, N, K), kb),
-        stack(jnp.where(trans_a, G, K), kb, jnp.where(trans_b, K, N), N),
-        stack(a_type, DT["E8M0"], b_type, DT["E8M0"]))
+        _stack(0, 1, o_sh_b, o_sh_b + 1),
+        _stack(jnp.where(trans_a, K, G), G, jnp.where(trans_b, N, K), kb),
+        _stack(jnp.where(trans_a, G, K), kb, jnp.where(trans_b, K, N), N),
+        _stack(blk.a_type, DT["E8M0"], blk.b_type, DT["E8M0"]))
     (sh_a, sh_a_ok, a_cols), (sh_sa, sh_sa_ok, sa_cols), (sh_b, sh_b_ok, b_cols), \
-        (sh_sb, sh_sb_ok, sb_cols) = (jax.tree_util.tree_map(lambda v: v[k], sh4) for k in range(4))
-    shared_sources_legal = ~((left_shared & (~sh_a_ok | (sa_on & ~sh_sa_ok)))
-                             | (shared_on & (~sh_b_ok | (sb_on & ~sh_sb_ok))))
+        (sh_sb, sh_sb_ok, sb_cols) = _unstack(sh4, 4)
+    sources_legal = ~((blk.left_shared & (~sh_a_ok | (blk.sa_on & ~sh_sa_ok)))
+                      | (blk.shared_on & (~sh_b_ok | (blk.sb_on & ~sh_sb_ok))))
+    return _Shared(sh_a, sh_sa, sh_b, sh_sb, a_cols, sa_cols, b_cols, sb_cols, trans_a, trans_b,
+                   sources_legal)
 
-    # ---- destination (step 10): D's M layout, accumulator type, valid Mi x N
-    d_cls = take(DT_CLASS, acc_type)
-    d_cr, d_cc, d_g, d_shape_ok = cube_geometry(jnp.clip(d_lay, 0, 1), d_cls, Mi, N, tsize,
-                                                capacity_register(tcap), W)
 
-    fault = settle(ordered_fault(
-        (~h.fpatr_present, "Fault_BundleControl"),
-        (~gate_legal, "Fault_TileLegality"),
-        (is_gemv & (M != 1), "Fault_TileLegality"),
-        ((trans_a & a_local) | (trans_b & b_local), "Fault_TileLegality"),
-        (~mode_matches_accumulator, "Fault_TileLegality"),
-        (post_processing, "Fault_Unimplemented"),                       # not modelled
-        (~shared_sources_legal | ~sources_legal, "Fault_TileLegality"),
-        (is_acc & (c_idx == d_hand), "Fault_TileLegality"),
-        (active & (~found | ~budget_ok | ~d_shape_ok), "Fault_TileAllocation"),
-    ))
-    do = enable & (fault == 0) & active
-
-    # ---- product: lanes = D's payload slots
-    r, c = tile_coords(True, jnp.clip(d_lay, 0, 1), d_cr, d_cc, False, 0, 1, W)
+def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g):
+    """Lanes = D's payload slots: (column of each lane, lane_ok, the Local operand rows,
+    scales(k), operands(a_table, b_table, k, rows)) for the product's loop over K."""
+    W = cfg.tile_words
+    Mi, N = blk.Mi, blk.N
+    left_shared, shared_on = blk.left_shared, blk.shared_on
+    trans_a, trans_b = shr.trans_a, shr.trans_b
+    r, c = tile_coords(True, jnp.clip(loc.d_lay, 0, 1), d_cr, d_cc, False, 0, 1, W)
     lane_ok = (r < Mi) & (c < N) & (jnp.arange(W) < d_g["cell_count"] * d_cr * d_cc)
     # operands are read lane by lane from a Local tile row or a Shared record row
     # (no table of either is copied: a Shared record may be much longer than W)
@@ -308,13 +387,14 @@ def complete(state, h: Header, pe, cfg, enable):
         sv = shared[i, jnp.clip(idx, 0, WS - 1)]
         return jnp.where(use_shared, sv, lv)
 
+    a_cr, a_cc, b_cr, a_cols, b_cols = loc.a_cr, loc.a_cc, loc.b_cr, shr.a_cols, shr.b_cols
     la_cr, la_cc, lb_cr = log2(a_cr), log2(a_cc), log2(b_cr)
-    a_b4_m16 = (take(DT_BITS, a_type) == 4) & (a_lay == 0)
-    b_krep = jnp.maximum(b_s["k_repeat"], 1)
+    a_b4_m16 = (take(DT_BITS, blk.a_type) == 4) & (loc.a_lay == 0)
+    b_krep = jnp.maximum(loc.b_k_repeat, 1)
     ri, ci = jnp.clip(r, 0, 31), c
     # slot of A[i][k] = a_base[lane] + a_step(k); of B[k][n] = b_base[lane] + b_step(k).
     # Shared A row = this PE's first row + i (stored transposed: column); Shared B likewise
-    sh_row = row0 + ri
+    sh_row = blk.row0 + ri
     a_base = jnp.where(left_shared, jnp.where(trans_a, sh_row, sh_row * a_cols), ri << la_cc)
     b_base = jnp.where(shared_on, jnp.where(trans_b, ci * b_cols, ci),
                        (((ci >> 3) * b_krep) << (lb_cr + 3)) + ((ci & 7) << lb_cr))
@@ -331,72 +411,123 @@ def complete(state, h: Header, pe, cfg, enable):
 
     # MX scale words per lane and k (1 for an absent scale): A[i][k] takes sA[i][k div 32]
     # (a Shared sA row is absolute like A's, a Local one this PE's), B[k][n] takes sB[k div 32][n]
-    a_row = jnp.where(left_shared, sh_row, ri) * jnp.where(left_shared, sa_cols, sa_s["cols"])
-    sb_c = jnp.where(shared_on, sb_cols, sb_s["cols"])
+    a_row = jnp.where(left_shared, sh_row, ri) * jnp.where(left_shared, shr.sa_cols, loc.sa_cols)
+    sb_c = jnp.where(shared_on, shr.sb_cols, loc.sb_cols)
     # the Local operand rows A, sA, B, sB of this PE (rows 0-3), copied once per block
-    words = payload(tiles, jnp.stack([a_slot, sa_slot, b_slot, sb_slot]))
+    words = payload(state.tiles, jnp.stack([loc.a_slot, loc.sa_slot, loc.b_slot, loc.sb_slot]))
     shared = state.shared.words
 
     def scales(k):
-        sa = fetch(words, shared, 1, sh_sa, left_shared, a_row + (k >> 5))
-        sb = fetch(words, shared, 3, sh_sb, shared_on, ci + (k >> 5) * sb_c)
-        return jnp.where(sa_on, sa, U64(1)), jnp.where(sb_on, sb, U64(1))
+        sa = fetch(words, shared, 1, shr.sa, left_shared, a_row + (k >> 5))
+        sb = fetch(words, shared, 3, shr.sb, shared_on, ci + (k >> 5) * sb_c)
+        return jnp.where(blk.sa_on, sa, U64(1)), jnp.where(blk.sb_on, sb, U64(1))
 
-    def operands(a_table, b_table, k, rows=(0, sh_a, 2, sh_b)):
+    def operands(a_table, b_table, k, rows=(0, shr.a, 2, shr.b)):
         """A[i][k] and B[k][n] of every lane from (Local, Shared) tables of raw Words, or of
         decoded values (one row each: rows = 0)."""
         a = fetch(a_table[0], a_table[1], rows[0], rows[1], left_shared, a_base + a_step(k))
         b = fetch(b_table[0], b_table[1], rows[2], rows[3], shared_on, b_base + b_step(k))
         return a, b
 
-    c_words = payload(tiles, c_slot)            # C has D's layout and shape: same slots
-    bias_words = payload(tiles, bias_slot)[jnp.clip(c, 0, W - 1)]
-    trips = jnp.where(do, K, 0)
+    return c, lane_ok, words, scales, operands
+
+
+def _ieee_product(blk: _Block, shr: _Shared, words, shared, scales, operands, trips, c_words,
+                  bias_words):
+    """The `ieee` profile's D Words: each product rounded once to binary32, binary32 adds
+    (integers: mod 2^32)."""
+    is_acc, is_bias, sa_on, sb_on = blk.is_acc, blk.is_bias, blk.sa_on, blk.sb_on
+    is_float = blk.acc_type == DT["FP32"]
+    scale = lambda w: jnp.where(w == U64(0xFF), jnp.nan,
+                                jnp.ldexp(jnp.float64(1), (w & U64(0xFF)).astype(jnp.int32) - 127))
+    # operand values decoded once per bundle (the A and B rows of the Local file and
+    # of the Shared records); integer inputs (<= 16 bits) are exact as float64 values,
+    # and so are their products; MX scales are exact powers of two, applied per product
+    def decode(dtype, table):
+        return jnp.where(is_float, _float_value(dtype, table),
+                         _int_value(dtype, table).astype(jnp.int64).astype(jnp.float64))
+    a_val = (decode(blk.a_type, words[0][None]), decode(blk.a_type, shared[shr.a][None]))
+    b_val = (decode(blk.b_type, words[2][None]), decode(blk.b_type, shared[shr.b][None]))
+
+    def body(k, carry):
+        acc_i, acc_f = carry
+        # the exact product, rounded once, then a binary32 add (both via float64);
+        # integers: the exact product, summed mod 2^64 (reduced to 32 bits at the end)
+        sa, sb = scales(k)
+        a, b = operands(a_val, b_val, k, (0, 0, 0, 0))
+        exact = (a * jnp.where(sa_on, scale(sa), 1.0)) * (b * jnp.where(sb_on, scale(sb), 1.0))
+        acc_f = binary32.round_value(acc_f + binary32.round_value(exact))
+        acc_i = acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64)
+        return acc_i, acc_f
+
+    init = (jnp.where(is_acc, c_words, U64(0)),
+            jnp.where(is_acc, binary32.value(c_words), jnp.float64(0)))
+    acc_i, acc_f = jax.lax.fori_loop(0, trips, body, init)
+    acc_f = jnp.where(is_bias, acc_f + binary32.value(bias_words), acc_f)
+    acc_i = (acc_i + jnp.where(is_bias, bias_words, U64(0))) & U64(0xFFFFFFFF)
+    acc_i = jnp.where(blk.acc_type == DT["S32"],
+                      acc_i.astype(jnp.uint32).astype(jnp.int32).astype(jnp.int64).astype(U64), acc_i)
+    return jnp.where(is_float, binary32.round_bits(acc_f), acc_i)
+
+
+def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g, do):
+    """D's Words of every lane (one loop over K, ascending) and which lanes D keeps."""
+    tiles = state.tiles
+    c, lane_ok, words, scales, operands = _element_map(state, cfg, blk, loc, shr, d_cr, d_cc, d_g)
+    shared = state.shared.words
+    c_words = payload(tiles, loc.c_slot)            # C has D's layout and shape: same slots
+    bias_words = payload(tiles, loc.bias_slot)[jnp.clip(c, 0, cfg.tile_words - 1)]
+    trips = jnp.where(do, blk.K, 0)
 
     if cfg.profile != "ieee":
         def body(k, acc):
             sa, sb = scales(k)
             a, b = operands((words, shared), (words, shared), k)
             return acc + (a * sa) * (b * sb)
-        acc = jax.lax.fori_loop(0, trips, body, jnp.where(is_acc, c_words, U64(0)))
-        d_words = acc + jnp.where(is_bias, bias_words, U64(0))
-    else:
-        is_float = acc_type == DT["FP32"]
-        scale = lambda w: jnp.where(w == U64(0xFF), jnp.nan,
-                                    jnp.ldexp(jnp.float64(1), (w & U64(0xFF)).astype(jnp.int32) - 127))
-        # operand values decoded once per bundle (the A and B rows of the Local file and
-        # of the Shared records); integer inputs (<= 16 bits) are exact as float64 values,
-        # and so are their products; MX scales are exact powers of two, applied per product
-        def decode(dtype, table):
-            return jnp.where(is_float, _float_value(dtype, table),
-                             _int_value(dtype, table).astype(jnp.int64).astype(jnp.float64))
-        a_val = (decode(a_type, words[0][None]), decode(a_type, shared[sh_a][None]))
-        b_val = (decode(b_type, words[2][None]), decode(b_type, shared[sh_b][None]))
+        acc = jax.lax.fori_loop(0, trips, body, jnp.where(blk.is_acc, c_words, U64(0)))
+        return lane_ok, acc + jnp.where(blk.is_bias, bias_words, U64(0))
+    return lane_ok, _ieee_product(blk, shr, words, shared, scales, operands, trips, c_words,
+                                  bias_words)
 
-        def body(k, carry):
-            acc_i, acc_f = carry
-            # the exact product, rounded once, then a binary32 add (both via float64);
-            # integers: the exact product, summed mod 2^64 (reduced to 32 bits at the end)
-            sa, sb = scales(k)
-            a, b = operands(a_val, b_val, k, (0, 0, 0, 0))
-            exact = (a * jnp.where(sa_on, scale(sa), 1.0)) * (b * jnp.where(sb_on, scale(sb), 1.0))
-            acc_f = binary32.round_value(acc_f + binary32.round_value(exact))
-            acc_i = acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64)
-            return acc_i, acc_f
 
-        init = (jnp.where(is_acc, c_words, U64(0)),
-                jnp.where(is_acc, binary32.value(c_words), jnp.float64(0)))
-        acc_i, acc_f = jax.lax.fori_loop(0, trips, body, init)
-        acc_f = jnp.where(is_bias, acc_f + binary32.value(bias_words), acc_f)
-        acc_i = (acc_i + jnp.where(is_bias, bias_words, U64(0))) & U64(0xFFFFFFFF)
-        acc_i = jnp.where(acc_type == DT["S32"],
-                          acc_i.astype(jnp.uint32).astype(jnp.int32).astype(jnp.int64).astype(U64), acc_i)
-        d_words = jnp.where(is_float, binary32.round_bits(acc_f), acc_i)
+def complete(state, h: Header, pe, cfg, enable):
+    """Complete the matrix block with header `h`: (fault, fault address, new state)."""
+    blk = _decode(h, pe, cfg)
+    d_row, gate_legal, post_processing, mode_matches_accumulator = _binding_stream(h, cfg, blk)
+    indices = _local_indices(h, blk)
+    c_idx = indices[0]
+    d_hand, d_size = h.dst_hand[d_row], h.size_code[d_row]
+    # a cooperative fragment is private to its PE (ADR 0100): its own mask bit, 1 x TSize
+    d_mask = jnp.where(blk.coop, 1 << (3 - pe), h.mask)
+    dslot, found, tsize, budget_ok = destination(state, d_hand, d_size, d_mask, cfg)
+    loc = _local_sources(state, cfg, blk, indices, h.pre_quant_mode, tsize)
+    shr = _shared_sources(state, h, blk, loc.kb)
+
+    # ---- destination (step 10): D's M layout, accumulator type, valid Mi x N
+    d_cls = take(DT_CLASS, blk.acc_type)
+    d_cr, d_cc, d_g, d_shape_ok = cube_geometry(jnp.clip(loc.d_lay, 0, 1), d_cls, blk.Mi, blk.N, tsize,
+                                                capacity_register(state.tile_capacity), cfg.tile_words)
+
+    fault = settle(ordered_fault(
+        (~h.fpatr_present, "Fault_BundleControl"),
+        (~gate_legal, "Fault_TileLegality"),
+        (blk.is_gemv & (blk.M != 1), "Fault_TileLegality"),
+        ((shr.trans_a & blk.a_local) | (shr.trans_b & blk.b_local), "Fault_TileLegality"),
+        (~mode_matches_accumulator, "Fault_TileLegality"),
+        (post_processing, "Fault_Unimplemented"),                       # not modelled
+        (~shr.sources_legal | ~loc.sources_legal, "Fault_TileLegality"),
+        (blk.is_acc & (c_idx == d_hand), "Fault_TileLegality"),
+        (blk.active & (~found | ~budget_ok | ~d_shape_ok), "Fault_TileAllocation"),
+    ))
+    do = enable & (fault == 0) & blk.active
+    lane_ok, d_words = _product(state, cfg, blk, loc, shr, d_cr, d_cc, d_g, do)
 
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
+    tiles = state.tiles
     new_words = jnp.where(lane_ok, d_words, payload(tiles, dslot))
-    vals = dict(dtype=acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(d_lay, 0, 1)),
+    Mi, N = blk.Mi, blk.N
+    vals = dict(dtype=blk.acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(loc.d_lay, 0, 1)),
                 location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
                 cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
                 n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],

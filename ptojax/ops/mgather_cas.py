@@ -7,6 +7,8 @@ order (`MachineConfig.cas_lane_order`, see ptojax.cas_order) inside one
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,42 +95,23 @@ def sources_legal(srcs, tile_capacity, W, tdt, vr, vc):
         & jnp.all(each & (s["valid_rows"] == vr) & (s["valid_cols"] == vc))
 
 
-def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
-    """(fault, fault address, new state) of the MGATHER.CAS block with header `h`.
+class _Lanes(NamedTuple):
+    """D.4 step 8: the lanes, row-major over the valid region (lane l = r*VC + c)."""
+    j: jax.Array                    # payload slot / lane number
+    r: jax.Array
+    c: jax.Array
+    lane: jax.Array                 # inside the valid region
+    order: jax.Array
+    expected: jax.Array
+    replacement: jax.Array
+    addr: jax.Array
 
-    `cas_seed` (traced) seeds the "permuted" lane order; cfg.cas_seed is not
-    read here, so seeds share one compiled function.
-    """
-    W, HS = cfg.tile_words, cfg.hand_slots
-    tiles = state.tiles
-    mask = h.mask
-    vc, vr, col = resolved_dimensions(h)
-    tdt = h.dtype
-    tbits = take(DT_BITS, tdt)
 
-    # D.4 step 5: sources Index, Expected (first B.IOT), Replacement (second)
-    srcs = source(tiles, jnp.stack([h.src0[0], h.src1[0], h.src0[1]]), HS)
-    (islot, _, si, _), (eslot, _, se, _), (rslot, _, sr, _) = (
-        jax.tree_util.tree_map(lambda v: v[k], srcs) for k in range(3))
-
-    # D.4 step 6: destination as C.7 step 4 with shape (VR, VC, Col); the pad
-    # fill covers the whole physical region, so rows * Col must fit the payload
-    dslot, found, tsize, budget_ok = destination(state, h.dst_hand[1], h.size_code[1], mask, cfg)
-    dshape_ok, drows = ordinary_shape(tsize, col, vr, vc, tbits, W)
-    destination_shape = dshape_ok & (drows * col <= W)
-
-    # D.4 step 7: the destination layout comes from the B.DATR Layout (the
-    # model's destination-layout map) and is re-checked on the new descriptor
-    dlay = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
-
-    fault = settle(ordered_fault(
-        (~schema_legal(h) | ~datr_legal(h), "Fault_TileLegality"),
-        (~sources_legal(srcs, state.tile_capacity, W, tdt, vr, vc), "Fault_TileLegality"),
-        (~found | ~budget_ok | ~destination_shape, "Fault_TileAllocation"),
-        (~fractal_ok(dlay, drows, col, tbits), "Fault_TileLegality")))     # destination_indexable
-    legal = fault == 0
-
-    # D.4 step 8: lane preflight, row-major over the valid region (lane l = r*VC + c)
+def _lane_operands(state, h: Header, pe, cfg, vr, vc, srcs) -> _Lanes:
+    """D.4 step 8 (lane preflight): each lane's Index, Expected and Replacement
+    elements and its GM address (base GPR + Index)."""
+    W, tiles = cfg.tile_words, state.tiles
+    (islot, _, si, _), (eslot, _, se, _), (rslot, _, sr, _) = srcs
     j = jnp.arange(W, dtype=jnp.int32)
     r, c, lane = valid_lanes(vr, vc, W)
     order = j
@@ -139,23 +122,27 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
     replacement = payload(tiles, rslot)[jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
     base = gpr_value(row(state.gpr, pe), h.reg_src0)
     addr = base + index
-    nbytes = elem_bytes(tbits)
-    probe = memory.probe(addr, nbytes, cfg.gm_bytes)
-    mfault, maddr = memory.first_fault(probe, addr, order, lane & legal)
-    fault = jnp.where(legal, mfault, fault)
-    fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
-    ok = enable & legal & (mfault == 0)
+    return _Lanes(j, r, c, lane, order, expected, replacement, addr)
 
-    # D.5: lanes in the configured order, each an atomic read/compare/write;
+
+def _lane_sequence(cfg, ln: _Lanes, n_lanes, cas_seed):
+    """The lanes in the configured order (`MachineConfig.cas_lane_order`)."""
+    if cfg.cas_lane_order == "row-major":
+        return ln.j
+    if cfg.cas_lane_order == "reverse":
+        return jnp.maximum(n_lanes - 1 - ln.j, 0)
+    keys = jnp.where(ln.lane, permuted_keys(ln.order, cas_seed), jnp.iinfo(jnp.int64).max)
+    return jnp.lexsort((ln.order, keys)).astype(jnp.int32)
+
+
+def _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln: _Lanes, cas_seed):
+    """D.5: lanes in the configured order, each an atomic read/compare/write:
+    (new GM, each lane's old value extended to 64 bits)."""
+    W = cfg.tile_words
+    addr, lane, expected, replacement = ln.addr, ln.lane, ln.expected, ln.replacement
     # the loop runs VR*VC times (under vmap: the batch's largest lane count)
     n_lanes = jnp.where(ok, vr * vc, 0)
-    if cfg.cas_lane_order == "row-major":
-        seq = j
-    elif cfg.cas_lane_order == "reverse":
-        seq = jnp.maximum(n_lanes - 1 - j, 0)
-    else:
-        keys = jnp.where(lane, permuted_keys(order, cas_seed), jnp.iinfo(jnp.int64).max)
-        seq = jnp.lexsort((order, keys)).astype(jnp.int32)
+    seq = _lane_sequence(cfg, ln, n_lanes, cas_seed)
     low = jnp.where(tbits >= 64, ~U64(0), (U64(1) << jnp.minimum(tbits, 63).astype(U64)) - U64(1))
     signed = take(DT_SIGNED, tdt)
     n = state.gm.shape[0]
@@ -176,12 +163,57 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
         old = old.at[k].set(jnp.where(run, _extend(value, tbits, signed), old[k]))
         return gm, old
 
-    gm, old = jax.lax.fori_loop(0, n_lanes, lane_step, (state.gm, jnp.zeros(W, U64)))
+    return jax.lax.fori_loop(0, n_lanes, lane_step, (state.gm, jnp.zeros(W, U64)))
+
+
+def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
+    """(fault, fault address, new state) of the MGATHER.CAS block with header `h`.
+
+    `cas_seed` (traced) seeds the "permuted" lane order; cfg.cas_seed is not
+    read here, so seeds share one compiled function.
+    """
+    W, HS = cfg.tile_words, cfg.hand_slots
+    tiles = state.tiles
+    mask = h.mask
+    vc, vr, col = resolved_dimensions(h)
+    tdt = h.dtype
+    tbits = take(DT_BITS, tdt)
+
+    # D.4 step 5: sources Index, Expected (first B.IOT), Replacement (second)
+    srcs = source(tiles, jnp.stack([h.src0[0], h.src1[0], h.src0[1]]), HS)
+    unstacked = tuple(jax.tree_util.tree_map(lambda v: v[k], srcs) for k in range(3))
+
+    # D.4 step 6: destination as C.7 step 4 with shape (VR, VC, Col); the pad
+    # fill covers the whole physical region, so rows * Col must fit the payload
+    dslot, found, tsize, budget_ok = destination(state, h.dst_hand[1], h.size_code[1], mask, cfg)
+    dshape_ok, drows = ordinary_shape(tsize, col, vr, vc, tbits, W)
+    destination_shape = dshape_ok & (drows * col <= W)
+
+    # D.4 step 7: the destination layout comes from the B.DATR Layout (the
+    # model's destination-layout map) and is re-checked on the new descriptor
+    dlay = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
+
+    fault = settle(ordered_fault(
+        (~schema_legal(h) | ~datr_legal(h), "Fault_TileLegality"),
+        (~sources_legal(srcs, state.tile_capacity, W, tdt, vr, vc), "Fault_TileLegality"),
+        (~found | ~budget_ok | ~destination_shape, "Fault_TileAllocation"),
+        (~fractal_ok(dlay, drows, col, tbits), "Fault_TileLegality")))     # destination_indexable
+    legal = fault == 0
+
+    ln = _lane_operands(state, h, pe, cfg, vr, vc, unstacked)
+    nbytes = elem_bytes(tbits)
+    probe = memory.probe(ln.addr, nbytes, cfg.gm_bytes)
+    mfault, maddr = memory.first_fault(probe, ln.addr, ln.order, ln.lane & legal)
+    fault = jnp.where(legal, mfault, fault)
+    fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
+    ok = enable & legal & (mfault == 0)
+
+    gm, old = _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln, cas_seed)
 
     # publication: whole physical destination padded and defined (F.5)
     padw = row(row(PAD_WORDS, tdt), h.pad)
-    physical = j < drows * col
-    slot = jnp.where(lane, ordinary_index(dlay, drows, col, tbits, r, c), W)
+    physical = ln.j < drows * col
+    slot = jnp.where(ln.lane, ordinary_index(dlay, drows, col, tbits, ln.r, ln.c), W)
     words = jnp.where(physical, padw, payload(tiles, dslot)).at[slot].set(old, mode="drop")
     fields = dict(dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
                   rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,

@@ -10,6 +10,8 @@ effects happen only when `enable` holds and nothing failed.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -34,25 +36,34 @@ def _last_writer(key, order, active):
     return jnp.zeros(n, bool).at[idx].set(last_sorted) & active
 
 
-def complete(state, h: Header, cfg, enable):
-    """Complete a Shared TLSU block with header `h`: (fault, fault address, new state)."""
+class _Load(NamedTuple):
+    """TLOAD steps 4-7: the register's new shape and the verdicts."""
+    tsz: jax.Array
+    rows: jax.Array
+    vr: jax.Array
+    vc: jax.Array
+    cols: jax.Array
+    schema_bad: jax.Array
+    shape_bad: jax.Array
+    update_bad: jax.Array
+    bound_bad: jax.Array
+
+
+class _Store(NamedTuple):
+    """TSTORE steps 4-5: the shape stored and the verdicts."""
+    vr: jax.Array
+    vc: jax.Array
+    cols: jax.Array
+    min_cap: jax.Array
+    bind_bad: jax.Array
+    schema_bad: jax.Array
+    bound_bad: jax.Array
+
+
+def _load_checks(state, h: Header, cfg, size, cap_reg, rec, exists, has_free, bits) -> _Load:
+    """TLOAD steps 4-7: schema, shape, a compatible update or a new record, bounds."""
     shared, WS = state.shared, cfg.shared_words
-    is_load = h.op == OP["TLOAD"]
-    spart = h.op == OP["TSTORE.SPART"]
-    sid, size, mask = h.shared_id[0], h.shared_size[0], h.shared_mask
-    lb, lbp = h.lb, h.lb_present
-    cap_reg = capacity_register(state.tile_capacity)
-
-    # steps 1-3: binding count, scalar schema, B.DATR attributes
-    attr_bad = h.datr_present & ((h.datr_dtype != 0) | (h.pad != 0) | h.conversion_attrs)
-    relayout = h.datr_present & (h.layout != 0)
-    edt = h.dtype            # the Shared path transfers the BSTART DataType (never B.DATR's)
-    bits = take(DT_BITS, edt)
-
-    i, exists, has_free = sh.lookup(shared, sid)
-    rec = sh.record(shared, i)
-
-    # TLOAD steps 4-7
+    mask, lb, lbp, edt = h.shared_mask, h.lb, h.lb_present, h.dtype
     vc_l, vr_l, cols_l = lb[0], lb[1], lb[2]
     tsz = sh.tsize(size)
     rows_l = sh.derived_rows(tsz, cols_l, bits)
@@ -68,8 +79,13 @@ def complete(state, h: Header, cfg, enable):
     update_bad = ~sh.capacity_legal(tsz, state.tile_capacity) \
         | jnp.where(exists, ~compatible, pool > cap_reg)
     load_bound_bad = (rows_l.astype(jnp.int64) * cols_l > WS) | (~exists & ~has_free)
+    return _Load(tsz, rows_l, vr_l, vc_l, cols_l, load_schema_bad, load_shape_bad, update_bad,
+                 load_bound_bad)
 
-    # TSTORE steps 4-5
+
+def _store_checks(state, h: Header, cfg, size, spart, rec, exists, bits) -> _Store:
+    """TSTORE steps 4-5: bindings, the shape (defaults from the record) and bounds."""
+    mask, lb, lbp, edt = h.shared_mask, h.lb, h.lb_present, h.dtype
     vc_s = jnp.where(lbp[0], lb[0], jnp.where(exists, rec["valid_cols"], 1))
     vr_s = jnp.where(lbp[1], lb[1], jnp.where(exists, rec["valid_rows"], 1))
     cols_s = jnp.where(lbp[2], lb[2], jnp.where(exists, rec["cols"], vc_s))
@@ -80,24 +96,65 @@ def complete(state, h: Header, cfg, enable):
     schema_new = (min_cap != 0) & sh.capacity_legal(min_cap, state.tile_capacity)
     store_schema_bad = (vc_s < 1) | (vr_s < 1) | (cols_s < 1) | (vc_s > cols_s) \
         | ~jnp.where(exists, schema_rec, schema_new)
-    store_bound_bad = (vr_s - 1).astype(jnp.int64) * cols_s + vc_s > WS
+    store_bound_bad = (vr_s - 1).astype(jnp.int64) * cols_s + vc_s > cfg.shared_words
+    return _Store(vr_s, vc_s, cols_s, min_cap, store_bind_bad, store_schema_bad, store_bound_bad)
+
+
+def _load_effect(state, h: Header, sid, i, exists, rec, ld: _Load, lane, loaded, do_load):
+    """TLOAD effect: a new record or a compatible update of the selected quarters.
+    Returns (the new Shared file, the settled record index)."""
+    shared, mask, edt = state.shared, h.shared_mask, h.dtype
+    new_words = jnp.where(lane, loaded, jnp.where(exists, row(shared.words, i), U64(0)))
+    init = jnp.where(exists, rec["initialized_mask"] | mask, mask)
+    alloc = jnp.where(exists, rec["allocation_mask"], mask)
+    defined = init == alloc
+    fields = dict(sid=sid, allocation_mask=alloc, initialized_mask=init,
+                  published=jnp.where(exists, rec["published"] | defined, True),
+                  contents_defined=defined, dtype=edt, layout=sh.ROW_MAJOR, capacity=ld.tsz,
+                  rows=ld.rows, cols=ld.cols, valid_rows=ld.vr, valid_cols=ld.vc)
+    fields = {k: jnp.asarray(v).astype(getattr(shared, k).dtype) for k, v in fields.items()}
+    i, do_load, fields = settle((i, do_load, fields))
+    upd = {k: getattr(shared, k).at[i].set(jnp.where(do_load, v, getattr(shared, k)[i]))
+           for k, v in fields.items()}
+    upd["words"] = shared.words.at[i].set(jnp.where(do_load, new_words, shared.words[i]))
+    return shared.replace(**upd), i
+
+
+def complete(state, h: Header, cfg, enable):
+    """Complete a Shared TLSU block with header `h`: (fault, fault address, new state)."""
+    shared, WS = state.shared, cfg.shared_words
+    is_load = h.op == OP["TLOAD"]
+    spart = h.op == OP["TSTORE.SPART"]
+    sid, size, mask = h.shared_id[0], h.shared_size[0], h.shared_mask
+    cap_reg = capacity_register(state.tile_capacity)
+
+    # steps 1-3: binding count, scalar schema, B.DATR attributes
+    attr_bad = h.datr_present & ((h.datr_dtype != 0) | (h.pad != 0) | h.conversion_attrs)
+    relayout = h.datr_present & (h.layout != 0)
+    edt = h.dtype            # the Shared path transfers the BSTART DataType (never B.DATR's)
+    bits = take(DT_BITS, edt)
+
+    i, exists, has_free = sh.lookup(shared, sid)
+    rec = sh.record(shared, i)
+    ld = _load_checks(state, h, cfg, size, cap_reg, rec, exists, has_free, bits)
+    st = _store_checks(state, h, cfg, size, spart, rec, exists, bits)
 
     fault = settle(ordered_fault(
         (h.ios_count != 1, "Fault_TileLegality"),
         (h.fpatr_present | h.ior_surplus, "Fault_BundleControl"),
         (attr_bad, "Fault_TileLegality"),
         (relayout, "Fault_Unimplemented"),
-        (is_load & (load_schema_bad | load_shape_bad | update_bad), "Fault_TileLegality"),
-        (is_load & load_bound_bad, "Fault_TileAllocation"),
-        (~is_load & (store_bind_bad | store_schema_bad), "Fault_TileLegality"),
-        (~is_load & store_bound_bad, "Fault_TileAllocation"),
+        (is_load & (ld.schema_bad | ld.shape_bad | ld.update_bad), "Fault_TileLegality"),
+        (is_load & ld.bound_bad, "Fault_TileAllocation"),
+        (~is_load & (st.bind_bad | st.schema_bad), "Fault_TileLegality"),
+        (~is_load & st.bound_bad, "Fault_TileAllocation"),
     ))
     legal = fault == 0
 
     # step 8 / 6: the selected quarters' elements, addressed through their PE's GPRs
-    vr, vc, cols = jnp.where(is_load, vr_l, vr_s), jnp.where(is_load, vc_l, vc_s), \
-        jnp.where(is_load, cols_l, cols_s)
-    capacity = jnp.where(is_load, tsz, jnp.where(exists, rec["capacity"], min_cap))
+    vr, vc, cols = jnp.where(is_load, ld.vr, st.vr), jnp.where(is_load, ld.vc, st.vc), \
+        jnp.where(is_load, ld.cols, st.cols)
+    capacity = jnp.where(is_load, ld.tsz, jnp.where(exists, rec["capacity"], st.min_cap))
     e = jnp.arange(WS, dtype=jnp.int32)
     r, c = div(e, cols), mod(e, cols)
     q = sh.quarter(e, bits, capacity)
@@ -117,23 +174,8 @@ def complete(state, h: Header, cfg, enable):
     fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
     ok = enable & legal & (mfault == 0)
 
-    # TLOAD effect: a new record or a compatible update of the selected quarters
     loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, take(DT_SIGNED, edt))
-    do_load = ok & is_load
-    new_words = jnp.where(lane, loaded, jnp.where(exists, row(shared.words, i), U64(0)))
-    init = jnp.where(exists, rec["initialized_mask"] | mask, mask)
-    alloc = jnp.where(exists, rec["allocation_mask"], mask)
-    defined = init == alloc
-    fields = dict(sid=sid, allocation_mask=alloc, initialized_mask=init,
-                  published=jnp.where(exists, rec["published"] | defined, True),
-                  contents_defined=defined, dtype=edt, layout=sh.ROW_MAJOR, capacity=tsz,
-                  rows=rows_l, cols=cols_l, valid_rows=vr_l, valid_cols=vc_l)
-    fields = {k: jnp.asarray(v).astype(getattr(shared, k).dtype) for k, v in fields.items()}
-    i, do_load, fields = settle((i, do_load, fields))
-    upd = {k: getattr(shared, k).at[i].set(jnp.where(do_load, v, getattr(shared, k)[i]))
-           for k, v in fields.items()}
-    upd["words"] = shared.words.at[i].set(jnp.where(do_load, new_words, shared.words[i]))
-    shared = shared.replace(**upd)
+    shared, i = _load_effect(state, h, sid, i, exists, rec, ld, lane, loaded, ok & is_load)
 
     # TSTORE effect: the register's Words (undefined ones included) to GM, in element order
     values = sh.read_words(state.shared, i, exists, sid, e)

@@ -9,6 +9,9 @@ of the valid elements, so a batch step stays O(tile + GM), not O(state).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 
 from .. import tables
@@ -57,34 +60,53 @@ def ordinary_datr_legal(h: Header):
     return ~h.datr_present | ((h.datr_dtype == 0) & (h.pad == 0) & ~h.conversion_attrs)
 
 
-def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})):
-    """Complete the TLOAD/TSTORE block with header `h` on `state`: (fault, fault
-    address, new state).
+class _Destination(NamedTuple):
+    """The TLOAD destination of both paths: its allocation, CUBE and ordinary geometry."""
+    dslot: jax.Array
+    tsize: jax.Array
+    cr: jax.Array                  # CUBE: CELL rows, columns and geometry
+    cc: jax.Array
+    g: dict
+    vr_c: jax.Array
+    vc_c: jax.Array
+    edt: jax.Array                 # ordinary: effective dtype, dims, storage rows
+    vr_o: jax.Array
+    vc_o: jax.Array
+    col_o: jax.Array
+    rows_o: jax.Array
+    alloc_bad: jax.Array
 
-    `effects` (static) names the operations whose effects can occur in this
-    stream; the host derives it from the words, so the effect code of an
-    operation that cannot complete is not traced at all.
-    """
-    tiles = state.tiles
-    W, HS = cfg.tile_words, cfg.hand_slots
-    # a TLOAD (TSTORE) block reaches completion only in a stream whose effects
-    # name it: elsewhere the op is known not to be one, and its checks fold away
-    is_load = (h.op == OP["TLOAD"]) & ("TLOAD" in effects)
-    is_store = (h.op == OP["TSTORE"]) & ("TSTORE" in effects)
-    cube, code = h.cube, h.layout
-    bind_mask = h.mask
-    lb = h.lb
-    bdt = h.dtype
-    gpr = row(state.gpr, pe)
-    base = jnp.where(h.ior_present, gpr_value(gpr, h.reg_src0), U64(0))
-    stride_reg = gpr_value(gpr, h.reg_src1)
 
-    # ---------------- CUBE path (C.5 / C.6): the layout and CELL class
-    cube_lay = take(CODE_TO_CUBE, code)
-    cls = take(DT_CLASS, bdt)
+class _Source(NamedTuple):
+    """The TSTORE source: its slot, descriptor and the verdicts of both paths."""
+    sslot: jax.Array
+    s: dict
+    s_lay: jax.Array
+    scr: jax.Array
+    scc: jax.Array
+    cube_bad: jax.Array
+    ord_bad: jax.Array
 
-    # ---------------- TLOAD destination (both paths)
-    dslot, found, tsize, budget_ok = destination(state, h.dst_hand[0], h.size_code[0], bind_mask, cfg)
+
+class _Lanes(NamedTuple):
+    """The element map: per payload lane its (r, c), validity and GM address."""
+    r: jax.Array
+    c: jax.Array
+    valid: jax.Array
+    storage: jax.Array
+    value_slot: jax.Array
+    nbytes: jax.Array
+    four: jax.Array
+    addr: jax.Array
+    order: jax.Array
+
+
+def _tload_destination(state, h: Header, cfg, cube_lay, cls) -> _Destination:
+    """TLOAD destination (both paths): the allocation, CUBE geometry (C.5) and the
+    ordinary shape (C.7)."""
+    W = cfg.tile_words
+    cube, lb, bdt = h.cube, h.lb, h.dtype
+    dslot, found, tsize, budget_ok = destination(state, h.dst_hand[0], h.size_code[0], h.mask, cfg)
 
     # CUBE destination geometry: VR = LB1, VC = LB0
     vr_c, vc_c = lb[1], lb[0]
@@ -100,56 +122,69 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
     ord_shape_ok, rows_o = ordinary_shape(tsize, col_o, vr_o, vc_o, ebits, W)
 
     load_alloc_bad = ~found | ~budget_ok | ~jnp.where(cube, shape_ok, ord_shape_ok)
+    return _Destination(dslot, tsize, cr, cc, g, vr_c, vc_c, edt, vr_o, vc_o, col_o, rows_o,
+                        load_alloc_bad)
 
-    # ---------------- TSTORE source
-    sslot, s_alloc, s, s_defined = source(tiles, h.src0[0], HS)
+
+def _tstore_source(state, h: Header, cfg, cube_lay) -> _Source:
+    """TSTORE source: a CUBE tile of the block's shape and layout (C.6), or an
+    ordinary one (C.8 step 4)."""
+    W = cfg.tile_words
+    lb, bdt, bind_mask = h.lb, h.dtype, h.mask
+    sslot, s_alloc, s, s_defined = source(state.tiles, h.src0[0], cfg.hand_slots)
     s_cube_legal, s_lay, scr, scc = cube_descriptor(s, state.tile_capacity, W)
     cube_src_bad = ~(s_alloc & s_cube_legal & s_defined & (s["dtype"] == bdt)
                      & (s_lay == cube_lay) & (s["valid_rows"] == lb[1])
                      & (s["valid_cols"] == lb[0]) & ((s["mask"] & bind_mask) == bind_mask))
     # C.8 step 4: an allocated, configured, generically indexable, fully defined source
     ord_src_bad = ~ordinary_source_legal(s, s_alloc, s_defined, state.tile_capacity, W)
+    return _Source(sslot, s, s_lay, scr, scc, cube_src_bad, ord_src_bad)
 
-    # ---------------- the ordered check list
+
+def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source):
+    """The ordered check list of C.5-C.8 up to the memory checks: the settled fault code."""
+    cube, code = h.cube, h.layout
     tl_op = is_load | is_store
-    fault = settle(ordered_fault(
+    return settle(ordered_fault(
         (h.zero_mask, "Fault_None"),
         (cube & ~tlsu_decodable(h), "Fault_IllegalInstruction"),
         # CUBE path: whatever the BSTART (C.5 "selection")
         (cube & (~tl_op | ~cube_schema_legal(h, is_load, is_store) | (cls < 0)),
          "Fault_TileLegality"),
-        (cube & is_load & load_alloc_bad, "Fault_TileAllocation"),
-        (cube & is_store & cube_src_bad, "Fault_TileLegality"),
+        (cube & is_load & d.alloc_bad, "Fault_TileAllocation"),
+        (cube & is_store & src.cube_bad, "Fault_TileLegality"),
         # operations and forms not modelled yet
         (~cube & (~tl_op | (h.ios_count > 0)), "Fault_Unimplemented"),
         (~cube & (h.fpatr_present | ~ordinary_bindings_complete(h, is_load)),
          "Fault_BundleControl"),
         (~cube & ~ordinary_datr_legal(h), "Fault_TileLegality"),
         (~cube & h.datr_present & (code != 0), "Fault_Unimplemented"),   # relayouts
-        (~cube & is_load & load_alloc_bad, "Fault_TileAllocation"),
-        (~cube & is_store & ord_src_bad, "Fault_TileLegality"),
+        (~cube & is_load & d.alloc_bad, "Fault_TileAllocation"),
+        (~cube & is_store & src.ord_bad, "Fault_TileLegality"),
     ))
-    legal = (fault == 0) & ~h.zero_mask     # the zero-mask entry ends the list with no effect
-    if not effects & {"TLOAD", "TSTORE"}:
-        # no TLOAD/TSTORE can complete in this stream, so no block reaches the
-        # memory checks: skip the element map (a matrix-only stream's cost)
-        return fault, U64(0), state
 
-    # ---------------- element map of the tile filled (TLOAD) or read (TSTORE).
+
+def _element_map(h: Header, cfg, is_load, is_store, legal, base, stride_reg, cube_lay,
+                 d: _Destination, src: _Source):
+    """Element map of the tile filled (TLOAD) or read (TSTORE): (its settled scalar
+    parameters, the lanes)."""
+    W = cfg.tile_words
+    cube, lb, bdt, s = h.cube, h.lb, h.dtype, src.s
     # Its scalar parameters are settled first: each lane-wide kernel below
     # would otherwise re-derive them from the header on its own.
-    bits = take(DT_BITS, jnp.where(is_load, jnp.where(cube, bdt, edt), s["dtype"]))
+    bits = take(DT_BITS, jnp.where(is_load, jnp.where(cube, bdt, d.edt), s["dtype"]))
     # base and row stride (C.3): dense default from the BSTART dtype
     dense_cols = jnp.where(cube, lb[0],
-                           jnp.where(is_load, col_o, jnp.where(lb[2] != 0, lb[2], s["cols"])))
+                           jnp.where(is_load, d.col_o, jnp.where(lb[2] != 0, lb[2], s["cols"])))
     dense = ((dense_cols.astype(jnp.int64) * take(DT_BITS, bdt) + 7) >> 3).astype(U64)
     p = settle(dict(
         cube=cube, by_lane=is_store & ~cube, legal=legal, bits=bits,
-        lay=jnp.where(is_load, cube_lay, s_lay), cr=jnp.where(is_load, cr, scr),
-        cc=jnp.where(is_load, cc, scc), k_repeat=jnp.where(is_load, g["k_repeat"], s["k_repeat"]),
-        cells=jnp.where(is_load, g["cell_count"], s["cell_count"]), col=col_o,
-        vr=jnp.where(is_load, jnp.where(cube, vr_c, vr_o), s["valid_rows"]),
-        vc=jnp.where(is_load, jnp.where(cube, vc_c, vc_o), s["valid_cols"]),
+        lay=jnp.where(is_load, cube_lay, src.s_lay), cr=jnp.where(is_load, d.cr, src.scr),
+        cc=jnp.where(is_load, d.cc, src.scc),
+        k_repeat=jnp.where(is_load, d.g["k_repeat"], s["k_repeat"]),
+        cells=jnp.where(is_load, d.g["cell_count"], s["cell_count"]), col=d.col_o,
+        vr=jnp.where(is_load, jnp.where(cube, d.vr_c, d.vr_o), s["valid_rows"]),
+        vc=jnp.where(is_load, jnp.where(cube, d.vc_c, d.vc_o), s["valid_cols"]),
         src={k: s[k] for k in ("layout", "rows", "cols", "dtype")},
         base=base, stride=jnp.where(h.ior_present, stride_reg, dense)))
     vr, vc, stride, four = p["vr"], p["vc"], p["stride"], p["bits"] == 4
@@ -168,39 +203,84 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
     col_off = jnp.where(four, c >> 1, c * nbytes).astype(U64)
     addr = p["base"] + r.astype(U64) * stride + col_off
     order = r * jnp.maximum(vc, 1) + c
-    probe = memory.probe(addr, nbytes, cfg.gm_bytes)
-    mfault, maddr = memory.first_fault(probe, addr, order, valid & p["legal"])
-    fault = jnp.where(legal, mfault, fault)
-    fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
-    ok = enable & legal & (mfault == 0)
+    return p, _Lanes(r, c, valid, storage, value_slot, nbytes, four, addr, order)
 
-    # ---------------- effects (their scalar parameters settled too)
-    e = settle(dict(load=ok & is_load, store=ok & is_store, dslot=dslot, sslot=sslot,
+
+def _effects(state, h: Header, effects, ok, is_load, is_store, cube_lay, d: _Destination,
+             src: _Source, p, lanes: _Lanes):
+    """The TLOAD destination installed, the TSTORE elements written: (tiles, gm)."""
+    tiles = state.tiles
+    cube, bdt, edt = h.cube, h.dtype, d.edt
+    r, c, valid, four, nbytes = lanes.r, lanes.c, lanes.valid, lanes.four, lanes.nbytes
+    # their scalar parameters settled too
+    e = settle(dict(load=ok & is_load, store=ok & is_store, dslot=d.dslot, sslot=src.sslot,
                     pad_word=row(row(PAD_WORDS, bdt), h.pad),
                     pad_defined=h.pad != tables.PAD_NULL,
                     signed=take(DT_SIGNED, jnp.where(cube, bdt, edt))))
-    loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, e["signed"])
-    pad_area = p["cube"] & storage & ~valid
+    loaded = memory.read_elements(state.gm, lanes.addr, nbytes, (c & 1) == 1, four, e["signed"])
+    pad_area = p["cube"] & lanes.storage & ~valid
     new_words = jnp.where(valid, loaded, jnp.where(pad_area, e["pad_word"], payload(tiles, e["dslot"])))
     new_def = valid | (pad_area & e["pad_defined"])
-    l_vr, l_vc = jnp.where(cube, vr_c, vr_o), jnp.where(cube, vc_c, vc_o)
+    g = d.g
+    l_vr, l_vc = jnp.where(cube, d.vr_c, d.vr_o), jnp.where(cube, d.vc_c, d.vc_o)
     vals = dict(
         dtype=jnp.where(cube, bdt, edt),
         layout=jnp.where(cube, take(CUBE_TILE_LAYOUT, cube_lay), LAY["RowMajor"]),
-        location=jnp.where(cube, LOC["Matrix"], LOC["Any"]), capacity=tsize,
-        rows=jnp.where(cube, g["storage_rows"], rows_o), cols=jnp.where(cube, g["storage_cols"], col_o),
+        location=jnp.where(cube, LOC["Matrix"], LOC["Any"]), capacity=d.tsize,
+        rows=jnp.where(cube, g["storage_rows"], d.rows_o), cols=jnp.where(cube, g["storage_cols"], d.col_o),
         valid_rows=l_vr, valid_cols=l_vc,
         k_repeat=jnp.where(cube, g["k_repeat"], 0), n_repeat=jnp.where(cube, g["n_repeat"], 0),
         cell_count=jnp.where(cube, g["cell_count"], 0),
-        storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=bind_mask,
+        storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=h.mask,
         defined_valid=l_vr * l_vc)
     if "TLOAD" in effects:
         tiles = install(tiles, e["dslot"], e["load"], vals, new_words, new_def)
     if "TSTORE" not in effects:
-        return fault, fault_addr, state.replace(tiles=tiles)
+        return tiles, state.gm
 
-    src_words = payload(tiles, e["sslot"])[value_slot]
-    gm = memory.write_elements(state.gm, addr, src_words, nbytes, (c & 1) == 1, four,
-                               memory.overwritten_later(r, c, vr, vc, stride, nbytes, four),
+    src_words = payload(tiles, e["sslot"])[lanes.value_slot]
+    gm = memory.write_elements(state.gm, lanes.addr, src_words, nbytes, (c & 1) == 1, four,
+                               memory.overwritten_later(r, c, p["vr"], p["vc"], p["stride"], nbytes,
+                                                        four),
                                valid & e["store"])
+    return tiles, gm
+
+
+def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})):
+    """Complete the TLOAD/TSTORE block with header `h` on `state`: (fault, fault
+    address, new state).
+
+    `effects` (static) names the operations whose effects can occur in this
+    stream; the host derives it from the words, so the effect code of an
+    operation that cannot complete is not traced at all.
+    """
+    # a TLOAD (TSTORE) block reaches completion only in a stream whose effects
+    # name it: elsewhere the op is known not to be one, and its checks fold away
+    is_load = (h.op == OP["TLOAD"]) & ("TLOAD" in effects)
+    is_store = (h.op == OP["TSTORE"]) & ("TSTORE" in effects)
+    gpr = row(state.gpr, pe)
+    base = jnp.where(h.ior_present, gpr_value(gpr, h.reg_src0), U64(0))
+    stride_reg = gpr_value(gpr, h.reg_src1)
+
+    # ---------------- CUBE path (C.5 / C.6): the layout and CELL class
+    cube_lay = take(CODE_TO_CUBE, h.layout)
+    cls = take(DT_CLASS, h.dtype)
+    d = _tload_destination(state, h, cfg, cube_lay, cls)
+    src = _tstore_source(state, h, cfg, cube_lay)
+
+    fault = _check_list(h, is_load, is_store, cls, d, src)
+    legal = (fault == 0) & ~h.zero_mask     # the zero-mask entry ends the list with no effect
+    if not effects & {"TLOAD", "TSTORE"}:
+        # no TLOAD/TSTORE can complete in this stream, so no block reaches the
+        # memory checks: skip the element map (a matrix-only stream's cost)
+        return fault, U64(0), state
+
+    p, lanes = _element_map(h, cfg, is_load, is_store, legal, base, stride_reg, cube_lay, d, src)
+    probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
+    mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p["legal"])
+    fault = jnp.where(legal, mfault, fault)
+    fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
+    ok = enable & legal & (mfault == 0)
+
+    tiles, gm = _effects(state, h, effects, ok, is_load, is_store, cube_lay, d, src, p, lanes)
     return fault, fault_addr, state.replace(tiles=tiles, gm=gm)
