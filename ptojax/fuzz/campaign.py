@@ -1,6 +1,6 @@
 """Differential campaigns: pj.batch.run against the pj.reference oracle (`ptojax fuzz`).
 
-A campaign draws Cases from `ptojax.batch.generate` (case number k of seed S
+A campaign draws Cases from `ptojax.fuzz.generate` (case number k of seed S
 is `random_case(default_rng(SeedSequence(S, spawn_key=(j,))))` for its draw
 index j, the same Case `random_cases(S, n)[j]` gives), runs them in batches
 through `pj.batch.run` and runs every case (or a seeded sample) through
@@ -350,7 +350,7 @@ class JaxRunner:
 
     def run(self, items: Sequence) -> BatchOutcomes:
         """Outcomes of up to `capacity` rows (Cases or (State, words) pairs), one call."""
-        from .execute import run as batch_run
+        from ..batch.execute import run as batch_run
         n = len(items)
         if not 1 <= n <= self.capacity:
             raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")
