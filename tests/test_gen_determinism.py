@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from ptojax.fuzz import campaign as C
-from ptojax.fuzz import generate as G
+from ptojax.fuzz import gen as G
 from ptojax.state import PRESETS, state_leaves
 
 TINY, SMALL = PRESETS["tiny"], PRESETS["small"]
