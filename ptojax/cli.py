@@ -870,14 +870,14 @@ class _CoreReference:
         self.on_fault, self.cfg = on_fault, cfg
 
     def run(self, case, state):
-        from ptojax.batch.campaign import reference_outcome
+        from ptojax.fuzz.campaign import reference_outcome
         return reference_outcome(state, case.words, case.pe, self.on_fault, self.cfg, case.core)
 
 
 def _write_mismatches(res, cc, args, say) -> list:
     """Shrink the first case of each mismatch signature and write the files."""
-    from ptojax.batch import casefile, shrink
-    from ptojax.batch.campaign import JaxRunner, differences, initial_state, reference_outcome
+    from ptojax.fuzz import casefile, shrink
+    from ptojax.fuzz.campaign import JaxRunner, differences, initial_state, reference_outcome
     mcfg = cc.machine
     out = Path(args.out or FUZZ_DEFAULT_OUT)
     by_sig = {}
@@ -892,7 +892,7 @@ def _write_mismatches(res, cc, args, say) -> list:
                 break
             other = None
             if m.against:
-                from ptojax.batch.casefile import External
+                from ptojax.fuzz.casefile import External
                 ext = ext or External(args.against, mcfg, cc.on_fault)
                 other = ext
             case, stats = m.case, None
@@ -982,8 +982,8 @@ def print_fuzz_report(rep: dict, con=None):
 
 
 def cmd_fuzz(args) -> int:
-    from ptojax.batch import campaign as C
-    from ptojax.batch import casefile
+    from ptojax.fuzz import campaign as C
+    from ptojax.fuzz import casefile
     if args.count < 1:
         raise CliError(f"--count {args.count}: expected at least 1")
     if args.batch < 2:
@@ -1100,8 +1100,8 @@ def _outcome_line(o) -> str:
 
 
 def cmd_replay(args) -> int:
-    from ptojax.batch import casefile
-    from ptojax.batch.campaign import JaxRunner, differences, format_difference, reference_outcome
+    from ptojax.fuzz import casefile
+    from ptojax.fuzz.campaign import JaxRunner, differences, format_difference, reference_outcome
     try:
         rp = casefile.load_repro(args.file)
     except ValueError as e:

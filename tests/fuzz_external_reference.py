@@ -1,6 +1,6 @@
 """A tiny external command for `ptojax fuzz --against` / `ptojax replay --against`.
 
-It speaks the ptojax.fuzz-against.v1 line protocol (ptojax/batch/casefile.py):
+It speaks the ptojax.fuzz-against.v1 line protocol (ptojax/fuzz/casefile.py):
 one request per line on stdin, {"initial": envelope, "words": [...], "pe": n,
 "on_fault": ...}; one answer per line on stdout, {"final": envelope}. It runs
 pj.reference.run, so a campaign against it must find no mismatch.
@@ -14,7 +14,7 @@ planted bug, for the tests).
 import sys
 
 import ptojax as pj
-from ptojax.batch.casefile import serve
+from ptojax.fuzz.casefile import serve
 
 
 def main(argv):

@@ -1,6 +1,6 @@
 """Differential tests: pj.batch.run and pj.run against the pj.reference oracle.
 
-Random TLOAD/TSTORE programs from ptojax.batch.generate (legal CUBE and
+Random TLOAD/TSTORE programs from ptojax.fuzz.gen (legal CUBE and
 ordinary bundles, round trips, fault mutations, random words) run on all
 three executors; every leaf of the final State, the fault and the executed
 count must agree. Compile budget: every batch is [64, 16] words: 63 cases and
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.batch import generate as G
+from ptojax.fuzz import gen as G
 
 from _differential import Outcome, assert_same
 from _differential import diff as _diff

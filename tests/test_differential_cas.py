@@ -1,6 +1,6 @@
 """Differential tests of BSTART.MGATHER.CAS: pj.batch.run / pj.run vs the oracle.
 
-Cases come from ptojax.batch.generate.random_cas_cases (kinds CAS_KINDS:
+Cases come from ptojax.fuzz.gen.random_cas_cases (kinds CAS_KINDS:
 legal bundles over every transfer and index dtype, duplicate-heavy index
 tiles, ColumnMajor/ZN/NZ destinations, a source TLOAD in the stream, round
 trips through TSTORE, two CAS bundles, wide tiles, zero-mask blocks; and
@@ -32,7 +32,7 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.batch import generate as G
+from ptojax.fuzz import gen as G
 from ptojax.machine import commit_capable
 from ptojax.reference import cas_check
 from ptojax.reference.machine import Machine

@@ -1,6 +1,6 @@
 """Differential tests of the Core: pj.batch.run(core=True) vs pj.reference.run_core.
 
-Cases come from ptojax.batch.generate.random_coop_cases (kinds COOP_KINDS:
+Cases come from ptojax.fuzz.gen.random_coop_cases (kinds COOP_KINDS:
 right-only cooperative TMATMUL* with each active PE's own Local A, both-Shared
 A/B, Trans bits on Shared operands, a Shared operand TLOAD in the stream,
 zero-mask blocks, and Shared TLOAD / TSTORE / TSTORE.SPART programs; mutations
@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.batch import generate as G
+from ptojax.fuzz import gen as G
 from ptojax.machine import commit_capable
 
 from _differential import Outcome, assert_same, padded, leaves

@@ -1,6 +1,6 @@
 """Differential tests of TMATMUL*/TGEMV*: pj.batch.run vs the pj.reference oracle.
 
-Cases come from ptojax.batch.generate.random_matmul_cases (kinds
+Cases come from ptojax.fuzz.gen.random_matmul_cases (kinds
 MATMUL_KINDS: floating, signed and unsigned pairs over the non-MX forms, the
 36 MX pairs with and without E8M0 scale tiles, K > 32 MX cases with several
 scale blocks, ACC chains whose C is an earlier bundle's D, D stored back by a
@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.batch import generate as G
+from ptojax.fuzz import gen as G
 from ptojax.machine import commit_capable
 
 from _differential import assert_same, run_batch, run_reference

@@ -25,9 +25,9 @@ import pytest
 
 import ptojax as pj
 from ptojax import cli, tables
-from ptojax.batch import campaign as C
-from ptojax.batch import casefile, shrink
-from ptojax.batch import generate as G
+from ptojax.fuzz import campaign as C
+from ptojax.fuzz import casefile, shrink
+from ptojax.fuzz import gen as G
 from ptojax.interop import from_arch_state, validate
 
 ROWS = 64                                   # one compiled shape: [64, 16]
@@ -88,7 +88,7 @@ def test_case_numbering_and_shards():
 
 
 def test_initial_state_is_build_state():
-    """The campaign's numpy initial States equal generate.build_state's, also for
+    """The campaign's numpy initial States equal gen.build_state's, also for
     MGATHER.CAS cases whose sources come from setup words and undefined Words."""
     cc = C.CampaignConfig(config="tiny", ops=C.parse_ops("tload,mgather_cas"))
     assert 0 < cc.cas < 1 and C.CampaignConfig(config="tiny", ops=C.parse_ops("tload")).cas == 0
@@ -570,7 +570,7 @@ _SHARDED = textwrap.dedent("""
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     import numpy as np
     import ptojax as pj
-    from ptojax.batch import campaign as C
+    from ptojax.fuzz import campaign as C
     assert jax.local_device_count() == 4, jax.local_devices()
     cfg = pj.preset("tiny")
     gen = C.CampaignConfig(config="tiny").gen

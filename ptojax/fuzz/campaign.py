@@ -1,6 +1,6 @@
 """Differential campaigns: pj.batch.run against the pj.reference oracle (`ptojax fuzz`).
 
-A campaign draws Cases from `ptojax.batch.generate` (case number k of seed S
+A campaign draws Cases from `ptojax.fuzz.gen` (case number k of seed S
 is `random_case(default_rng(SeedSequence(S, spawn_key=(j,))))` for its draw
 index j, the same Case `random_cases(S, n)[j]` gives), runs them in batches
 through `pj.batch.run` and runs every case (or a seeded sample) through
@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import tables
 from ..state import MachineConfig, State, state_leaves
-from . import generate as G
+from . import gen as G
 
 WORDS = 16                       # words per row: GenConfig.max_words, one length bucket
 REPORT_FORMAT = "ptojax.fuzz-report.v1"
@@ -175,12 +175,12 @@ def reset_leaves(cfg: MachineConfig) -> State:
 
 def _prepared(case) -> bool:
     """Whether the Case's initial State needs more than its GM/GPR/PC/capacity
-    fields (setup words run on the oracle, undefined Words: generate.Case)."""
+    fields (setup words run on the oracle, undefined Words: gen.Case)."""
     return bool(getattr(case, "setup", ()) or getattr(case, "undefine", ()))
 
 
 def initial_state(case: G.Case, cfg: MachineConfig) -> State:
-    """The Case's initial State with numpy leaves: what generate.build_state
+    """The Case's initial State with numpy leaves: what gen.build_state
     builds (it runs a Case's setup words on the oracle), without a device
     round trip per case when there is no setup. Raises RuntimeError when the
     setup does not complete (a shrinking candidate can break it)."""
@@ -350,7 +350,7 @@ class JaxRunner:
 
     def run(self, items: Sequence) -> BatchOutcomes:
         """Outcomes of up to `capacity` rows (Cases or (State, words) pairs), one call."""
-        from .execute import run as batch_run
+        from ..batch.execute import run as batch_run
         n = len(items)
         if not 1 <= n <= self.capacity:
             raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")

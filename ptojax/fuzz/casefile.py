@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import tables
 from ..state import MachineConfig, State, state_leaves
-from . import generate as G
+from . import gen as G
 from .campaign import Outcome, initial_state
 
 CASE_FORMAT = "ptojax.fuzz-case.v1"

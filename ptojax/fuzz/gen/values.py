@@ -1,0 +1,86 @@
+"""Value tables and draw helpers every generator family shares: the dtype
+and CUBE layout tables (tables.DATATYPES, encoding.md B.1), weighted picks,
+row and element sizes, SizeCodes, raw element values and their GM bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import tables
+
+MASK64 = (1 << 64) - 1
+
+DTYPES = tuple(d.code for d in tables.DATATYPES)                      # the 25 assigned codes
+CUBE_DTYPES = tuple(d.code for d in tables.DATATYPES if d.cube_class)  # 20 with a CELL class
+BITS = {d.code: d.bits for d in tables.DATATYPES}
+RESERVED_START_DTYPES = (15, 21, 22, 23, 29, 30, 31)
+RESERVED_DATR_DTYPES = tables.RESERVED_DTYPE_CODES
+RESERVED_LAYOUTS = tables.RESERVED_LAYOUT_CODES
+RELAYOUT_CODES = (1, 3, 4, 6, 8, 9, 17, 18, 20, 27, 28, 30)
+LOAD_CODES = (21, 22, 23)                 # ND2M32, ND2M16, ND2N8
+STORE_CODES = (24, 25, 26)                # M322ND, M162ND, N82ND
+CODE_LAYOUT = {21: "M32", 22: "M16", 23: "N8", 24: "M32", 25: "M16", 26: "N8"}
+STORE_OF = {21: 24, 22: 25, 23: 26}
+PEMODE_MASK = tables.PEMODE_MASK
+# B.1: (layout, element bits) -> (cell rows, cell columns)
+CELL = {("N8", 32): (4, 8), ("N8", 16): (8, 8), ("N8", 8): (16, 8), ("N8", 4): (32, 8),
+        ("M32", 32): (32, 1), ("M32", 16): (32, 2), ("M32", 8): (32, 4), ("M32", 4): (32, 8),
+        ("M16", 32): (16, 2), ("M16", 16): (16, 4), ("M16", 8): (16, 8), ("M16", 4): (16, 16)}
+INT_DTYPES = tuple(d.code for d in tables.DATATYPES if d.is_integer)        # 10, S4X2/U4X2 too
+NONINT_DTYPES = tuple(d.code for d in tables.DATATYPES if not d.is_integer)
+PACKED_DTYPES = tuple(d for d in DTYPES if BITS[d] == 4)
+SIGNED = {d.code: d.signed for d in tables.DATATYPES}
+DT_CODE = {d.name: d.code for d in tables.DATATYPES}
+
+# the faults the aims tables name most
+_TL, _TA, _UN = "Fault_TileLegality", "Fault_TileAllocation", "Fault_Unimplemented"
+
+
+def _pick(rng, seq, p=None):
+    return seq[int(rng.choice(len(seq), p=p))]
+
+
+def _weighted(rng, table: dict) -> str:
+    keys = list(table)
+    w = np.array([table[k] for k in keys], float)
+    return keys[int(rng.choice(len(keys), p=w / w.sum()))]
+
+
+def _rowbytes(vc: int, bits: int) -> int:
+    return (vc * bits + 7) // 8
+
+
+def _ebytes(bits: int) -> int:
+    return max(1, bits // 8)
+
+
+def _size_for_bytes(nbytes: int) -> int:
+    code = 1
+    while (128 << (code - 1)) < nbytes and code < 15:
+        code += 1
+    return code
+
+
+def _rand_bits(rng, bits: int) -> int:
+    return int(rng.integers(0, 1 << bits, dtype=np.uint64)) if bits < 64 else \
+        int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+
+
+def _rand_value(rng, bits: int) -> int:
+    """A raw element value; sometimes 0, all-ones, the sign bit, 1, max positive."""
+    if rng.random() < 0.2:
+        return _pick(rng, [0, (1 << bits) - 1, 1 << (bits - 1), 1, (1 << (bits - 1)) - 1])
+    return _rand_bits(rng, bits)
+
+
+def _encode_elements(dt: int, row: list) -> bytes:
+    bits = BITS[dt]
+    if bits == 4:
+        nib = [v & 0xF for v in row] + [0] * (len(row) % 2)
+        return bytes(nib[i] | nib[i + 1] << 4 for i in range(0, len(nib), 2))
+    n = bits // 8
+    return b"".join((v & ((1 << bits) - 1)).to_bytes(n, "little") for v in row)
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and not v & (v - 1)

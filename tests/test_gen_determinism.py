@@ -1,0 +1,157 @@
+"""The case generator draws the same cases from the same seeds, byte for byte.
+
+Every family's public entry point (random_cases / random_case with CAS,
+matrix and cooperative weights, random_words_case, random_cas_cases,
+random_matmul_cases, random_coop_cases, and the forced kind / mutation paths
+of random_cas_case, random_matmul_case and random_coop_case) draws cases on
+the presets the campaign uses; each case is hashed (sha256) over every Case
+field (words and setup as uint32 bytes, GM, GPRs, kind, labels, notes, PC,
+TILE_CAPACITY, PE, undefine, core) and, for the main draws, over the leaves
+of its start State (campaign.initial_state: the setup run on the oracle, no
+jit). The literals were computed on the generator before it was split into
+ptojax/fuzz/gen/; a refactor that changes any draw changes a digest.
+`python tests/test_gen_determinism.py` prints the digests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import numpy as np
+import pytest
+
+from ptojax.fuzz import campaign as C
+from ptojax.fuzz import gen as G
+from ptojax.state import PRESETS, state_leaves
+
+TINY, SMALL = PRESETS["tiny"], PRESETS["small"]
+N = 200
+CASE_FIELDS = ("words", "gm", "gprs", "kind", "mutations", "pc", "tile_capacity", "pe", "notes",
+               "setup", "undefine", "core")
+
+
+def _case_digest(h, case: G.Case):
+    words = np.asarray(case.words, np.uint32)
+    setup = np.asarray(case.setup, np.uint32)
+    h.update(repr((case.labels, words.size, setup.size, len(case.gm), case.pc,
+                   case.tile_capacity, case.pe, case.core, tuple(case.notes),
+                   tuple(case.undefine))).encode())
+    h.update(words.tobytes())
+    h.update(setup.tobytes())
+    h.update(bytes(case.gm))
+    h.update(repr(sorted((pe, sorted(regs.items())) for pe, regs in case.gprs.items())).encode())
+
+
+def _state_digest(h, case: G.Case, cfg):
+    for path, leaf in state_leaves(C.initial_state(case, cfg)).items():
+        leaf = np.ascontiguousarray(leaf)
+        h.update(f"{path} {leaf.dtype} {leaf.shape}".encode())
+        h.update(leaf.tobytes())
+
+
+def _digest(cases, cfg=None, states: int = N) -> str:
+    """sha256 over the cases (and the first `states` start States when `cfg` is given)."""
+    h = hashlib.sha256()
+    for i, case in enumerate(cases):
+        _case_digest(h, case)
+        if cfg is not None and i < states:
+            _state_digest(h, case, cfg)
+    return h.hexdigest()
+
+
+def _forced(draw, kinds, mutations, cfg, seed: int) -> list:
+    """One case per kind and one per (first compatible kind, mutation), forced;
+    a refusal (ValueError: MatmulImpossible) is hashed as its class name."""
+    out = []
+    jobs = [(k, None) for k in kinds] + [(None, m) for m in mutations]
+    for i, (kind, m) in enumerate(jobs):
+        rng = G.case_rng(seed, i)
+        try:
+            out.append(draw(rng, cfg, kind=kind, mutations=None if m is None else [m]))
+        except ValueError as e:
+            out.append(G.Case(words=[], gm=b"", gprs={}, kind=type(e).__name__))
+    return out
+
+
+def _matmul_forced(rng, cfg, kind=None, mutations=None):
+    if kind is None:                  # a mutation alone: the first kind that takes it
+        kind = next(k for k in G.MATMUL_KINDS if G.matmul_possible(k, mutations)
+                    and G._mm_mutation_ok(mutations[0], k, []))
+    return G.random_matmul_case(rng, cfg, kind=kind, mutations=mutations)
+
+
+def _coop_forced(rng, cfg, kind=None, mutations=None):
+    if kind is None:
+        kind = "sh_load" if mutations[0].startswith("sh_") else "coop_right"
+    return G.random_coop_case(rng, cfg, kind=kind, mutations=mutations)
+
+
+def _cas_forced(rng, cfg, kind=None, mutations=None):
+    return G.random_cas_case(rng, cfg, kind=kind or "cas_legal", mutations=mutations)
+
+
+def _draws() -> dict:
+    """name -> () -> (cases, cfg for start States or None[, how many States])."""
+    tiny = G.GenConfig(machine=TINY, max_words=16)
+    core = G.GenConfig(machine=SMALL, max_words=16, core=True, cas_weight=0.2, matmul_weight=0.3,
+                       coop_weight=0.2)
+    return {
+        "transport": lambda: (G.random_cases(11, N, tiny), TINY),
+        "cas": lambda: (G.random_cas_cases(12, N, tiny), TINY),
+        "matmul": lambda: (G.random_matmul_cases(13, N, tiny), TINY),
+        "coop": lambda: (G.random_coop_cases(14, N), G.COOP_MACHINE, 60),   # run_core: slow
+        "mixed_core": lambda: (G.random_cases(15, N, core), None),
+        "mixed": lambda: (G.random_cases(16, N, dataclasses.replace(
+            tiny, cas_weight=1 / 3, matmul_weight=1 / 3, pe=2)), None),
+        "small_seeds": lambda: (G.random_cases(21, N, G.GenConfig(machine=SMALL))
+                                + G.random_cas_cases(22, N, SMALL)
+                                + G.random_matmul_cases(23, N, dataclasses.replace(
+                                    tiny, machine=SMALL, pe=1))
+                                + G.random_coop_cases(24, N // 2, G.GenConfig(
+                                    machine=TINY, core=True)), None),
+        "matmul_forms": lambda: (G.random_matmul_cases(25, N, dataclasses.replace(
+            tiny, matmul_forms=("TGEMV.ACC", "TMATMULMX.BIAS"))), None),
+        "words": lambda: ([G.random_words_case(G.case_rng(26, i), tiny, structured=bool(i % 2))
+                           for i in range(40)], None),
+        "forced_cas": lambda: (_forced(_cas_forced, G.CAS_KINDS, G.CAS_MUTATIONS, tiny, 31), None),
+        "forced_matmul": lambda: (_forced(_matmul_forced, G.MATMUL_KINDS, G.MATMUL_MUTATIONS,
+                                          tiny, 32), None),
+        "forced_coop": lambda: (_forced(_coop_forced, G.COOP_KINDS, G.COOP_MUTATIONS, None, 33),
+                                None),
+    }
+
+
+DIGESTS = {
+    'transport': '0434cecf9cb3a74b30e949e6c74c77756032b33aeabcbd0dfa3f391fdf81f2c9',
+    'cas': '452d45c630d92c72506f19073d328107707c5bb456ee13d34c016c6d7566752d',
+    'matmul': '3dd4099c73b7e6a4f76ba75b4ed0c092b5335793ed762a38798f3cbb85910967',
+    'coop': '5aa8536aafff9edaf728ed9df850013fbf8977db790f0c403b7ded485adfd1ee',
+    'mixed_core': 'f1580c3fc908951b00dd59674786593eeecdd4f99af2fd34ff36ea437393ab95',
+    'mixed': 'a117a8138c17b9716a6b5b2f614dd8936433781ab4de8bd574a8a826d659bcdb',
+    'small_seeds': 'fbb1a30ccc4873c03b08115e37968f554f7a93c9fa987b502612694c755b472f',
+    'matmul_forms': '394454c0b83f45697955a45900b473fd2c4b5619fddfb6a40ce2de9c3024388a',
+    'words': 'b742bb8344c5c936cfd6668bdef69f4a077fae210328f2fa4c23c2b2fd12a8a1',
+    'forced_cas': '66cf65ed31da316bb2dfba8351ab4b8016419e4eaac526fad7f441e766cd5e85',
+    'forced_matmul': '81db77dd3a26dadaa694764fa6032e5261578c053de52c9d43f54cf4f3bcf958',
+    'forced_coop': 'f4e0807916fe1a9b4b2aa478a46138035f58702e2dc2603cc1e923eca710bbc9',
+}
+
+
+def test_case_fields_covered():
+    """The digest hashes every Case field (a new field must join it)."""
+    assert tuple(f.name for f in dataclasses.fields(G.Case)) == CASE_FIELDS
+
+
+@pytest.mark.parametrize("name", sorted(DIGESTS))
+def test_same_seed_same_cases(name):
+    assert _digest(*_draws()[name]()) == DIGESTS[name]
+
+
+def test_every_draw_has_a_digest():
+    assert set(DIGESTS) == set(_draws())
+
+
+if __name__ == "__main__":
+    for name, draw in _draws().items():
+        print(f"    {name!r}: {_digest(*draw())!r},")
