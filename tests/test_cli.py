@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import ptojax as pj
-from ptojax import cli
+from ptojax import cli, demo
+from ptojax.cli import bench, inputs
 
 CFG = ["--config", "small"]
 MATRIX = "0x100:003c00400042004400450046"          # FP16 [[1, 2, 3], [4, 5, 6]] at 0x100
@@ -217,14 +218,14 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tmatmul_fp16.s"
 
 def test_demo_numpy_checks_of_tmatmul():
     a = np.array([[1, 2, 3], [4, 5, 6]], np.float16)
-    b = np.array(cli.DEMO_B, np.float16)
-    assert cli.portable_matmul_fp16(a, b).tolist() == [[0x2A1C0000, 0x48700000],
-                                                       [0x2DD80000, 0x50500000]]
-    assert cli.ieee_matmul_fp16(a, b).view(np.float32).tolist() == [[5.5, 3.375], [12.25, 6.75]]
+    b = np.array(demo.MATRIX_B, np.float16)
+    assert demo.portable_matmul_fp16(a, b).tolist() == [[0x2A1C0000, 0x48700000],
+                                                        [0x2DD80000, 0x50500000]]
+    assert demo.ieee_matmul_fp16(a, b).view(np.float32).tolist() == [[5.5, 3.375], [12.25, 6.75]]
     # one rounding per add: 1 + 2^-24 + 2^-24 stays 1 (docs/numerics.md)
     one, tiny = np.float16(1), np.float16(2.0 ** -24)
-    assert cli.ieee_matmul_fp16(np.array([[one, one, one]]),
-                                np.array([[one], [tiny], [tiny]])).tolist() == [[0x3F800000]]
+    assert demo.ieee_matmul_fp16(np.array([[one, one, one]]),
+                                 np.array([[one], [tiny], [tiny]])).tolist() == [[0x3F800000]]
 
 
 @pytest.mark.parametrize("profile, d_rows", [
@@ -235,7 +236,7 @@ def test_run_tmatmul_example(capsys, profile, d_rows):
     # (the demo test runs the same blocks on pj.run)
     text = EXAMPLE.read_text()
     assert pj.asm.assemble(text) == pj.asm.assemble(
-        cli.DEMO_TLOAD.format(base="a0") + cli.DEMO_TLOAD_B + cli.DEMO_TMATMUL)
+        demo.TLOAD.format(base="a0") + demo.TLOAD_B + demo.TMATMUL)
     rc, out, err = run(capsys, "run", str(EXAMPLE), *CFG, "--reference", "--profile", profile)
     assert rc == 0, err
     assert f"21 words, reference model, config small, {profile} profile" in out
@@ -252,7 +253,7 @@ def test_run_tmatmul_example(capsys, profile, d_rows):
 
 
 def test_program_setup_lines(src, capsys):
-    assert cli.program_setup(";@ --gm-hex 0x10:ab --gpr a0=1\n# @x\n  #@ --gpr 1:a1=2\n") == (
+    assert inputs.program_setup(";@ --gm-hex 0x10:ab --gpr a0=1\n# @x\n  #@ --gpr 1:a1=2\n") == (
         ["0x10:ab"], ["a0=1", "1:a1=2"])
     # command-line options apply after the file's: B read from A's bytes, [[1, 2], [3, 4], [5, 6]]
     rc, out, _ = run(capsys, "run", str(EXAMPLE), *CFG, "--reference", "--profile", "ieee",
@@ -267,7 +268,7 @@ def test_program_setup_lines(src, capsys):
 def test_bench_dispatch_and_missing_benchmarks(tmp_path, monkeypatch, capsys):
     fake = tmp_path / "bundles.py"
     fake.write_text("SEEN = []\ndef main(argv=None):\n    print('argv', argv)\n")
-    monkeypatch.setattr(cli, "_bench_path", lambda name: tmp_path / f"{name}.py")
+    monkeypatch.setattr(bench, "_bench_path", lambda name: tmp_path / f"{name}.py")
     rc, out, _ = run(capsys, "bench", "bundles", "--quick", "--out", "x.json")
     assert rc == 0 and out == "argv ['--quick', '--out', 'x.json']\n"
     rc, _, err = run(capsys, "bench", "layouts")

@@ -33,6 +33,7 @@ import jax
 import numpy as np
 
 from .. import tables
+from ..report import index_ranges
 from ..state import MachineConfig, State, state_leaves
 from . import gen as G
 
@@ -409,16 +410,6 @@ def _code_name(leaf: str, v: int):
     return v
 
 
-def _ranges(idx: np.ndarray, gap: int = 0) -> list:
-    out = []
-    for i in idx.tolist():
-        if out and i - out[-1][1] <= gap:
-            out[-1][1] = i + 1
-        else:
-            out.append([i, i + 1])
-    return out
-
-
 def _py(v):
     a = np.asarray(v)
     if a.ndim == 0:
@@ -462,7 +453,7 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
         add("fault_address", hex(a.fault_address), hex(b.fault_address))
     ga, gb = la[".gm"], lb[".gm"]
     if ga is not None:
-        for s, e in _ranges(np.flatnonzero(ga != gb), gap=8):
+        for s, e in index_ranges(np.flatnonzero(ga != gb), gap=8):
             add("gm", ga[s:e].tobytes().hex(), gb[s:e].tobytes().hex(), address=hex(s), length=e - s)
     ra, rb = la[".gpr"], lb[".gpr"]
     if ra is not None:
