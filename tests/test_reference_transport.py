@@ -11,15 +11,13 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
+from ptojax.isa import encode
+from ptojax.isa.encode import (BSTOP, FPATR0, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
+                               iot_src_dst)
 from ptojax.reference import run
 
-# ----------------------------------------------------------------- encoders (encoding.md)
+# ----------------------------------------------------------------- encoders (ptojax.isa.encode)
 
-BSTOP = 0x00000001
-FPATR0 = 0x00002023
-START = {"TLOAD": 0x00011181, "TSTORE": 0x00111181, "TSTORE.SPART": 0x00E11181,
-         "MGATHER.CAS": 0x00811181, "TMATMUL": 0x00031181, "TMATMULMX": 0x00431181,
-         "TGEMV": 0x01031181}
 X2, X3 = tables.gpr_index("x2"), tables.gpr_index("x3")
 
 
@@ -28,44 +26,8 @@ def code(dt):
 
 
 def bstart(op, dt):
-    return START[op] | (code(dt) << 27)
-
-
-def datr(layout=0, dtype=31, pad=3, cmode=0, rmode=0, sat=0, canon=0):
-    return (0x1023 | layout << 7 | rmode << 15 | dtype << 20 | canon << 25 | sat << 26
-            | pad << 27 | cmode << 29)
-
-
-def dim(n, imm, reg=0):
-    return 0x43 | ((imm & 0xFFF) << 20) | (((imm >> 12) & 0x1F) << 7) | (n << 12) | (reg << 15)
-
-
-def iot_dst(hand, size=1, pemode=1, last=1):
-    return 0x6013 | pemode << 9 | hand << 7 | size << 15 | last << 19
-
-
-def iot_src(src, pemode=1, last=1):
-    return 0x5013 | src << 20 | pemode << 9 | last << 19
-
-
-def iot_src_dst(src, hand, size=1, pemode=1, last=1):
-    return 0x5013 | src << 20 | hand << 7 | size << 15 | pemode << 9 | last << 19
-
-
-def iot_src2(s0, s1, pemode=1, last=1):
-    return 0x4013 | s0 << 20 | s1 << 26 | pemode << 9 | last << 19
-
-
-def ior(src0=0, src1=0, src2=0, dst=0):
-    return 0x13 | dst << 7 | src0 << 15 | src1 << 20 | src2 << 27
-
-
-def ios(sid, pemode=1, size=0):
-    return 0x1013 | pemode << 9 | size << 15 | sid << 20
-
-
-def catr(trap=0, dr=0):
-    return 0x23 | trap << 19 | dr << 26
+    """BSTART.<op> of a DataType name or code."""
+    return encode.bstart(op, code(dt))
 
 
 def test_encoders_match_golden_words():
@@ -1001,7 +963,7 @@ def test_bstart_completes_the_open_block():
                                   0x00002223, 0x00002423, bstart("TLOAD", "FP16") | 0x200,
                                   0x78011181, 0xF8011181, datr(2), datr(31), datr(cmode=6),
                                   datr(dtype=15), ior(24), 0x00013013, 0x00080013 | 0x6000,
-                                  0x00001013 | 13 << 15 | 1 << 9])
+                                  ios(0, 1, 13)])
 def test_decode_faults(word):
     s1 = ok(small(), [bstart("TLOAD", "FP16")])
     r = run(s1, [word], on_fault="hold")
