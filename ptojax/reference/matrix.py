@@ -219,6 +219,16 @@ def mode_matches_accumulator(mode: int, acc: tables.DataType) -> bool:
     return mode in FP32_MODES and acc.name == "FP32"
 
 
+def accumulator_fault(p: Fpatr, acc: tables.DataType) -> Optional[Fault]:
+    """Step 6: PreQuantMode must match the accumulator class; any post-processing
+    is not modelled."""
+    if not mode_matches_accumulator(p.pre_quant, acc):
+        return TILE_LEGALITY
+    if post_processing(p):
+        return UNIMPLEMENTED
+    return None
+
+
 def post_processing(p: Fpatr) -> bool:
     """Any conversion, activation or reduction: not modelled (Fault_Unimplemented)."""
     return p.pre_quant != 0 or p.relu != 0 or p.row_max or p.group_max
@@ -465,10 +475,9 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
         return TILE_LEGALITY
     # 6. PreQuantMode vs the accumulator class, then post-processing is not modelled
     acc = accumulator_type(f, a)
-    if not mode_matches_accumulator(p.pre_quant, acc):
-        return TILE_LEGALITY
-    if post_processing(p):
-        return UNIMPLEMENTED
+    fault = accumulator_fault(p, acc)
+    if fault is not None:
+        return fault
     # 7. Local sources C, A, sA, B, sB, Bias
     ops = operands_of(f, b, a, bt)
     dest = destinations(b)[0]
@@ -737,12 +746,11 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     # 5. TransA needs a Shared A (B is always Shared here)
     if p.trans_a and not g.both:
         return TILE_LEGALITY
-    # 6. PreQuantMode vs the accumulator, then post-processing is not modelled
+    # 6. PreQuantMode vs the accumulator class, then post-processing is not modelled
     acc = accumulator_type(f, a)
-    if not mode_matches_accumulator(p.pre_quant, acc):
-        return TILE_LEGALITY
-    if post_processing(p):
-        return UNIMPLEMENTED
+    fault = accumulator_fault(p, acc)
+    if fault is not None:
+        return fault
     # 7s. Shared sources, collectively
     if not shared_sources_legal(m, f, b, p, g, a, bt, (G, N, K)):
         return TILE_LEGALITY
