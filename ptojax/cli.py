@@ -1196,7 +1196,7 @@ def _warmup_progress(enabled: bool):
 
 
 def cmd_warmup(args) -> int:
-    from ptojax import compile_cache as cc
+    from ptojax import warmup as cc
     configs = list(dict.fromkeys(args.config or WARMUP_DEFAULT_CONFIGS))
     profiles = list(dict.fromkeys(args.profile or PROFILES))
     presets = [c for c in configs if c != WARMUP_OPS]

@@ -1,94 +1,28 @@
-"""JAX's persistent compilation cache for ptojax, and a warm-up of the common programs.
-
-A process's first `pj.run` (`pj.run_core`, `pj.batch.run`, `pj.ops.matmul`)
-compiles the word-stream executor: seconds to tens of seconds on a CPU. With
-JAX's persistent compilation cache, a later process with the same config and
-program shape loads the compiled code from disk instead.
-
-`ensure_compile_cache()` turns that cache on once per process. ptojax's public
-jitted entry points call it on their first use (the `x64` decorator of
-`ptojax/_x64.py`), so library users get it as well as the `ptojax` CLI:
-
-- the directory is `$PTOJAX_JAX_CACHE`, default `~/.cache/ptojax/jax-cache`;
-  `PTOJAX_JAX_CACHE=` (empty) turns it off;
-- a cache directory the process already configured (`jax_compilation_cache_dir`,
-  e.g. from `$JAX_COMPILATION_CACHE_DIR`) is kept, with its settings, and
-  `jax_enable_compilation_cache=False` is respected;
-- otherwise it sets `jax_compilation_cache_dir` and, unless
-  `$JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` is set,
-  `jax_persistent_cache_min_compile_time_secs` to `MIN_COMPILE_SECS`, so the
-  executor programs are written and millisecond helper compiles are not. No
-  other JAX setting changes.
+"""A warm-up of the common programs into JAX's persistent compilation cache.
 
 `warmup(configs, profiles)` runs small real programs through the public API
-(`WARMUP_PROGRAMS`), so the cache holds exactly the executables a user's first
-calls compile; `ptojax warmup` renders it.
+(`WARMUP_PROGRAMS`), so the cache that `compile_cache.ensure_compile_cache()`
+turns on holds exactly the executables a user's first calls compile;
+`ptojax warmup` renders it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from typing import Callable, Optional
 
-__all__ = ["CACHE_ENV", "MIN_COMPILE_SECS", "default_cache_dir", "ensure_compile_cache",
-           "cache_dir", "WarmupProgram", "WarmupResult", "WARMUP_PROGRAMS",
-           "DEFAULT_WARMUP_CONFIGS", "warmup_programs", "warmup"]
+import numpy as np
 
-CACHE_ENV = "PTOJAX_JAX_CACHE"
-# the executor's programs compile in 0.3-3 s on a 2-core CPU; JAX's own helpers
-# (device_put, small jnp ops) in milliseconds and are not worth a file each
-MIN_COMPILE_SECS = 0.2
-_MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+from .compile_cache import MIN_COMPILE_SECS, ensure_compile_cache
+from . import golden
+from .isa.asm import assemble
+from .machine import run, run_core
+from .state import PROFILES, preset, reset, write_gpr, write_memory
 
-_lock = threading.Lock()
-_checked = False
-
-
-def default_cache_dir() -> str:
-    return os.path.join(os.path.expanduser("~"), ".cache", "ptojax", "jax-cache")
-
-
-def cache_dir() -> Optional[str]:
-    """The persistent cache directory in effect in this process, None when it is off."""
-    import jax
-    if not jax.config.jax_enable_compilation_cache:
-        return None
-    return jax.config.jax_compilation_cache_dir or None
-
-
-def ensure_compile_cache() -> Optional[str]:
-    """Turn JAX's persistent compilation cache on (once per process); returns the
-    directory in effect, None when the cache is off. See the module docstring."""
-    global _checked
-    if not _checked:
-        with _lock:
-            if not _checked:
-                _configure()
-                _checked = True
-    return cache_dir()
-
-
-def _configure() -> None:
-    import jax
-    if not jax.config.jax_enable_compilation_cache or jax.config.jax_compilation_cache_dir:
-        return                                   # the caller's choice
-    path = os.environ.get(CACHE_ENV)
-    if path is None:
-        path = default_cache_dir()
-    if not path:
-        return                                   # PTOJAX_JAX_CACHE= : off
-    path = os.path.abspath(os.path.expanduser(path))
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return                                   # unwritable: run without the cache
-    jax.config.update("jax_compilation_cache_dir", path)
-    if _MIN_TIME_ENV not in os.environ:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECS)
-
+__all__ = ["WarmupProgram", "WarmupResult", "WARMUP_PROGRAMS", "DEFAULT_WARMUP_CONFIGS",
+           "warmup_programs", "warmup"]
 
 # ----------------------------------------------------------------- warm-up programs
 
@@ -250,38 +184,33 @@ class WarmupResult:
 
 
 def _state(prog: WarmupProgram, cfg):
-    import ptojax as pj
-    s = pj.reset(cfg)
+    s = reset(cfg)
     for addr, data in prog.gm:
-        s = pj.write_memory(s, addr, bytes.fromhex(data))
+        s = write_memory(s, addr, bytes.fromhex(data))
     for pe, reg, value in prog.gprs:
-        s = pj.write_gpr(s, reg, value, pe=pe)
+        s = write_gpr(s, reg, value, pe=pe)
     return s
 
 
 def _program_step(prog: WarmupProgram, config: str, profile: str):
-    import ptojax as pj
-    cfg = pj.preset(config).replace(profile=profile)
-    words = pj.asm.assemble(prog.text)
+    cfg = preset(config).replace(profile=profile)
+    words = assemble(prog.text)
 
     def prepare():
         return _state(prog, cfg)
 
     def go(state):
-        runner = pj.run_core if prog.core else pj.run
+        runner = run_core if prog.core else run
         r = runner(state, words, cfg=cfg)
         return r.fault, r.executed
     return prepare, go
 
 
 def _matmul_step(profile: str):
-    import numpy as np
-
     def go(_):
-        import ptojax as pj
         a = np.array([[1, 2, 3], [4, 5, 6]], np.float16)
         b = np.array([[0.5, -1], [0.25, 2], [1.5, 0.125]], np.float16)
-        pj.ops.matmul(a, b, dtype="FP16", profile=profile)
+        golden.matmul(a, b, dtype="FP16", profile=profile)
         return "Fault_None", 0
     return (lambda: None), go
 
@@ -291,10 +220,8 @@ def warmup_programs(configs=DEFAULT_WARMUP_CONFIGS, profiles=("portable", "ieee"
     """The warm-up steps: (name, config, profile, prepare, run) for every program of
     WARMUP_PROGRAMS in every config and profile, then pj.ops.matmul once per profile
     (it picks its own private config: config "ops"). run(prepare()) does the work."""
-    import ptojax as pj
     for c in configs:
-        pj.preset(c)                                   # ValueError on an unknown name
-    from .state import PROFILES
+        preset(c)                                      # ValueError on an unknown name
     for p in profiles:
         if p not in PROFILES:
             raise ValueError(f"unknown profile {p!r}; expected one of {', '.join(PROFILES)}")
@@ -343,6 +270,7 @@ class _Recorder:
 
 
 _recorder: Optional[_Recorder] = None
+_lock = threading.Lock()
 
 
 def _get_recorder() -> _Recorder:

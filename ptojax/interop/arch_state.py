@@ -372,7 +372,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
              "attributes": _block_attributes(b) if active else {},
              "extensions": {EXT: {k: v.tolist() for k, v in b.items()}}}
 
-    from .. import __version__
+    from ..version import __version__
     return {
         "schema": SCHEMA_ID,
         "kind": kind,
