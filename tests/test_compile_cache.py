@@ -28,6 +28,7 @@ RELOAD = textwrap.dedent('''\
     import jax
     import numpy as np
     import ptojax as pj
+    from ptojax.state import state_leaves
     cfg = pj.preset("tiny")
     s = pj.reset(cfg)                       # the first entry point turns the cache on
     s = pj.write_memory(s, 0x100, np.array([[1, 2, 3], [4, 5, 6]], np.float16).view(np.uint8).reshape(-1))
@@ -44,8 +45,7 @@ RELOAD = textwrap.dedent('''\
     """)
     r = pj.run(s, words)
     h = hashlib.sha256()
-    for leaf in jax.tree_util.tree_leaves(r.state):
-        a = np.asarray(leaf)
+    for a in state_leaves(r.state).values():
         h.update(str((a.dtype, a.shape)).encode())
         h.update(a.tobytes())
     print("dir", jax.config.jax_compilation_cache_dir)

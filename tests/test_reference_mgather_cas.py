@@ -24,6 +24,7 @@ from ptojax import cas_order, tables
 from ptojax.isa import encode
 from ptojax.reference import cas_check, run
 from ptojax.reference.decode import decode
+from ptojax.state import state_differences
 
 _spec = importlib.util.spec_from_file_location(
     "_transport_helpers", pathlib.Path(__file__).with_name("test_reference_transport.py"))
@@ -638,7 +639,7 @@ def test_checker_accepts_every_serialization():
         res = cas_check.explains(s, words, r.state)
         assert res.ok and not res.undecided, res.reason
         again = cas_check.run_in_order(s, words, res.order)
-        assert not cas_check.state_differences(again.state, r.state)
+        assert not state_differences(again.state, r.state)
     assert len(outcomes) > 4
 
 
