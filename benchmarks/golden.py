@@ -61,6 +61,7 @@ def main(argv=None):
     import jax
 
     import ptojax as pj
+    from ptojax import golden
     from ptojax.machine import run_stream
     import_s = time.perf_counter() - t_import
 
@@ -110,7 +111,7 @@ def main(argv=None):
             "machine": platform.machine(), "commit": _checkout.commit(),
             "dtype": "FP16", "profile": args.profile, "seed": args.seed,
             "shape_range": {"m": [1, 32], "k": [1, 64], "n": [1, 64]},
-            "size_classes": [list(c) for c in pj.ops.golden.SIZE_CLASSES],
+            "size_classes": [list(c) for c in golden.SIZE_CLASSES],
             "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
             "timing": "perf_counter around each pj.ops.matmul call (numpy in, numpy out)",
         },

@@ -381,7 +381,11 @@ def state_differences(a, b, skip=(), limit=None) -> list:
     """Paths of the leaves whose raw values (or shapes) differ between two
     States, in tree order; fields named in `skip` ("fault", "pc", ...) are
     not compared, and at most `limit` paths are returned."""
-    la, lb = state_leaves(a), state_leaves(b)
+    return leaf_differences(state_leaves(a), state_leaves(b), skip, limit)
+
+
+def leaf_differences(la: dict, lb: dict, skip=(), limit=None) -> list:
+    """state_differences of two States already flattened by state_leaves."""
     skipped = tuple(f".{name}" for name in skip)
     out = []
     for path in dict.fromkeys([*la, *lb]):

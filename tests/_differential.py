@@ -12,11 +12,11 @@ compiled function.
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 
 import ptojax as pj
 from ptojax import tables
+from ptojax.state import state_leaves
 
 
 class Outcome:
@@ -34,8 +34,7 @@ class Outcome:
 
 
 def leaves(state):
-    return [(jax.tree_util.keystr(p), np.asarray(x))
-            for p, x in jax.tree_util.tree_leaves_with_path(state)]
+    return list(state_leaves(state).items())
 
 
 def diff(got: Outcome, want: Outcome) -> list:

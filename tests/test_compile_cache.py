@@ -18,6 +18,7 @@ import pytest
 
 import ptojax as pj
 from ptojax import compile_cache as cc
+from ptojax import warmup as wu
 from ptojax._x64 import x64
 
 RELOAD = textwrap.dedent('''\
@@ -27,6 +28,7 @@ RELOAD = textwrap.dedent('''\
     import jax
     import numpy as np
     import ptojax as pj
+    from ptojax.state import state_leaves
     cfg = pj.preset("tiny")
     s = pj.reset(cfg)                       # the first entry point turns the cache on
     s = pj.write_memory(s, 0x100, np.array([[1, 2, 3], [4, 5, 6]], np.float16).view(np.uint8).reshape(-1))
@@ -43,8 +45,7 @@ RELOAD = textwrap.dedent('''\
     """)
     r = pj.run(s, words)
     h = hashlib.sha256()
-    for leaf in jax.tree_util.tree_leaves(r.state):
-        a = np.asarray(leaf)
+    for a in state_leaves(r.state).values():
         h.update(str((a.dtype, a.shape)).encode())
         h.update(a.tobytes())
     print("dir", jax.config.jax_compilation_cache_dir)
@@ -142,16 +143,16 @@ def test_a_disabled_cache_stays_disabled(fresh_hook, monkeypatch, tmp_path):
 def test_warmup_programs_run_clean_on_the_reference_model():
     """The warm-up programs are real, fault-free programs (checked on the
     pure-Python model: no compile)."""
-    for config in cc.DEFAULT_WARMUP_CONFIGS:
+    for config in wu.DEFAULT_WARMUP_CONFIGS:
         cfg = pj.preset(config)
-        for prog in cc.WARMUP_PROGRAMS:
+        for prog in wu.WARMUP_PROGRAMS:
             words = pj.asm.assemble(prog.text)
             run = pj.reference.run_core if prog.core else pj.reference.run
-            r = run(cc._state(prog, cfg), words, cfg=cfg)
+            r = run(wu._state(prog, cfg), words, cfg=cfg)
             assert (r.fault, r.executed) == ("Fault_None", len(words)), (config, prog.name)
-    names = [s[0] for s in cc.warmup_programs(("tiny",), ("portable", "ieee"))]
-    assert names == [p.name for p in cc.WARMUP_PROGRAMS] * 2 + ["ops.matmul"] * 2
+    names = [s[0] for s in wu.warmup_programs(("tiny",), ("portable", "ieee"))]
+    assert names == [p.name for p in wu.WARMUP_PROGRAMS] * 2 + ["ops.matmul"] * 2
     with pytest.raises(ValueError):
-        cc.warmup_programs(("huge",), ("portable",))
+        wu.warmup_programs(("huge",), ("portable",))
     with pytest.raises(ValueError):
-        cc.warmup_programs(("tiny",), ("exact",))
+        wu.warmup_programs(("tiny",), ("exact",))

@@ -63,8 +63,8 @@ PE_CASES = G.random_matmul_cases(SEED + OTHER_PE, ROWS, G.GenConfig(machine=CFG,
 
 def _forced_kind(m: str) -> str:
     """A legal kind the mutation applies to on its own."""
-    return next(k for k in ("mm_float", "mm_mx", "mm_int") if G._mm_mutation_ok(m, k, [])
-                and any(G._mm_form_ok(f, k, [m]) for f in G.MATMUL_FORMS))
+    return next(k for k in ("mm_float", "mm_mx", "mm_int") if G.mm_mutation_ok(m, k, [])
+                and any(G.mm_form_ok(f, k, [m]) for f in G.MATMUL_FORMS))
 
 
 def _forced_case(seed: int, k: int, kind: str, mutations: list):

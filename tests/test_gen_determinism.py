@@ -77,7 +77,7 @@ def _forced(draw, kinds, mutations, cfg, seed: int) -> list:
 def _matmul_forced(rng, cfg, kind=None, mutations=None):
     if kind is None:                  # a mutation alone: the first kind that takes it
         kind = next(k for k in G.MATMUL_KINDS if G.matmul_possible(k, mutations)
-                    and G._mm_mutation_ok(mutations[0], k, []))
+                    and G.mm_mutation_ok(mutations[0], k, []))
     return G.random_matmul_case(rng, cfg, kind=kind, mutations=mutations)
 
 

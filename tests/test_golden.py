@@ -109,7 +109,7 @@ def test_misuse_is_a_clear_error(call, err):
 def test_bundles_agree_with_the_reference(monkeypatch):
     """pj.ops.matmul's own bundle sequences (TLOADs, the TMATMUL forms, TSTORE)
     run on pj.reference.run too: the same fault, executed count and final GM."""
-    from ptojax.ops import golden
+    from ptojax import golden
     from ptojax.state import write_gpr, write_memory
 
     seen = []

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import ptojax as pj
 from ptojax import tables
 from ptojax.interop import SCHEMA_ID, from_arch_state, schema, to_arch_state
-from ptojax.state import MAX_IOS, MAX_IOT, MachineConfig
+from ptojax.state import MAX_IOS, MAX_IOT, MachineConfig, state_leaves
 
 try:
     import jsonschema
@@ -36,13 +36,8 @@ TINY = pj.preset("tiny")
 # ----------------------------------------------------------------- helpers
 
 
-def leaves(s):
-    return {jax.tree_util.keystr(p): np.asarray(v)
-            for p, v in jax.tree_util.tree_leaves_with_path(s)}
-
-
 def assert_same_state(a, b):
-    la, lb = leaves(a), leaves(b)
+    la, lb = state_leaves(a), state_leaves(b)
     assert la.keys() == lb.keys()
     for k in la:
         assert la[k].dtype == lb[k].dtype, (k, la[k].dtype, lb[k].dtype)

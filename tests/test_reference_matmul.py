@@ -20,6 +20,7 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
+from ptojax.isa.encode import FPATR0, fpatr, iot_dst, iot_src, iot_src2, iot_src2_dst, iot_src_dst
 from ptojax.reference import layouts as ref_layouts
 from ptojax.reference import run
 from test_reference_transport import (BSTOP, X2, X3, bstart, datr, dim, ior, ios, poke,
@@ -36,31 +37,15 @@ STORE_CODE = {"CUBE_M32": 24, "CUBE_M16": 25, "CUBE_N8": 26}
 
 
 def mstart(op, dt):
-    """BSTART.<matrix op> AType: match 0x00031181 | Function << 20 (A.1)."""
-    function = next(f for name, engine, f in tables.OPS if name == op and engine == "CUBE")
-    return 0x00031181 | function << 20 | tables.dtype(dt).code << 27
-
-
-def fpatr(pre=0, relu=0, group_n=0, row_max=0, group_max=0, row_max_init=0, max_abs=0,
-          trans_a=0, trans_b=0):
-    return (0x2023 | trans_a << 7 | trans_b << 8 | max_abs << 15 | row_max_init << 16
-            | group_max << 17 | row_max << 18 | group_n << 19 | relu << 23 | pre << 26)
-
-
-FPATR0 = fpatr()
+    """BSTART.<matrix op> AType (A.1)."""
+    return bstart(op, dt)
 
 
 def iot(*srcs, hand=None, size=1, pemode=7, last=1):
     """B.IOT of any form: 0-2 sources and an optional destination hand."""
-    if len(srcs) == 2:
-        w = 0x4013 | srcs[0] << 20 | srcs[1] << 26
-    elif len(srcs) == 1:
-        w = 0x5013 | srcs[0] << 20
-    else:
-        w = 0x6013
-    if hand is not None:
-        w |= hand << 7 | size << 15
-    return w | pemode << 9 | last << 19
+    if hand is None:
+        return {1: iot_src, 2: iot_src2}[len(srcs)](*srcs, pemode, last)
+    return {0: iot_dst, 1: iot_src_dst, 2: iot_src2_dst}[len(srcs)](*srcs, hand, size, pemode, last)
 
 
 def dims(m=None, n=None, k=None):

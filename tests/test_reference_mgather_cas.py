@@ -21,8 +21,10 @@ import pytest
 
 import ptojax as pj
 from ptojax import cas_order, tables
+from ptojax.isa import encode
 from ptojax.reference import cas_check, run
 from ptojax.reference.decode import decode
+from ptojax.state import state_differences
 
 _spec = importlib.util.spec_from_file_location(
     "_transport_helpers", pathlib.Path(__file__).with_name("test_reference_transport.py"))
@@ -182,7 +184,7 @@ def test_decode_golden_words():
 
 @pytest.mark.parametrize("code", range(32))
 def test_decode_every_datatype(code):
-    word = 0x00811181 | code << 27
+    word = encode.bstart("MGATHER.CAS", code)
     s = small()
     r = run(s, [word])
     if code in tables.DTYPE_BY_CODE:
@@ -602,7 +604,7 @@ def test_check_order():
 
 def test_zero_mask_is_a_strict_no_op():
     # bogus sources 63, no dims, no B.IOR; the second binding sets DstTile bits [8:7]
-    second = 0x5013 | 63 << 20 | 1 << 19 | 0b11 << 7
+    second = iot_src(63, pemode=0) | 0b11 << 7
     words = [bstart("MGATHER.CAS", "U8"), iot_src2(63, 63, pemode=0, last=0), second, BSTOP]
     assert decode(second).form.form_id == decode(iot_src(63)).form.form_id
     s = small()
@@ -637,7 +639,7 @@ def test_checker_accepts_every_serialization():
         res = cas_check.explains(s, words, r.state)
         assert res.ok and not res.undecided, res.reason
         again = cas_check.run_in_order(s, words, res.order)
-        assert not cas_check.state_differences(again.state, r.state)
+        assert not state_differences(again.state, r.state)
     assert len(outcomes) > 4
 
 

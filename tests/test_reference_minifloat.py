@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from ptojax import numerics, tables
-from ptojax.reference import matmul as mm
+from ptojax.reference import matrix as mm
 from ptojax.reference import minifloat as mf
 
 F = Fraction

@@ -22,8 +22,9 @@ import ptojax as pj
 from ptojax import tables
 from ptojax.reference import layouts as ref_layouts
 from ptojax.reference import run, run_core
+from ptojax.state import state_leaves
 from test_reference_matmul import FPATR0, dims, fpatr, iot, mstart, pack, row_bytes
-from test_reference_transport import (BSTOP, X2, X3, bstart, datr, dim, ior, ios, leaves, poke,
+from test_reference_transport import (BSTOP, X2, X3, bstart, datr, dim, ior, ios, poke,
                                       same_except)
 
 SMALL = pj.preset("small")
@@ -750,7 +751,7 @@ def test_machine_round_trip_of_garbage_states():
     s = poke(s, gpr=rng.integers(0, 2**63, (4, 24), dtype=np.uint64), pc=0x40)
     for r in (run(s, []), run(s, [], pe=3), run_core(s, [])):
         assert r.ok and same_except(s, r.state)
-        la, lb = leaves(s), leaves(r.state)
+        la, lb = state_leaves(s), state_leaves(r.state)
         assert all(la[k].dtype == lb[k].dtype and la[k].shape == lb[k].shape for k in la)
 
 

@@ -11,15 +11,14 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
+from ptojax.isa import encode
+from ptojax.isa.encode import (BSTOP, FPATR0, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
+                               iot_src_dst)
 from ptojax.reference import run
+from ptojax.state import state_differences
 
-# ----------------------------------------------------------------- encoders (encoding.md)
+# ----------------------------------------------------------------- encoders (ptojax.isa.encode)
 
-BSTOP = 0x00000001
-FPATR0 = 0x00002023
-START = {"TLOAD": 0x00011181, "TSTORE": 0x00111181, "TSTORE.SPART": 0x00E11181,
-         "MGATHER.CAS": 0x00811181, "TMATMUL": 0x00031181, "TMATMULMX": 0x00431181,
-         "TGEMV": 0x01031181}
 X2, X3 = tables.gpr_index("x2"), tables.gpr_index("x3")
 
 
@@ -28,44 +27,8 @@ def code(dt):
 
 
 def bstart(op, dt):
-    return START[op] | (code(dt) << 27)
-
-
-def datr(layout=0, dtype=31, pad=3, cmode=0, rmode=0, sat=0, canon=0):
-    return (0x1023 | layout << 7 | rmode << 15 | dtype << 20 | canon << 25 | sat << 26
-            | pad << 27 | cmode << 29)
-
-
-def dim(n, imm, reg=0):
-    return 0x43 | ((imm & 0xFFF) << 20) | (((imm >> 12) & 0x1F) << 7) | (n << 12) | (reg << 15)
-
-
-def iot_dst(hand, size=1, pemode=1, last=1):
-    return 0x6013 | pemode << 9 | hand << 7 | size << 15 | last << 19
-
-
-def iot_src(src, pemode=1, last=1):
-    return 0x5013 | src << 20 | pemode << 9 | last << 19
-
-
-def iot_src_dst(src, hand, size=1, pemode=1, last=1):
-    return 0x5013 | src << 20 | hand << 7 | size << 15 | pemode << 9 | last << 19
-
-
-def iot_src2(s0, s1, pemode=1, last=1):
-    return 0x4013 | s0 << 20 | s1 << 26 | pemode << 9 | last << 19
-
-
-def ior(src0=0, src1=0, src2=0, dst=0):
-    return 0x13 | dst << 7 | src0 << 15 | src1 << 20 | src2 << 27
-
-
-def ios(sid, pemode=1, size=0):
-    return 0x1013 | pemode << 9 | size << 15 | sid << 20
-
-
-def catr(trap=0, dr=0):
-    return 0x23 | trap << 19 | dr << 26
+    """BSTART.<op> of a DataType name or code."""
+    return encode.bstart(op, code(dt))
 
 
 def test_encoders_match_golden_words():
@@ -153,16 +116,9 @@ def charge(s, pe=0):
                        np.asarray(t.capacity)[pe]) if a))
 
 
-def leaves(s):
-    return {jax.tree_util.keystr(p): np.asarray(v)
-            for p, v in jax.tree_util.tree_leaves_with_path(s)}
-
-
 def same_except(a, b, *names):
     """Every leaf but the named top-level fields is identical."""
-    la, lb = leaves(a), leaves(b)
-    skip = tuple(f".{n}" for n in names)
-    return all(np.array_equal(la[k], lb[k]) for k in la if not k.startswith(skip))
+    return not state_differences(a, b, skip=names)
 
 
 def ok(s, words, **kw):
@@ -193,9 +149,8 @@ def expect_fault(s, header, fault, addr=None, completing=BSTOP):
     # the default "abandon" discards the open block but changes nothing else
     ra = run(s1, [completing])
     assert ra.fault == fault and not bool(np.asarray(ra.state.block.active))
-    la, lb = leaves(s1), leaves(ra.state)
-    assert all(np.array_equal(la[k], lb[k]) for k in la
-               if k.startswith((".gm", ".gpr", ".tiles", ".pc")))
+    assert not [k for k in state_differences(s1, ra.state)
+                if k.startswith((".gm", ".gpr", ".tiles", ".pc"))]
     return s1
 
 
@@ -979,8 +934,7 @@ def test_block_defaults_when_datr_absent_and_reset_after_completion():
     assert np.asarray(st.block.datr).tolist() == [0, 31, 3, 0, 0, 0, 0]
     empty = pj.reset(pj.preset("small")).block
     st = ok(put_u16(small(), 0, 1), cube_load(22, "FP16", 1, 1))
-    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in
-               zip(jax.tree_util.tree_leaves(st.block), jax.tree_util.tree_leaves(empty)))
+    assert not state_differences(st.block, empty)
 
 
 def test_bstart_completes_the_open_block():
@@ -1001,7 +955,7 @@ def test_bstart_completes_the_open_block():
                                   0x00002223, 0x00002423, bstart("TLOAD", "FP16") | 0x200,
                                   0x78011181, 0xF8011181, datr(2), datr(31), datr(cmode=6),
                                   datr(dtype=15), ior(24), 0x00013013, 0x00080013 | 0x6000,
-                                  0x00001013 | 13 << 15 | 1 << 9])
+                                  ios(0, 1, 13)])
 def test_decode_faults(word):
     s1 = ok(small(), [bstart("TLOAD", "FP16")])
     r = run(s1, [word], on_fault="hold")

@@ -12,6 +12,7 @@ import pytest
 
 import ptojax as pj
 from ptojax.batch.execute import _run_donated, _run_kept, batch_rows
+from ptojax.state import state_differences
 
 CFG = pj.preset("tiny")
 TEXT = "\n".join(["BSTART.TLOAD U32", "B.DIM zero, 4, ->LB0", "B.DIM zero, 4, ->LB1",
@@ -41,8 +42,7 @@ def rows_of(res, i):
 
 
 def same(x, y):
-    return all(np.array_equal(a, b) for a, b in
-               zip(jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)))
+    return not state_differences(x, y)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""`ptojax warmup`: compile the common programs into JAX's persistent cache (ptojax.compile_cache)."""
+"""`ptojax warmup`: compile the common programs (ptojax.warmup) into JAX's persistent cache."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _warmup_progress(enabled: bool):
 
 
 def cmd_warmup(args) -> int:
-    from ptojax import compile_cache as cc
+    from ptojax import warmup
     configs = list(dict.fromkeys(args.config or WARMUP_DEFAULT_CONFIGS))
     profiles = list(dict.fromkeys(args.profile or PROFILES))
     presets = [c for c in configs if c != WARMUP_OPS]
@@ -63,7 +63,7 @@ def cmd_warmup(args) -> int:
     update, stop = _warmup_progress(not args.no_progress and not args.json)
     t0 = time.perf_counter()
     try:
-        results = cc.warmup(presets, profiles, matmul=WARMUP_OPS in configs, progress=update)
+        results = warmup.warmup(presets, profiles, matmul=WARMUP_OPS in configs, progress=update)
     finally:
         stop()
     seconds = time.perf_counter() - t0

@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import tables
 from ..report import index_ranges
-from ..state import MachineConfig, State, state_leaves
+from ..state import MachineConfig, State, leaf_differences, state_leaves
 from . import gen as G
 
 WORDS = 16                       # words per row: GenConfig.max_words, one length bucket
@@ -189,7 +189,7 @@ def initial_state(case: G.Case, cfg: MachineConfig) -> State:
     st = reset_leaves(cfg).replace(gm=a["gm"], gpr=a["gpr"], pc=np.asarray(a["pc"], np.uint64),
                                    tile_capacity=np.asarray(a["tile_capacity"], np.uint64))
     if _prepared(case):
-        prepare = getattr(G, "_prepare", None)     # build_state's second half
+        prepare = getattr(G, "prepare_state", None)     # build_state's second half
         st = prepare(st, case, cfg) if prepare else G.build_state(case, cfg)
         st = jax.tree_util.tree_map(np.asarray, st)
     return st
@@ -295,9 +295,8 @@ class Outcome:
     def same(self, other: "Outcome") -> bool:
         if self.error is not None or other.error is not None:
             return False
-        return self.executed == other.executed and all(
-            a.shape == b.shape and np.array_equal(a, b)
-            for a, b in zip(self.leaves.values(), other.leaves.values()))
+        return self.executed == other.executed and not leaf_differences(self.leaves, other.leaves,
+                                                                        limit=1)
 
 
 def reference_outcome(state: State, words, pe: int, on_fault: str, cfg: MachineConfig,

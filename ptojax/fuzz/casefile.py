@@ -113,7 +113,7 @@ def repro_json(case: G.Case, *, cfg: MachineConfig, config_name: str, on_fault: 
                campaign: dict, a: Outcome, b: Outcome, names: tuple, diffs: list,
                shrink: Optional[dict] = None, original: Optional[G.Case] = None,
                against: Optional[str] = None) -> dict:
-    from .. import __version__
+    from ..version import __version__
     d = {
         "format": CASE_FORMAT, "ptojax_version": __version__,
         "config": {"preset": config_name, "machine": machine_json(cfg)},

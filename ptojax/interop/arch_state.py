@@ -395,7 +395,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
               "extensions": {EXT: {"free_records": free_records}}}
     block = _export_block(b)
 
-    from .. import __version__
+    from ..version import __version__
     return {
         "schema": SCHEMA_ID,
         "kind": kind,

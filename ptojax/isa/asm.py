@@ -47,6 +47,8 @@ from typing import Iterable, Optional
 from .. import tables
 from . import forms
 from .decode import Command, check_word, decode
+from .encode import (BSTOP, CATR_ENCODING, DATR_ENCODING, DIM_ENCODING, FPATR_ENCODING,
+                     IOR_ENCODING, IOS_ENCODING, IOT_ENCODING, START_ENCODING, packer)
 
 __all__ = ["AsmError", "assemble", "disassemble", "assemble_line", "format_command", "SYNTAX"]
 
@@ -68,35 +70,9 @@ class _Bad(Exception):
 
 # ---------------------------------------------------------------- form lookup
 
-_INDEX = forms.CATALOG["source_form_index"]
-_BY_INDEX = {i: forms.FORMS_BY_ID[fid] for fid, i in _INDEX.items()}
-
-
-def _enc(form: forms.Form, variant: str = "") -> forms.Encoding:
-    for e in forms.ENCODINGS:
-        if e.form is form and e.variant == variant:
-            return e
-    raise LookupError(form.form_id)
-
-
 # BSTART.<name> -> encoding (the TSTORE.SPART variant has its own name)
-_BSTART: dict[str, forms.Encoding] = {}
-for _e in forms.ENCODINGS:
-    if _e.form.mnemonic.startswith("BSTART."):
-        _BSTART["BSTART." + _e.variant if _e.variant else _e.form.mnemonic] = _e
-
-_BSTOP = _enc(_BY_INDEX[51])
-_DATR = _enc(_BY_INDEX[1])
-_DIM = {0: _enc(_BY_INDEX[3]), 1: _enc(_BY_INDEX[4]), 2: _enc(_BY_INDEX[2])}
-_DIM_LB = {id(e.form): lb for lb, e in _DIM.items()}
-_IOR = _enc(_BY_INDEX[7])
-# (number of sources, has destination) -> B.IOT encoding
-_IOT = {(2, False): _enc(_BY_INDEX[9]), (2, True): _enc(_BY_INDEX[10]),
-        (1, False): _enc(_BY_INDEX[11]), (1, True): _enc(_BY_INDEX[8]),
-        (0, True): _enc(_BY_INDEX[12])}
-_IOS = _enc(_BY_INDEX[52])
-_FPATR = _enc(_BY_INDEX[73])
-_CATR = _enc(_BY_INDEX[0])
+_BSTART = {"BSTART." + op: e for op, e in START_ENCODING.items()}
+_DIM_LB = {id(e.form): lb for lb, e in DIM_ENCODING.items()}
 
 _FPATR_ORDER = ("PreQuantMode", "ReluMode", "GroupNCode", "RowMaxEn", "GroupMaxEn",
                 "RowMaxInit", "MaxAbsEn", "TransA", "TransB")
@@ -112,8 +88,8 @@ def _legal(enc: forms.Encoding, name: str) -> Optional[frozenset]:
     return None
 
 
-_BSTART_DTYPES = _legal(_enc(_BY_INDEX[40]), "DataType")
-_DATR_LEGAL = {n: _legal(_DATR, n) for n in ("Layout", "DataType", "CMode")}
+_BSTART_DTYPES = _legal(START_ENCODING["TLOAD"], "DataType")
+_DATR_LEGAL = {n: _legal(DATR_ENCODING, n) for n in ("Layout", "DataType", "CMode")}
 
 SYNTAX = {
     "BSTART": "BSTART.<op> <DataType>",
@@ -133,12 +109,11 @@ _ANY = ("a command: " + ", ".join(["BSTART.<op>", "BSTOP", "B.DATR", "B.DIM", "B
 
 
 def _encode(enc: forms.Encoding, values: dict) -> int:
-    word = enc.match
     for name, v in values.items():
-        f = enc.form.field(name)
-        if not 0 <= v < (1 << f.width):
-            raise _Bad(f"{name} {v} out of range 0..{(1 << f.width) - 1}")
-        word |= f.insert(v)
+        width = enc.form.field(name).width
+        if not 0 <= v < (1 << width):
+            raise _Bad(f"{name} {v} out of range 0..{(1 << width) - 1}")
+    word = packer(enc, tuple(values))(*values.values())
     cmd = decode(word)
     if (cmd.fault is not None or cmd.form_id != enc.form.form_id or cmd.variant != enc.variant
             or cmd.free_bits):
@@ -282,7 +257,7 @@ def _asm_bstart(mn: str, ops: list[str]) -> int:
 def _asm_bstop(ops):
     if ops:
         raise _Bad("no operands")
-    return _BSTOP.match
+    return BSTOP
 
 
 def _asm_datr(rest):
@@ -299,7 +274,7 @@ def _asm_datr(rest):
         "Sat": _uint(ops[5], "Sat", 1),
         "Canonicalize": _uint(ops[6], "Canonicalize", 1),
     }
-    return _encode(_DATR, v)
+    return _encode(DATR_ENCODING, v)
 
 
 def _asm_dim(ops):
@@ -308,9 +283,9 @@ def _asm_dim(ops):
     reg = _gpr(ops[0])
     imm = _uint(ops[1], "uimm17", (1 << 17) - 1)
     m = re.fullmatch(r"->LB([0-9]+)", ops[2], re.I)
-    if not m or int(m[1]) not in _DIM:
+    if not m or int(m[1]) not in DIM_ENCODING:
         raise _Bad(f"destination {ops[2]!r} is not ->LB0, ->LB1 or ->LB2")
-    return _encode(_DIM[int(m[1])], {"RegSrc": reg, "uimm17": imm})
+    return _encode(DIM_ENCODING[int(m[1])], {"RegSrc": reg, "uimm17": imm})
 
 
 def _asm_ior(ops):
@@ -326,7 +301,7 @@ def _asm_ior(ops):
             raise _Bad("the ->destination must be the last operand")
         srcs.append(_gpr(t, f"RegSrc{i}"))
     srcs += [0] * (3 - len(srcs))
-    return _encode(_IOR, {"RegSrc0": srcs[0], "RegSrc1": srcs[1], "RegSrc2": srcs[2], "RegDst": dst})
+    return _encode(IOR_ENCODING, {"RegSrc0": srcs[0], "RegSrc1": srcs[1], "RegSrc2": srcs[2], "RegDst": dst})
 
 
 def _asm_iot(ops):
@@ -359,14 +334,14 @@ def _asm_iot(ops):
     if len(srcs) > 2:
         raise _Bad("at most two source tiles")
     key = (len(srcs), dst is not None)
-    if key not in _IOT:
+    if key not in IOT_ENCODING:
         raise _Bad("a binding needs a source tile or a destination")
     v = {"PEMode": pe, "L": last}
     for i, s in enumerate(srcs):
         v[f"SrcTile{i}"] = s
     if dst is not None:
         v["DstTile"], v["SizeCode"] = dst
-    return _encode(_IOT[key], v)
+    return _encode(IOT_ENCODING[key], v)
 
 
 def _asm_ios(ops):
@@ -395,7 +370,7 @@ def _asm_ios(ops):
         raise _Bad("missing mask=")
     if tid is None:
         raise _Bad("missing S<tid> source or ->S<tid><SizeCode> destination")
-    return _encode(_IOS, {"SharedTID": tid, "SizeCode": size, "PEMode": pe})
+    return _encode(IOS_ENCODING, {"SharedTID": tid, "SizeCode": size, "PEMode": pe})
 
 
 def _asm_fpatr(ops):
@@ -404,13 +379,13 @@ def _asm_fpatr(ops):
     ops = ops + ["0"] * (9 - len(ops))
     v = {}
     for name, t in zip(_FPATR_ORDER, ops):
-        f = _FPATR.form.field(name)
+        f = FPATR_ENCODING.form.field(name)
         x = _uint(t, name, (1 << f.width) - 1)
-        legal = _legal(_FPATR, name)
+        legal = _legal(FPATR_ENCODING, name)
         if legal is not None and x not in legal:
             raise _Bad(f"{name} {x} is reserved (legal: {', '.join(map(str, sorted(legal)))})")
         v[name] = x
-    return _encode(_FPATR, v)
+    return _encode(FPATR_ENCODING, v)
 
 
 def _asm_catr(rest):
@@ -424,7 +399,7 @@ def _asm_catr(rest):
             if n in set_:
                 raise _Bad(f"B.CATR bit {n} given twice")
             set_.add(n)
-    return _encode(_CATR, {_CATR_FIELD[n]: int(n in set_) for n in _CATR_ORDER})
+    return _encode(CATR_ENCODING, {_CATR_FIELD[n]: int(n in set_) for n in _CATR_ORDER})
 
 
 def _asm_word(ops):
@@ -523,7 +498,7 @@ def _iot_text(f: dict, srcs: int, dst: bool) -> str:
     return "B.IOT " + ", ".join(ops)
 
 
-_IOT_SHAPE = {e.form.form_id: k for k, e in _IOT.items()}
+_IOT_SHAPE = {e.form.form_id: k for k, e in IOT_ENCODING.items()}
 
 
 def format_command(cmd: Command) -> str:

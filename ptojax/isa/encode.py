@@ -1,5 +1,9 @@
 """Instruction words from their fields (encoding.md 4): the encoders the
-case generator, the executor's start-word constants and the tests share.
+case generator, the assembler and the tests share.
+
+Every encoder is built from the command-form catalog (isa/forms.py): the
+encoding it packs into and where its fields go are looked up once, here at
+import (a `packer`), because the case generator calls these millions of times.
 
 The reference model keeps its own decoder (reference/decode.py) and never
 uses these: its independence is its value.
@@ -7,55 +11,114 @@ uses these: its independence is its value.
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
 
-BSTOP = 0x00000001
-START = {"TLOAD": 0x00011181, "TSTORE": 0x00111181, "TSTORE.SPART": 0x00E11181,
-         "MGATHER.CAS": 0x00811181, "TMATMUL": 0x00031181, "TMATMUL.BIAS": 0x00131181,
-         "TMATMUL.ACC": 0x00231181, "TMATMULMX": 0x00431181, "TGEMV": 0x01031181,
-         "TGEMVMX.ACC": 0x01631181}
+from . import forms
+
+_BY_INDEX = {i: forms.FORMS_BY_ID[fid] for fid, i in forms.CATALOG["source_form_index"].items()}
+
+
+def encoding(index: int, variant: str = "") -> forms.Encoding:
+    """The catalog encoding of a form by its source form index (encoding.md's numbering)."""
+    form = _BY_INDEX[index]
+    for e in forms.ENCODINGS:
+        if e.form is form and e.variant == variant:
+            return e
+    raise LookupError(form.form_id)
+
+
+def packer(enc: forms.Encoding, names: Sequence[str]) -> Callable[..., int]:
+    """A function of the named fields' values, in `names` order, returning
+    `enc`'s word with them in place (values are cut to their field widths)."""
+    match = enc.match
+    plan = tuple(p for i, name in enumerate(names) for p in enc.form.field(name).plan(i))
+    return lambda *values: forms.pack(match, plan, values)
+
+
+# ----------------------------------------------------------------- the encodings by command
+
+# BSTART operation name (the TSTORE.SPART variant has its own) -> encoding
+START_ENCODING = {e.variant or e.form.mnemonic[len("BSTART."):]: e for e in forms.ENCODINGS
+                  if e.form.mnemonic.startswith("BSTART.")}
+BSTOP_ENCODING = encoding(51)
+DATR_ENCODING = encoding(1)
+DIM_ENCODING = {0: encoding(3), 1: encoding(4), 2: encoding(2)}          # ->LB0, LB1, LB2
+IOR_ENCODING = encoding(7)
+# (number of source tiles, has a destination) -> B.IOT encoding
+IOT_ENCODING = {(2, False): encoding(9), (2, True): encoding(10), (1, False): encoding(11),
+                (1, True): encoding(8), (0, True): encoding(12)}
+IOS_ENCODING = encoding(52)
+FPATR_ENCODING = encoding(73)
+CATR_ENCODING = encoding(0)
+
+# ----------------------------------------------------------------- words
+
+BSTOP = BSTOP_ENCODING.match
+FPATR0 = FPATR_ENCODING.match            # B.FPATR with every field zero
+START = {op: e.match for op, e in START_ENCODING.items()}    # BSTART.<op>, DataType 0
+
+_BSTART = {op: packer(e, ("DataType",)) for op, e in START_ENCODING.items()}
+_DATR = packer(DATR_ENCODING, ("Layout", "DataType", "PadValueOrByteId", "CMode", "RMode", "Sat",
+                               "Canonicalize"))
+_DIM = {n: packer(e, ("uimm17", "RegSrc")) for n, e in DIM_ENCODING.items()}
+_IOR = packer(IOR_ENCODING, ("RegSrc0", "RegSrc1", "RegSrc2", "RegDst"))
+_IOT_DST = packer(IOT_ENCODING[0, True], ("DstTile", "SizeCode", "PEMode", "L"))
+_IOT_SRC = packer(IOT_ENCODING[1, False], ("SrcTile0", "PEMode", "L"))
+_IOT_SRC_DST = packer(IOT_ENCODING[1, True], ("SrcTile0", "DstTile", "SizeCode", "PEMode", "L"))
+_IOT_SRC2 = packer(IOT_ENCODING[2, False], ("SrcTile0", "SrcTile1", "PEMode", "L"))
+_IOT_SRC2_DST = packer(IOT_ENCODING[2, True], ("SrcTile0", "SrcTile1", "DstTile", "SizeCode",
+                                               "PEMode", "L"))
+_IOS = packer(IOS_ENCODING, ("SharedTID", "PEMode", "SizeCode"))
+_FPATR = packer(FPATR_ENCODING, ("PreQuantMode", "ReluMode", "GroupNCode", "RowMaxEn",
+                                 "GroupMaxEn", "RowMaxInit", "MaxAbsEn", "TransA", "TransB"))
+_CATR = packer(CATR_ENCODING, ("trap", "DR", "atom", "aq", "rl", "far"))
 
 
 def bstart(op: str, dt: int) -> int:
-    return START[op] | (dt & 0x1F) << 27
+    return _BSTART[op](dt)
 
 
 def datr(layout=0, dtype=31, pad=3, cmode=0, rmode=0, sat=0, canon=0) -> int:
-    return (0x1023 | (layout & 0x1F) << 7 | (rmode & 7) << 15 | (dtype & 0x1F) << 20
-            | (canon & 1) << 25 | (sat & 1) << 26 | (pad & 3) << 27 | (cmode & 7) << 29)
+    return _DATR(layout, dtype, pad, cmode, rmode, sat, canon)
 
 
 def dim(n: int, imm: int, reg: int = 0) -> int:
-    return (0x43 | (imm & 0xFFF) << 20 | ((imm >> 12) & 0x1F) << 7 | (n & 7) << 12
-            | (reg & 0x1F) << 15)
+    """B.DIM ->LB<n> of uimm17 `imm` (+ GPR `reg`)."""
+    return _DIM[n](imm, reg)
 
 
 def ior(src0=0, src1=0, src2=0, dst=0) -> int:
-    return 0x13 | (dst & 0x1F) << 7 | (src0 & 0x1F) << 15 | (src1 & 0x1F) << 20 | (src2 & 0x1F) << 27
+    return _IOR(src0, src1, src2, dst)
 
 
 def iot_dst(hand, size=1, pemode=1, last=1) -> int:
-    return 0x6013 | (pemode & 7) << 9 | (hand & 3) << 7 | (size & 0xF) << 15 | (last & 1) << 19
+    return _IOT_DST(hand, size, pemode, last)
 
 
 def iot_src(src, pemode=1, last=1) -> int:
-    return 0x5013 | (src & 0x3F) << 20 | (pemode & 7) << 9 | (last & 1) << 19
+    return _IOT_SRC(src, pemode, last)
 
 
 def iot_src_dst(src, hand, size=1, pemode=1, last=1) -> int:
-    return (0x5013 | (src & 0x3F) << 20 | (hand & 3) << 7 | (size & 0xF) << 15
-            | (pemode & 7) << 9 | (last & 1) << 19)
+    return _IOT_SRC_DST(src, hand, size, pemode, last)
 
 
 def iot_src2(s0, s1, pemode=1, last=1) -> int:
-    return 0x4013 | (s0 & 0x3F) << 20 | (s1 & 0x3F) << 26 | (pemode & 7) << 9 | (last & 1) << 19
+    return _IOT_SRC2(s0, s1, pemode, last)
+
+
+def iot_src2_dst(s0, s1, hand, size=1, pemode=1, last=1) -> int:
+    return _IOT_SRC2_DST(s0, s1, hand, size, pemode, last)
 
 
 def ios(sid, pemode=1, size=0) -> int:
-    return 0x1013 | (pemode & 7) << 9 | (size & 0xF) << 15 | (sid & 0xFF) << 20
+    return _IOS(sid, pemode, size)
+
+
+def fpatr(pre=0, relu=0, group_n=0, row_max=0, group_max=0, row_max_init=0, max_abs=0,
+          trans_a=0, trans_b=0) -> int:
+    return _FPATR(pre, relu, group_n, row_max, group_max, row_max_init, max_abs, trans_a, trans_b)
 
 
 def catr(trap=0, dr=0, atom=0, aq=0, rl=0, far=0) -> int:
-    return 0x23 | rl << 15 | aq << 16 | atom << 17 | far << 18 | trap << 19 | dr << 26
-
-
-FPATR0 = 0x00002023
+    return _CATR(trap, dr, atom, aq, rl, far)

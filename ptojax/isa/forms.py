@@ -14,6 +14,16 @@ from importlib import resources
 _DATA = "command-forms.json"
 
 
+def pack(word: int, plan, values) -> int:
+    """`word` with `values` placed in their fields. `plan` lists every field
+    piece as (index into values, value lsb, piece mask, instruction lsb), so
+    the positions are looked up once, where the plan is made; the one place
+    field bits are packed (Field.insert, the encoders, the assembler)."""
+    for i, vlsb, mask, ilsb in plan:
+        word |= (values[i] >> vlsb & mask) << ilsb
+    return word
+
+
 @dataclass(frozen=True)
 class Field:
     name: str
@@ -26,11 +36,12 @@ class Field:
             v |= ((word >> ilsb) & ((1 << w) - 1)) << vlsb
         return v
 
+    def plan(self, index: int = 0) -> tuple[tuple[int, int, int, int], ...]:
+        """This field's pieces as `pack` places them, the value being values[index]."""
+        return tuple((index, vlsb, (1 << w) - 1, ilsb) for ilsb, vlsb, w in self.pieces)
+
     def insert(self, value: int) -> int:
-        word = 0
-        for ilsb, vlsb, w in self.pieces:
-            word |= ((value >> vlsb) & ((1 << w) - 1)) << ilsb
-        return word
+        return pack(0, self.plan(), (value,))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from .. import tables
 from ..state import pe_file, with_pe_file
-from . import header, matrix, mgather_cas, shared_tlsu, transport
+from . import header, matrix, mgather_cas, shared_transport, transport
 from .header import Header
 
 OP = tables.OP_ID
@@ -44,7 +44,7 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     shr = is_shared_tlsu(h) & routed
     fault, addr, view = transport.complete(view, h, pe, cfg, enable & ~cas & ~mat & ~shr, effects)
     if "SHARED" in effects:
-        f, a, view = shared_tlsu.complete(view, h, cfg, enable & shr)
+        f, a, view = shared_transport.complete(view, h, cfg, enable & shr)
         fault, addr = jnp.where(shr, f, fault), jnp.where(shr, a, addr)
     if "MGATHER.CAS" in effects:
         f, a, view = mgather_cas.complete(view, h, pe, cfg, enable & cas, cas_seed)

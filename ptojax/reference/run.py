@@ -4,10 +4,10 @@
 command words one by one on PE `pe`'s view: decode (encoding.md 1), the
 header commands (encoding.md 3-4), block completion at BSTOP or at the next
 BSTART, and the TLOAD/TSTORE completions of transport.py, the Shared
-TLOAD/TSTORE/TSTORE.SPART completions of shared.py, the MGATHER.CAS
-completion of mgather_cas.py and the TMATMUL/TGEMV completion of matmul.py
-(cooperative forms: cooperative.py). The first fault stops the stream at that
-word.
+TLOAD/TSTORE/TSTORE.SPART completions of shared_transport.py, the MGATHER.CAS
+completion of mgather_cas.py and the TMATMUL/TGEMV completion of matrix.py
+(Local and cooperative Shared-operand forms). The first fault stops the stream
+at that word.
 
 `run_core(state, words, *, on_fault="abandon", cfg=None)` runs the stream on
 the Core's four PEs together (docs/shared-decisions.md section 2): a common
@@ -25,7 +25,7 @@ import numpy as np
 from .. import tables
 from ..result import RunResult
 from ..state import MAX_IOS, MAX_IOT, MachineConfig, State, check_block
-from . import matmul, mgather_cas, shared, transport
+from . import matrix, mgather_cas, shared_transport, transport
 from .decode import Decoded, decode
 from .machine import MASK64, Binding, Block, Machine
 from .transport import BUNDLE_CONTROL, ILLEGAL, TILE_LEGALITY, Fault
@@ -234,9 +234,9 @@ def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
     if name == "MGATHER.CAS":
         return mgather_cas.mgather_cas(m, b, pe)
     if op[1] == "CUBE":
-        return matmul.matmul(m, b, name, pe)    # TMATMUL* / TGEMV* (matmul-decisions.md)
+        return matrix.matmul(m, b, name, pe)    # TMATMUL* / TGEMV* (matmul-decisions.md)
     if b.ios or name == "TSTORE.SPART":
-        return shared.shared_tlsu(m, b, name)   # Shared TLOAD/TSTORE/TSTORE.SPART
+        return shared_transport.shared_tlsu(m, b, name)   # Shared TLOAD/TSTORE/TSTORE.SPART
     if name not in ("TLOAD", "TSTORE"):
         return UNIMPLEMENTED
     if name == "TLOAD":

@@ -17,7 +17,7 @@ Case, the program builder, the draw-kind / draw-mutations loop):
 - matrix.py (+ matrix_tiles.py, matrix_bundle.py): TMATMUL/TGEMV with
   All-Local operands, `MATMUL_KINDS`, `MATMUL_MUTATIONS`, `MATMUL_AIMS`;
   `GenConfig.matmul_weight`.
-- cooperative.py (+ shared_tlsu.py): cooperative TMATMUL* and Shared TLSU on
+- cooperative.py (+ shared_transport.py): cooperative TMATMUL* and Shared TLSU on
   the Core, `COOP_KINDS`, `COOP_MUTATIONS`, `COOP_AIMS`;
   `GenConfig.coop_weight` (with core).
 
@@ -39,20 +39,20 @@ from ...isa.encode import (BSTOP, FPATR0, START, bstart, catr, datr, dim, ior, i
                            iot_dst, iot_src, iot_src2, iot_src_dst)
 from .cooperative import (COOP_AIMS, COOP_FORMS, COOP_KINDS, COOP_MACHINE, COOP_MUTATIONS,
                           random_coop_case, random_coop_cases)
-from .driver import (Bundle, Case, GenConfig, _gen_config, _prepare, build_state,  # noqa: F401
+from .driver import (Bundle, Case, GenConfig, gen_config, prepare_state, build_state,  # noqa: F401
                      case_arrays, case_rng, draw_many)
 from .matrix import (MATMUL_AIMS, MATMUL_FORMS, MATMUL_KINDS, MATMUL_MUTATIONS,  # noqa: F401
-                     MatmulImpossible, _mm_form_ok, _mm_mutation_ok, matmul_possible,
+                     MatmulImpossible, mm_form_ok, mm_mutation_ok, matmul_possible,
                      random_matmul_case, random_matmul_cases)
 from .mgather_cas import CAS_AIMS, CAS_KINDS, CAS_MUTATIONS, random_cas_case, random_cas_cases
-from .transport import PROGRAM_KINDS, _transport_case, random_words_case
+from .transport import PROGRAM_KINDS, transport_case, random_words_case
 from .transport_mutations import MUTATIONS, STREAM_MUTATIONS
 
 
 def random_case(rng: np.random.Generator, cfg=None) -> Case:
     """One random Case: a TLOAD/TSTORE program, or with GenConfig's weights
     another family's case (see the module docstring)."""
-    g = _gen_config(cfg)
+    g = gen_config(cfg)
     if g.cas_weight > 0 or g.matmul_weight > 0 or g.coop_weight > 0:
         u = rng.random()              # one draw: cas_weight alone leaves the old draws as they were
         if u < g.cas_weight:
@@ -61,12 +61,12 @@ def random_case(rng: np.random.Generator, cfg=None) -> Case:
             return random_matmul_case(rng, g)
         if u < g.cas_weight + g.matmul_weight + g.coop_weight:
             return random_coop_case(rng, g)
-    return _transport_case(rng, g)
+    return transport_case(rng, g)
 
 
 def random_cases(seed: int, n: int, cfg=None) -> list:
     """n Cases from one seed (case i is reproducible as random_case(case_rng(seed, i), cfg))."""
-    return draw_many(random_case, seed, n, _gen_config(cfg))
+    return draw_many(random_case, seed, n, gen_config(cfg))
 
 
 __all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random_words_case",

@@ -12,14 +12,14 @@ pj.preset("small") (`COOP_MACHINE`).
 
 Every cooperative Case has core=True: it runs with pj.run_core /
 pj.batch.run(core=True), and its setup with pj.reference.run_core. Shared
-operands come from Shared TLOADs (shared_tlsu.py: a B.IOS destination, mask
+operands come from Shared TLOADs (shared_transport.py: a B.IOS destination, mask
 1111, the same base/stride in every PE's GPRs); each active PE's Local A /
 sA / C / Bias from a TLOAD whose bindings select only that PE (PEMode i+1),
 so under run_core only PE i loads it, through its own GPRs (one register pair
 per role, a different value in each PE's file), at the same TileIndex on
 every active PE. Shapes keep within the machine's tile_words and
 shared_words. sh_* kinds exercise Shared TLOAD / TSTORE / TSTORE.SPART on
-their own (shared_tlsu.py).
+their own (shared_transport.py).
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ import numpy as np
 from ... import tables
 from ...isa.encode import FPATR0, bstart, datr, dim, ior, iot_dst
 from ...state import PRESETS
-from .driver import (Bundle, Case, Family, GenConfig, _Builder, _flatten, _gen_config, compatible,
+from .driver import (Bundle, Case, Family, GenConfig, Builder, flatten, gen_config, compatible,
                      draw_kind, draw_many, draw_mutations, finish_case)
-from .matrix_bundle import _mi_zero_mask_block, _mm_bundle, _mm_zero_mask_junk
-from .matrix_tiles import (E8M0, MM_LOAD_CODE, MM_MX_SCALED, _cube_fits, _cube_min_size, _d_size_short,
-                           _MmGM, _MmTile, _mm_acc_type, _mm_flags, _mm_style, _mm_tile, _mm_types,
-                           _other_dtype)
-from .shared_tlsu import (_ShTile, _coop_codes, _coop_reg, _not_pow2, _sh_fit, _sh_program,
-                          _sh_setup_loads)
-from .values import (BITS, CUBE_DTYPES, DT_CODE, DTYPES, PEMODE_MASK, _TA, _TL, _ebytes, _pick, _pow2,
-                     _rowbytes)
+from .matrix_bundle import mi_zero_mask_block, mm_bundle, mm_zero_mask_junk
+from .matrix_tiles import (E8M0, MM_LOAD_CODE, MM_MX_SCALED, cube_fits, cube_min_size, d_size_short,
+                           MmGM, MmTile, mm_acc_type, mm_flags, mm_style, mm_tile, mm_types,
+                           other_dtype)
+from .shared_transport import (ShTile, coop_codes, coop_reg, not_pow2, sh_fit, sh_program,
+                          sh_setup_loads)
+from .values import (BITS, CUBE_DTYPES, DT_CODE, DTYPES, PEMODE_MASK, TA, TL, elem_bytes, pick_one, pow2,
+                     rowbytes)
 
 COOP_FORMS = ("TMATMUL", "TMATMUL.ACC", "TMATMUL.BIAS", "TMATMULMX", "TMATMULMX.ACC", "TMATMULMX.BIAS")
 COOP_MACHINE = PRESETS["small"]          # tile_words 1024, hand_slots 4, shared 8 x 1024 Words
@@ -103,11 +103,11 @@ COOP_MUTATIONS = {
     "sh_mem_page": 2,           # 8 one quarter's PE base past the end of GM
     "sh_mem_align": 2,          # 8 one quarter's PE base misaligned
 }
-COOP_AIMS = {m: _TL for m in COOP_MUTATIONS}
+COOP_AIMS = {m: TL for m in COOP_MUTATIONS}
 COOP_AIMS.update({
     "coop_no_fpatr": "Fault_BundleControl", "coop_zero_mask_block": "Fault_None",
-    "coop_idle_garbage": "Fault_None", "coop_d_size": _TA, "coop_hand_full": _TA, "coop_pool": _TA,
-    "sh_ior_surplus": "Fault_BundleControl", "sh_too_big": _TA, "sh_records_full": _TA,
+    "coop_idle_garbage": "Fault_None", "coop_d_size": TA, "coop_hand_full": TA, "coop_pool": TA,
+    "sh_ior_surplus": "Fault_BundleControl", "sh_too_big": TA, "sh_records_full": TA,
     "sh_mem_page": "Fault_DataPage", "sh_mem_align": "Fault_DataAlignment",
 })
 assert set(COOP_AIMS) == set(COOP_MUTATIONS)
@@ -140,8 +140,8 @@ class _CoopPlan:
     trans_b: bool
     lays: list                    # per PE: D's layout ("M16" / "M32"), None when idle
     d_size: int
-    shared: dict                  # role -> _ShTile, B.IOS order a, sa, b, sb
-    local: dict                   # role -> {pe: _MmTile}, stream order c, a, sa, bias
+    shared: dict                  # role -> ShTile, B.IOS order a, sa, b, sb
+    local: dict                   # role -> {pe: MmTile}, stream order c, a, sa, bias
     style: dict
     c_is_d_hand: bool = False
     hand_full_pe: Optional[int] = None
@@ -151,7 +151,7 @@ class _CoopPlan:
 
     @property
     def f(self) -> dict:
-        return _mm_flags(self.form)
+        return mm_flags(self.form)
 
     @property
     def per(self) -> int:
@@ -167,15 +167,15 @@ class _CoopPlan:
 
 
 def _coop_group_m(rng) -> int:
-    return _pick(rng, COOP_GROUP_M) if rng.random() < 0.7 else int(rng.integers(1, 129))
+    return pick_one(rng, COOP_GROUP_M) if rng.random() < 0.7 else int(rng.integers(1, 129))
 
 
 def _coop_plan(rng, kind: str, form: str, muts: list) -> _CoopPlan:
     """A plan's types, group_M, N, K (within COOP_BUDGET), Shared A or not and
     Trans bits; its layouts, D's size and operands still to draw."""
-    f = _mm_flags(form)
-    atype, btype = _mm_types(rng, "coop", f, ())
-    acc = _mm_acc_type(f["mx"], atype)
+    f = mm_flags(form)
+    atype, btype = mm_types(rng, "coop", f, ())
+    acc = mm_acc_type(f["mx"], atype)
     if kind == "coop_right":
         both = False
     elif kind in ("coop_both", "coop_trans"):
@@ -184,7 +184,7 @@ def _coop_plan(rng, kind: str, form: str, muts: list) -> _CoopPlan:
         both = rng.random() < 0.5 and not {"coop_trans_a_local", "coop_local_a_rows"} & set(muts)
     G = _coop_group_m(rng)
     if "coop_idle_garbage" in muts and G > 96:
-        G = _pick(rng, [1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96])
+        G = pick_one(rng, [1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96])
     K = 1 << int(rng.integers(0, 7))
     N = 1 << int(rng.integers(0, 7))
     if f["mx"] and rng.random() < 0.3:
@@ -196,12 +196,12 @@ def _coop_plan(rng, kind: str, form: str, muts: list) -> _CoopPlan:
             K //= 2
         else:
             break
-    trans_a = both and _pow2(G) and (rng.random() < (0.6 if kind == "coop_trans" else 0.1))
+    trans_a = both and pow2(G) and (rng.random() < (0.6 if kind == "coop_trans" else 0.1))
     trans_b = rng.random() < (0.6 if kind == "coop_trans" else 0.1)
     if kind == "coop_trans" and not (trans_a or trans_b):
         trans_b = True
     return _CoopPlan(kind, form, atype, btype, acc, G, N, K, both, trans_a, trans_b,
-                     [None] * 4, 1, {}, {}, _mm_style(rng, kind))
+                     [None] * 4, 1, {}, {}, mm_style(rng, kind))
 
 
 def _coop_layouts(rng, plan: _CoopPlan, W: int) -> bool:
@@ -213,26 +213,26 @@ def _coop_layouts(rng, plan: _CoopPlan, W: int) -> bool:
             plan.lays[i] = "M16" if per == 16 else "M32"
         else:
             plan.lays[i] = "M16" if vm[i] <= 16 and rng.random() < 0.6 else "M32"
-    if not all(_cube_fits(plan.lays[i], 32, vm[i], N, W) for i in plan.active):
+    if not all(cube_fits(plan.lays[i], 32, vm[i], N, W) for i in plan.active):
         return False
-    need = max(_cube_min_size(plan.lays[i], 32, vm[i], N) for i in plan.active)
+    need = max(cube_min_size(plan.lays[i], 32, vm[i], N) for i in plan.active)
     plan.d_size = min(10, need + (int(rng.integers(1, 3)) if rng.random() < 0.2 else 0))
     return True
 
 
-def _coop_shared_tile(rng, Wsh: int, role: str, dt: int, vr: int, vc: int, cols: int) -> Optional[_ShTile]:
+def _coop_shared_tile(rng, Wsh: int, role: str, dt: int, vr: int, vc: int, cols: int) -> Optional[ShTile]:
     """A Shared operand of vr x vc (sometimes more rows), its smallest SizeCode
     (sometimes one more), or None when no descriptor holds it."""
     if rng.random() < 0.2:
         vr2 = vr + int(rng.integers(1, 9))
-        if _sh_fit(BITS[dt], vr2, vc, cols, Wsh):
+        if sh_fit(BITS[dt], vr2, vc, cols, Wsh):
             vr = vr2
-    size = _sh_fit(BITS[dt], vr, vc, cols, Wsh)
+    size = sh_fit(BITS[dt], vr, vc, cols, Wsh)
     if size is None:
         return None
-    if rng.random() < 0.2 and _sh_fit(BITS[dt], vr, vc, cols, Wsh, size + 1):
+    if rng.random() < 0.2 and sh_fit(BITS[dt], vr, vc, cols, Wsh, size + 1):
         size += 1
-    return _ShTile(role, 0, dt, vr, vc, cols, size)
+    return ShTile(role, 0, dt, vr, vc, cols, size)
 
 
 def _coop_shared(rng, plan: _CoopPlan, Wsh: int) -> Optional[dict]:
@@ -266,13 +266,13 @@ def _coop_local(rng, plan: _CoopPlan, W: int) -> Optional[dict]:
     for i in plan.active:
         tiles = {}
         if f["acc"]:
-            tiles["c"] = _mm_tile(rng, "c", acc, vm[i], N, plan.lays[i], W, size=plan.d_size)
+            tiles["c"] = mm_tile(rng, "c", acc, vm[i], N, plan.lays[i], W, size=plan.d_size)
         if not plan.both:
-            tiles["a"] = _mm_tile(rng, "a", plan.atype, vm[i], K, plan.lays[i], W)
+            tiles["a"] = mm_tile(rng, "a", plan.atype, vm[i], K, plan.lays[i], W)
             if f["mx"] and plan.atype in MM_MX_SCALED:
-                tiles["sa"] = _mm_tile(rng, "sa", E8M0, vm[i], kb, "RowMajor", W)
+                tiles["sa"] = mm_tile(rng, "sa", E8M0, vm[i], kb, "RowMajor", W)
         if f["bias"]:
-            tiles["bias"] = _mm_tile(rng, "bias", acc, 1, N, "RowMajor", W)
+            tiles["bias"] = mm_tile(rng, "bias", acc, 1, N, "RowMajor", W)
         if any(t is None for t in tiles.values()):
             return None
         for role, t in tiles.items():
@@ -281,7 +281,7 @@ def _coop_local(rng, plan: _CoopPlan, W: int) -> Optional[dict]:
     return {r: loc[r] for r in ("c", "a", "sa", "bias") if r in loc}
 
 
-def _coop_draw(b: _Builder, kind: str, form: str, muts) -> Optional[_CoopPlan]:
+def _coop_draw(b: Builder, kind: str, form: str, muts) -> Optional[_CoopPlan]:
     """A legal cooperative plan for this kind and form."""
     rng, W, Wsh = b.rng, b.m.tile_words, b.m.shared_words
     for _ in range(60):
@@ -305,19 +305,19 @@ def _coop_draw(b: _Builder, kind: str, form: str, muts) -> Optional[_CoopPlan]:
 
 def _cp_not_ready(b, plan):
     rng = b.rng
-    t = plan.shared[_pick(rng, list(plan.shared))]
+    t = plan.shared[pick_one(rng, list(plan.shared))]
     t.pemode = int(rng.integers(1, 7))
     subs = [p for p in range(1, 8) if PEMODE_MASK[p] & PEMODE_MASK[t.pemode] == PEMODE_MASK[p]]
     if rng.random() < 0.5:
-        t.reload = _pick(rng, subs)
+        t.reload = pick_one(rng, subs)
     b.notes.append(f"not_ready:{t.role} S{t.sid} PEMode {t.pemode} reload {t.reload}")
     return True
 
 
 def _cp_shared_dtype(b, plan):
     rng = b.rng
-    t = plan.shared[_pick(rng, list(plan.shared))]
-    return _other_dtype(b, t, [c for c in DTYPES if BITS[c] == BITS[t.dt] and c != t.dt], "shared_dtype")
+    t = plan.shared[pick_one(rng, list(plan.shared))]
+    return other_dtype(b, t, [c for c in DTYPES if BITS[c] == BITS[t.dt] and c != t.dt], "shared_dtype")
 
 
 def _cp_shared_cols(b, plan):
@@ -327,7 +327,7 @@ def _cp_shared_cols(b, plan):
     for role in roles:
         t = plan.shared[role]
         for cols in (t.cols * 2, t.cols * 4):
-            size = _sh_fit(BITS[t.dt], t.vr, t.vc, cols, b.m.shared_words)
+            size = sh_fit(BITS[t.dt], t.vr, t.vc, cols, b.m.shared_words)
             if size is not None:
                 t.cols, t.size = cols, size
                 b.notes.append(f"shared_cols:{role} {cols}")
@@ -344,7 +344,7 @@ def _cp_shared_rows(b, plan):
     opts = [(r, k) for r in plan.shared for k in (0, 1) if need[r][k] >= 2]
     if not opts:
         return False
-    role, k = _pick(rng, opts)
+    role, k = pick_one(rng, opts)
     t = plan.shared[role]
     if k == 0:
         t.vr = need[role][0] - int(rng.integers(1, need[role][0]))
@@ -362,7 +362,7 @@ def _cp_trans_flip(b, plan):
         opts.append("b")
     if not opts:
         return False
-    which = _pick(b.rng, opts)
+    which = pick_one(b.rng, opts)
     b.notes.append(f"trans_flip:{which}")
     plan.flip = which
     return True
@@ -377,7 +377,7 @@ def _cp_local_a_rows(b, plan):
     for i in pes:
         t = plan.local["a"][i]
         for vr in rng.permutation([t.vr + 1, t.vr - 1]):
-            n = _mm_tile(rng, "a", t.dt, int(vr), t.vc, t.layout, W) if vr >= 1 else None
+            n = mm_tile(rng, "a", t.dt, int(vr), t.vc, t.layout, W) if vr >= 1 else None
             if n is not None:
                 n.pemode = t.pemode
                 plan.local["a"][i] = n
@@ -397,13 +397,13 @@ def _cp_c_capacity(b, plan):
     rng = b.rng
     if "c" not in plan.local:
         return False
-    i = _pick(rng, list(plan.local["c"]))
+    i = pick_one(rng, list(plan.local["c"]))
     t = plan.local["c"][i]
-    need = _cube_min_size(t.layout, 32, t.vr, t.vc)
+    need = cube_min_size(t.layout, 32, t.vr, t.vc)
     opts = [s for s in (plan.d_size - 1, plan.d_size + 1) if need <= s <= 10]
     if not opts:
         return False
-    t.size = _pick(rng, opts)
+    t.size = pick_one(rng, opts)
     b.notes.append(f"c_capacity:PE{i} C size {t.size} D size {plan.d_size}")
     return True
 
@@ -418,14 +418,14 @@ def _cp_c_is_d_hand(b, plan):
 def _cp_d_size(b, plan):
     if plan.f["acc"]:
         return False                          # C's capacity must equal D's TSize (check 7 first)
-    return _d_size_short(b, plan, max(_cube_min_size(plan.lays[i], 32, plan.vm[i], plan.N)
+    return d_size_short(b, plan, max(cube_min_size(plan.lays[i], 32, plan.vm[i], plan.N)
                                       for i in plan.active))
 
 
 def _cp_one_pe(name):
     def apply(b, plan):
         act = plan.active
-        pe = act[-1] if b.rng.random() < 0.6 else _pick(b.rng, act)
+        pe = act[-1] if b.rng.random() < 0.6 else pick_one(b.rng, act)
         setattr(plan, name, pe)
         return True
     return apply
@@ -467,7 +467,7 @@ def _cs_shared_count(b, spec, plan):
         del spec["ios"][k]
     else:
         others = [x for x in range(256) if x not in spec["ios"]]
-        extra = _pick(rng, others)                    # (a repeated SharedTileID: BundleControl)
+        extra = pick_one(rng, others)                    # (a repeated SharedTileID: BundleControl)
         spec["ios"].insert(int(rng.integers(0, len(spec["ios"]) + 1)), extra)
         b.notes.append(f"shared_count:+1 (S{extra})")
     return True
@@ -477,7 +477,7 @@ def _cs_unallocated(b, spec, plan):
     rng = b.rng
     k = int(rng.integers(0, len(spec["ios"])))
     used = {t.sid for t in plan.shared.values()}
-    spec["ios"][k] = _pick(rng, [x for x in range(256) if x not in used])
+    spec["ios"][k] = pick_one(rng, [x for x in range(256) if x not in used])
     b.notes.append(f"unallocated_sid:#{k}=S{spec['ios'][k]}")
     return True
 
@@ -507,16 +507,16 @@ def _cs_ios_size(b, spec, plan):
 COOP_SPEC_MUTATIONS = {
     "coop_no_fpatr": _cs_no_fpatr, "coop_sparse_mask": _cs_sparse,
     "coop_group_m_zero": _cs_lb(0, lambda rng, v: 0),
-    "coop_group_m_big": _cs_lb(0, lambda rng, v: _pick(rng, [129, 130, int(rng.integers(129, 256)),
+    "coop_group_m_big": _cs_lb(0, lambda rng, v: pick_one(rng, [129, 130, int(rng.integers(129, 256)),
                                                              int(rng.integers(256, 65536))])),
-    "coop_n_not_pow2": _cs_lb(1, _not_pow2), "coop_k_not_pow2": _cs_lb(2, _not_pow2),
+    "coop_n_not_pow2": _cs_lb(1, not_pow2), "coop_k_not_pow2": _cs_lb(2, not_pow2),
     "coop_ios_size": _cs_ios_size, "coop_shared_count": _cs_shared_count,
     "coop_unallocated_sid": _cs_unallocated, "coop_gemv": _cs_gemv,
     "coop_trans_a_local": _cs_trans_a_local,
 }
 
 
-COOP_ITEM_MUTATIONS = {"coop_zero_mask_block": _mi_zero_mask_block}
+COOP_ITEM_MUTATIONS = {"coop_zero_mask_block": mi_zero_mask_block}
 
 
 assert set(COOP_PLAN_MUTATIONS) | set(COOP_SPEC_MUTATIONS) | set(COOP_ITEM_MUTATIONS) \
@@ -533,18 +533,18 @@ _COOP_NEEDS = {     # (plan) -> can the mutation apply
 # ---- the program
 
 
-def _coop_garbage(rng, W) -> _MmTile:
+def _coop_garbage(rng, W) -> MmTile:
     """Some legal tile that is not what the block names (any dtype / layout / shape)."""
     for _ in range(20):
-        dt = _pick(rng, CUBE_DTYPES)
-        lay = _pick(rng, ["RowMajor", "M16", "M32", "N8"])
-        t = _mm_tile(rng, "junk", dt, int(rng.integers(1, 9)), int(rng.integers(1, 17)), lay, W)
+        dt = pick_one(rng, CUBE_DTYPES)
+        lay = pick_one(rng, ["RowMajor", "M16", "M32", "N8"])
+        t = mm_tile(rng, "junk", dt, int(rng.integers(1, 9)), int(rng.integers(1, 17)), lay, W)
         if t is not None:
             return t
-    return _MmTile("junk", DT_CODE["U8"], 1, 1, "RowMajor", size=1, col=1)
+    return MmTile("junk", DT_CODE["U8"], 1, 1, "RowMajor", size=1, col=1)
 
 
-def _local_load(b: _Builder, t: _MmTile, pe: int, base: int, stride: int, regs: tuple) -> Bundle:
+def _local_load(b: Builder, t: MmTile, pe: int, base: int, stride: int, regs: tuple) -> Bundle:
     """A TLOAD of tile t whose bindings select PE pe only (its GPRs `regs` hold
     base/stride there)."""
     if t.cube:
@@ -556,7 +556,7 @@ def _local_load(b: _Builder, t: _MmTile, pe: int, base: int, stride: int, regs: 
     return Bundle(bstart("TLOAD", t.dt), items, True, dict(op="TLOAD", role=t.role, pe=pe))
 
 
-def _coop_hands(b: _Builder, plan: _CoopPlan) -> Optional[tuple]:
+def _coop_hands(b: Builder, plan: _CoopPlan) -> Optional[tuple]:
     """(hand per Local role (the same TileIndex on every active PE), D's hand,
     the roles in load order, their TileIndices), or None after 32 tries."""
     rng, HS = b.rng, b.m.hand_slots
@@ -583,7 +583,7 @@ def _coop_hands(b: _Builder, plan: _CoopPlan) -> Optional[tuple]:
     return None
 
 
-def _coop_local_loads(b: _Builder, plan: _CoopPlan, gm: _MmGM, hands: dict, order: list) -> tuple:
+def _coop_local_loads(b: Builder, plan: _CoopPlan, gm: MmGM, hands: dict, order: list) -> tuple:
     """(the Local loads, slots used [pe][hand], Local charge per PE): one
     register pair per role, PE i's base/stride in PE i's file; idle PEs may
     load garbage tiles at the same indices (coop_idle_garbage)."""
@@ -607,15 +607,15 @@ def _coop_local_loads(b: _Builder, plan: _CoopPlan, gm: _MmGM, hands: dict, orde
             used[pe][t.hand] += 1
             charge[pe] += 128 << (t.size - 1)
             bits = BITS[t.dt]
-            base, stride = gm.region(t.vr, _rowbytes(t.vc, bits), _ebytes(bits))
-            gm.write(base, stride, t.dt, [_coop_codes(rng, t.dt, t.vc, plan.style)
+            base, stride = gm.region(t.vr, rowbytes(t.vc, bits), elem_bytes(bits))
+            gm.write(base, stride, t.dt, [coop_codes(rng, t.dt, t.vc, plan.style)
                                           for _ in range(t.vr)])
             addr[pe] = (base, stride)
             tiles[pe] = t
         if not tiles:
             continue
-        regs = (_coop_reg(b, {pe: a[0] for pe, a in addr.items()}),
-                _coop_reg(b, {pe: a[1] for pe, a in addr.items()}))
+        regs = (coop_reg(b, {pe: a[0] for pe, a in addr.items()}),
+                coop_reg(b, {pe: a[1] for pe, a in addr.items()}))
         for pe, t in tiles.items():
             loads.append(_local_load(b, t, pe, *addr[pe], regs))
     return loads, used, charge
@@ -627,7 +627,7 @@ def _fill_load(dt: int, hand: int, size: int, pe: int) -> Bundle:
                   dict(op="TLOAD", role="fill", pe=pe))
 
 
-def _coop_fills(b: _Builder, plan: _CoopPlan, d_hand: int, used: dict, charge: list) -> list:
+def _coop_fills(b: Builder, plan: _CoopPlan, d_hand: int, used: dict, charge: list) -> list:
     """Loads that fill D's hand: on coop_hand_full's PE, and sometimes on idle
     PEs holding garbage (no D there)."""
     HS = b.m.hand_slots
@@ -641,7 +641,7 @@ def _coop_fills(b: _Builder, plan: _CoopPlan, d_hand: int, used: dict, charge: l
     return loads
 
 
-def _coop_pool(b: _Builder, plan: _CoopPlan, d_hand: int, used: dict, charge: list) -> Optional[tuple]:
+def _coop_pool(b: Builder, plan: _CoopPlan, d_hand: int, used: dict, charge: list) -> Optional[tuple]:
     """coop_pool: (loads that raise the PE's Local charge, a TILE_CAPACITY every
     other PE and the Shared records fit while that PE cannot take D); None
     when its hands run out."""
@@ -657,7 +657,7 @@ def _coop_pool(b: _Builder, plan: _CoopPlan, d_hand: int, used: dict, charge: li
         hs = [h for h in range(4) if h != d_hand and used[p][h] < HS]
         if not hs:
             return None
-        h = _pick(rng, hs)
+        h = pick_one(rng, hs)
         s = next((s for s in range(1, 11) if (128 << (s - 1)) >= need), 10)
         used[p][h] += 1
         charge[p] += 128 << (s - 1)
@@ -683,29 +683,29 @@ def _coop_spec(plan: _CoopPlan, index: dict, d_hand: int) -> dict:
                 lb_forced=set())
 
 
-def _coop_block(b: _Builder, spec: dict, item_muts: list, in_stream: list) -> tuple:
+def _coop_block(b: Builder, spec: dict, item_muts: list, in_stream: list) -> tuple:
     """(the matrix block, minimal when the stream would not fit, with its item
     mutations, the applied ones); coop_ios_size's SizeCode on one B.IOS."""
     rng = b.rng
 
     def build(minimal):
-        bd = _mm_bundle(b, spec, minimal=minimal)
+        bd = mm_bundle(b, spec, minimal=minimal)
         if spec.get("ios_size"):
             ks = [k for k, (t, _) in enumerate(bd.items) if t == "ios"]
-            k = _pick(rng, ks)
+            k = pick_one(rng, ks)
             bd.items[k] = ("ios", bd.items[k][1] | spec["ios_size"] << 15)
         return bd
 
     main = build(False)
-    if len(_flatten(in_stream + [main])) > b.g.max_words:
+    if len(flatten(in_stream + [main])) > b.g.max_words:
         main = build(True)
     return main, [m for m in item_muts if COOP_ITEM_MUTATIONS[m](b, main)]
 
 
-def _coop_program(b: _Builder, plan: _CoopPlan, spec_muts: list, item_muts: list):
+def _coop_program(b: Builder, plan: _CoopPlan, spec_muts: list, item_muts: list):
     """(setup, words, GM, tile_capacity, applied bundle mutations) or None."""
     rng = b.rng
-    gm = _MmGM(rng, b.gm_bytes)
+    gm = MmGM(rng, b.gm_bytes)
     placed = _coop_hands(b, plan)
     if placed is None:
         return None
@@ -713,7 +713,7 @@ def _coop_program(b: _Builder, plan: _CoopPlan, spec_muts: list, item_muts: list
     # Shared operands (mask 1111 unless coop_not_ready), in a random order
     sh = list(plan.shared.values())
     rng.shuffle(sh)
-    setup = [bd for t in sh for bd in _sh_setup_loads(b, gm, t, plan.style)]
+    setup = [bd for t in sh for bd in sh_setup_loads(b, gm, t, plan.style)]
     local, used, charge = _coop_local_loads(b, plan, gm, hands, order)
     setup += local + _coop_fills(b, plan, d_hand, used, charge)
     cap = None
@@ -727,7 +727,7 @@ def _coop_program(b: _Builder, plan: _CoopPlan, spec_muts: list, item_muts: list
         b.notes.append(f"hand_full:PE{plan.hand_full_pe} hand {d_hand}")
     spec = _coop_spec(plan, index, d_hand)
     if plan.kind == "coop_zero_mask":
-        _mm_zero_mask_junk(b, spec)
+        mm_zero_mask_junk(b, spec)
         item_muts = ["coop_zero_mask_block"]
     applied = [m for m in spec_muts if COOP_SPEC_MUTATIONS[m](b, spec, plan)]
     in_stream = []
@@ -736,19 +736,19 @@ def _coop_program(b: _Builder, plan: _CoopPlan, spec_muts: list, item_muts: list
         k = max(i for i, bd in enumerate(setup) if bd.info.get("sid") == sh[-1].sid)
         in_stream = [setup.pop(k)]
     main, item_applied = _coop_block(b, spec, item_muts, in_stream)
-    if len(_flatten(in_stream + [main])) > b.g.max_words:
+    if len(flatten(in_stream + [main])) > b.g.max_words:
         setup += in_stream
         in_stream = []
     if in_stream:
         b.notes.append(f"in_stream:S{in_stream[0].info['sid']}")
-    words = b.cut(_flatten(in_stream + [main]))
-    return _flatten(setup), words, bytes(gm.gm), cap, applied + item_applied
+    words = b.cut(flatten(in_stream + [main]))
+    return flatten(setup), words, bytes(gm.gm), cap, applied + item_applied
 
 
 # ---- the Case
 
 
-def _coop_mutate(b: _Builder, plan: _CoopPlan, muts: list) -> list:
+def _coop_mutate(b: Builder, plan: _CoopPlan, muts: list) -> list:
     """Apply the plan mutations the plan can take; the labels that took."""
     applied = []
     for m in muts:
@@ -760,16 +760,16 @@ def _coop_mutate(b: _Builder, plan: _CoopPlan, muts: list) -> list:
     return applied
 
 
-def _coop_matrix(b: _Builder, kind: str, forms: tuple, muts: list) -> Optional[tuple]:
+def _coop_matrix(b: Builder, kind: str, forms: tuple, muts: list) -> Optional[tuple]:
     """(builder, plan, (setup, words, GM, tile_capacity, applied)) of a
     cooperative matrix case: a form, a plan, its mutations, its program;
     a fresh builder and draw whenever the plan or the placement fails (None
     after 24 tries)."""
     rng, g = b.rng, b.g
     for _ in range(24):
-        plan = _coop_draw(b, kind, _pick(rng, forms), muts)
+        plan = _coop_draw(b, kind, pick_one(rng, forms), muts)
         if plan is None:
-            b = _Builder(rng, g)
+            b = Builder(rng, g)
             continue
         applied = _coop_mutate(b, plan, muts)
         spec_muts = [m for m in muts if m in COOP_SPEC_MUTATIONS
@@ -781,7 +781,7 @@ def _coop_matrix(b: _Builder, kind: str, forms: tuple, muts: list) -> Optional[t
         if out is not None:
             setup, words, gm, cap, bundle_applied = out
             return b, plan, (setup, words, gm, cap, applied + bundle_applied)
-        b = _Builder(rng, g)
+        b = Builder(rng, g)
     return None
 
 
@@ -802,7 +802,7 @@ def random_coop_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = N
     not be applied are left out of Case.mutations). Without a GenConfig the
     machine is COOP_MACHINE (pj.preset("small")).
     """
-    g = GenConfig(machine=COOP_MACHINE, core=True) if cfg is None else _gen_config(cfg)
+    g = GenConfig(machine=COOP_MACHINE, core=True) if cfg is None else gen_config(cfg)
     if not g.core:
         g = dataclasses.replace(g, core=True)
     forms = tuple(f for f in (g.matmul_forms or COOP_FORMS) if f in COOP_FORMS) or COOP_FORMS
@@ -812,9 +812,9 @@ def random_coop_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = N
     mutations = draw_mutations(rng, g, COOP, kind, mutations,
                                table={m: COOP_MUTATIONS[m] for m in pool})
     muts = [m for m in mutations if m in pool]
-    b = _Builder(rng, g)
+    b = Builder(rng, g)
     if not matrix:
-        setup, words, gm, cap, applied = _sh_program(b, kind, muts)
+        setup, words, gm, cap, applied = sh_program(b, kind, muts)
         b.notes.insert(0, f"sh:{kind}")
     else:
         out = _coop_matrix(b, kind, forms, muts)

@@ -1,5 +1,5 @@
 """What every generator family shares: `GenConfig`, `Case`, the program
-builder (`_Builder`: GM, GPR files, registers, B.DIM words, addressing,
+builder (`Builder`: GM, GPR files, registers, B.DIM words, addressing,
 predicted TileIndices), `Bundle`, the initial State a Case runs on
 (`build_state`, `case_arrays`), and the draw loop: `draw_kind` and
 `draw_mutations` pick a case's kind and mutation labels from a `Family`'s
@@ -20,7 +20,7 @@ import numpy as np
 from ... import tables
 from ...isa.encode import BSTOP, dim, ior
 from ...state import MachineConfig, State
-from .values import MASK64, _ebytes, _pick, _rowbytes, _weighted
+from .values import MASK64, elem_bytes, pick_one, rowbytes, weighted_key
 
 
 # ----------------------------------------------------------------- config and case
@@ -52,7 +52,7 @@ class GenConfig:
                              "on the Core)")
 
 
-def _gen_config(cfg) -> GenConfig:
+def gen_config(cfg) -> GenConfig:
     if cfg is None:
         return GenConfig()
     if isinstance(cfg, GenConfig):
@@ -144,7 +144,7 @@ def _machine(cfg) -> MachineConfig:
         return GenConfig().machine
     if isinstance(cfg, MachineConfig):
         return cfg
-    return _gen_config(cfg).machine
+    return gen_config(cfg).machine
 
 
 def case_arrays(case: Case, cfg=None) -> dict:
@@ -176,11 +176,11 @@ def build_state(case: Case, cfg=None) -> State:
                              pc=jnp.asarray(a["pc"], jnp.uint64),
                              tile_capacity=jnp.asarray(a["tile_capacity"], jnp.uint64))
     if case.setup or case.undefine:
-        state = _prepare(state, case, mcfg)
+        state = prepare_state(state, case, mcfg)
     return state
 
 
-def _prepare(state: State, case: Case, mcfg: MachineConfig) -> State:
+def prepare_state(state: State, case: Case, mcfg: MachineConfig) -> State:
     """Run a Case's setup words on the oracle, reset the PC, apply `undefine`."""
     import jax
     import jax.numpy as jnp
@@ -208,7 +208,7 @@ def _prepare(state: State, case: Case, mcfg: MachineConfig) -> State:
         return state.replace(tiles=tiles, pc=jnp.asarray(np.uint64(case.pc & MASK64), jnp.uint64))
 
 
-def _core_setup(words, core: bool) -> tuple:
+def core_setup(words, core: bool) -> tuple:
     """Setup words as ints; core=True: every B.IOT gets PEMode 111 (mask 1111), so
     that under run_core each PE holds every source an All-Local bundle of any
     mask names (a single-PE setup loads into the current PE's file whatever
@@ -251,14 +251,14 @@ class Bundle:
         return [i for i, (t, _) in enumerate(self.items) if t == tag]
 
 
-def _flatten(bundles) -> list:
+def flatten(bundles) -> list:
     out = []
     for bd in bundles:
         out.extend([w for _, w in bd.items] if bd.info.get("raw") else bd.words())
     return out
 
 
-class _Builder:
+class Builder:
     """Per-case state: GM, GPR files, register allocation, predicted tile slots."""
 
     def __init__(self, rng: np.random.Generator, g: GenConfig):
@@ -319,16 +319,16 @@ class _Builder:
                    aligned_to: Optional[int] = None):
         """(base, stride, mode). `aligned_to` is the alignment the accesses need."""
         rng = self.rng
-        eb = _ebytes(bits)
+        eb = elem_bytes(bits)
         al = aligned_to or eb
-        span = _rowbytes(vc, bits) if bits == 4 else vc * eb
+        span = rowbytes(vc, bits) if bits == 4 else vc * eb
         n = self.gm_bytes
         if mode is None:
-            mode = _weighted(rng, {"dense": 6, "gap": 4, "zero": 2, "short": 2, "negative": 2,
+            mode = weighted_key(rng, {"dense": 6, "gap": 4, "zero": 2, "short": 2, "negative": 2,
                                    "misaligned_base": 1.5, "misaligned_stride": 1.5,
                                    "end_exact": 1.5, "past_end": 2, "huge_base": 1,
                                    "huge_stride": 1, "wrap": 1})
-        dense = _rowbytes(vc, bits)
+        dense = rowbytes(vc, bits)
 
         def aligned_base(lo, hi):
             lo, hi = max(lo, 0), max(hi, 0)
@@ -367,18 +367,18 @@ class _Builder:
             stride = dense + (int(rng.integers(1, al)) if al > 1 else 0)
             return fit_base(stride), stride, mode
         if mode == "end_exact":
-            stride = _pick(rng, [dense, dense + al, 0])
+            stride = pick_one(rng, [dense, dense + al, 0])
             base = n - ((vr - 1) * stride + span)
             return max(base, 0), stride, mode
         if mode == "past_end":
-            stride = _pick(rng, [dense, dense + al])
+            stride = pick_one(rng, [dense, dense + al])
             base = n - ((vr - 1) * stride + span) + al * int(rng.integers(1, 3))
             return max(base, 0), stride, mode
         if mode == "huge_base":
-            base = _pick(rng, [1 << 63, MASK64 - al + 1, (1 << 32), int(rng.integers(0, 1 << 63)) * 2])
+            base = pick_one(rng, [1 << 63, MASK64 - al + 1, (1 << 32), int(rng.integers(0, 1 << 63)) * 2])
             return base - base % al, dense, mode
         if mode == "huge_stride":
-            stride = _pick(rng, [0x8000000000000002, (1 << 63) | al, int(rng.integers(0, 1 << 63)) * 2,
+            stride = pick_one(rng, [0x8000000000000002, (1 << 63) | al, int(rng.integers(0, 1 << 63)) * 2,
                                  1 << 32])
             return fit_base(0), stride, mode
         if mode == "wrap":
@@ -427,7 +427,7 @@ class _Builder:
                     **{"pe": self.g.pe, "core": self.g.core, **fields})
 
 
-def _tload_items(b: _Builder, cube_datr, vr: int, vc: int, col: int, iot_word: int, base: int,
+def tload_items(b: Builder, cube_datr, vr: int, vc: int, col: int, iot_word: int, base: int,
                  stride: int, *, reg_room: int, reg_p: float, zero_base_p: float) -> list:
     """Header items of a source-tile TLOAD (CUBE when `cube_datr` is its B.DATR word).
 
@@ -481,7 +481,7 @@ def draw_kind(rng, fam: Family, kind: Optional[str], kinds: Optional[dict] = Non
     """`kind` as given (one of the family's), else one drawn from `kinds`
     (default: all the family's) by weight."""
     if kind is None:
-        return _weighted(rng, fam.kinds if kinds is None else kinds)
+        return weighted_key(rng, fam.kinds if kinds is None else kinds)
     if kind not in fam.kinds:
         raise ValueError(f"unknown {fam.name} kind {kind!r}")
     return kind
@@ -507,13 +507,13 @@ def draw_mutations(rng, g: GenConfig, fam: Family, kind: str, mutations: Optiona
     for _ in range(8 * k):
         if len(drawn) >= k:
             break
-        m = _weighted(rng, fam.mutations if table is None else table)
+        m = weighted_key(rng, fam.mutations if table is None else table)
         if ok(m, kind, drawn):
             drawn.append(m)
     return drawn
 
 
-def finish_case(b: "_Builder", kind: str, applied: list, words: list, gm: bytes, **fields) -> Case:
+def finish_case(b: "Builder", kind: str, applied: list, words: list, gm: bytes, **fields) -> Case:
     """The end of every setup-carrying case: a nonzero PC now and then, noise
     in the GPRs the program does not use, the Case."""
     rng = b.rng

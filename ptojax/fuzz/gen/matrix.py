@@ -29,14 +29,14 @@ import numpy as np
 
 from ... import tables
 from ...isa.encode import FPATR0, bstart, datr, dim, ior, iot_dst, iot_src
-from .driver import (Bundle, Case, Family, _Builder, _core_setup, _flatten, _gen_config, _tload_items,
+from .driver import (Bundle, Case, Family, Builder, core_setup, flatten, gen_config, tload_items,
                      draw_kind, draw_many, draw_mutations, finish_case)
-from .matrix_bundle import (MM_ITEM_MUTATIONS, MM_SPEC_MUTATIONS, _mi_zero_mask_block, _mm_bundle,
-                            _mm_zero_mask_junk)
-from .matrix_tiles import (E8M0, MM_LOAD_CODE, MM_MX_SCALED, MM_STORE_CODE, _cube_fits, _cube_min_size,
-                           _d_size_short, _MmGM, _MmTile, _mm_acc_type, _mm_codes, _mm_dims, _mm_flags,
-                           _mm_name, _mm_style, _mm_tile, _mm_types, _other_dtype)
-from .values import BITS, CUBE_DTYPES, DT_CODE, PEMODE_MASK, _TA, _TL, _UN, _ebytes, _pick, _rowbytes
+from .matrix_bundle import (MM_ITEM_MUTATIONS, MM_SPEC_MUTATIONS, mi_zero_mask_block, mm_bundle,
+                            mm_zero_mask_junk)
+from .matrix_tiles import (E8M0, MM_LOAD_CODE, MM_MX_SCALED, MM_STORE_CODE, cube_fits, cube_min_size,
+                           d_size_short, MmGM, MmTile, mm_acc_type, mm_codes, mm_dims, mm_flags,
+                           mm_name, mm_style, mm_tile, mm_types, other_dtype)
+from .values import BITS, CUBE_DTYPES, DT_CODE, PEMODE_MASK, TA, TL, UN, elem_bytes, pick_one, rowbytes
 
 MATMUL_FORMS = tuple(n for n, e, _ in tables.OPS if e == "CUBE")        # the 12 operations
 
@@ -94,14 +94,14 @@ MATMUL_MUTATIONS = {
 
 
 MATMUL_AIMS = {
-    "mm_no_fpatr": "Fault_BundleControl", "mm_type_class": _TL, "mm_mx_type": _TL,
-    "mm_src_count": _TL, "mm_extra_dst": _TL, "mm_ior": _TL, "mm_datr_attr": _TL,
-    "mm_lb_zero": _TL, "mm_cube_layout": _TL, "mm_gemv_cube_layout": "Fault_IllegalInstruction",
-    "mm_ios_tmatmul": _TL, "mm_ios_gemv": _TL, "mm_gemv_m": _TL, "mm_trans": _TL,
-    "mm_quant_class": _TL, "mm_post": _UN, "mm_a_layout": _TL, "mm_b_layout": _TL,
-    "mm_c_layout": _TL, "mm_c_capacity": _TL, "mm_src_dtype": _TL, "mm_src_shape": _TL,
-    "mm_src_undefined": _TL, "mm_src_unallocated": _TL, "mm_aux_cube": _TL,
-    "mm_c_is_d_hand": _TL, "mm_d_size": _TA, "mm_hand_full": _TA, "mm_budget": _TA,
+    "mm_no_fpatr": "Fault_BundleControl", "mm_type_class": TL, "mm_mx_type": TL,
+    "mm_src_count": TL, "mm_extra_dst": TL, "mm_ior": TL, "mm_datr_attr": TL,
+    "mm_lb_zero": TL, "mm_cube_layout": TL, "mm_gemv_cube_layout": "Fault_IllegalInstruction",
+    "mm_ios_tmatmul": TL, "mm_ios_gemv": TL, "mm_gemv_m": TL, "mm_trans": TL,
+    "mm_quant_class": TL, "mm_post": UN, "mm_a_layout": TL, "mm_b_layout": TL,
+    "mm_c_layout": TL, "mm_c_capacity": TL, "mm_src_dtype": TL, "mm_src_shape": TL,
+    "mm_src_undefined": TL, "mm_src_unallocated": TL, "mm_aux_cube": TL,
+    "mm_c_is_d_hand": TL, "mm_d_size": TA, "mm_hand_full": TA, "mm_budget": TA,
     "mm_zero_mask_block": "Fault_None", "mm_zero_iot": "Fault_None", "mm_shuffle": "Fault_None",
     "mm_catr_dr": "Fault_BundleControl", "mm_catr_trap": "Fault_BundlePostCommit",
 }
@@ -112,7 +112,7 @@ assert set(MATMUL_AIMS) == set(MATMUL_MUTATIONS)
 
 # which forms a mutation can apply to (absent: any); mm_c_is_d_hand / mm_c_layout /
 # mm_c_capacity also need a loaded C, so they do not apply to mm_acc_chain (forced there,
-# they are left out of Case.mutations; unforced, _mm_mutation_ok never draws them)
+# they are left out of Case.mutations; unforced, mm_mutation_ok never draws them)
 _MM_FORM_NEEDS = {
     "mm_gemv_m": lambda f: f["gemv"], "mm_ios_gemv": lambda f: f["gemv"],
     "mm_gemv_cube_layout": lambda f: f["gemv"],
@@ -146,8 +146,8 @@ _MM_CONFLICTS = {frozenset(p) for p in (
     ("mm_src_undefined", "mm_src_unallocated"))}
 
 
-def _mm_form_ok(form: str, kind: str, muts) -> bool:
-    f = _mm_flags(form)
+def mm_form_ok(form: str, kind: str, muts) -> bool:
+    f = mm_flags(form)
     if kind in ("mm_mx", "mm_mx_blocks") and not f["mx"]:
         return False
     if kind in ("mm_float", "mm_int") and f["mx"]:
@@ -157,7 +157,7 @@ def _mm_form_ok(form: str, kind: str, muts) -> bool:
     return all(_MM_FORM_NEEDS.get(m, lambda f: True)(f) for m in muts)
 
 
-def _mm_mutation_ok(m: str, kind: str, muts) -> bool:
+def mm_mutation_ok(m: str, kind: str, muts) -> bool:
     """Can mutation m join `muts` in a case of this kind (independently of forms)?"""
     if m in muts or any(frozenset((m, x)) in _MM_CONFLICTS for x in muts):
         return False
@@ -172,7 +172,7 @@ def _mm_mutation_ok(m: str, kind: str, muts) -> bool:
     return True
 
 
-MATRIX = Family("matrix", MATMUL_KINDS, MATMUL_MUTATIONS, "mm_zero_mask", _mm_mutation_ok)
+MATRIX = Family("matrix", MATMUL_KINDS, MATMUL_MUTATIONS, "mm_zero_mask", mm_mutation_ok)
 
 
 class MatmulImpossible(ValueError):
@@ -189,7 +189,7 @@ def matmul_possible(kind: str, mutations=(), forms=()) -> bool:
         | (set(forms) - set(MATMUL_FORMS))
     if unknown:
         raise ValueError(f"unknown matrix kind, mutations or forms {sorted(unknown)}")
-    return any(_mm_form_ok(f, kind, list(mutations)) for f in forms)
+    return any(mm_form_ok(f, kind, list(mutations)) for f in forms)
 
 
 @dataclass
@@ -203,13 +203,13 @@ class _MmPlan:
     N: int
     K: int
     a_lay: str
-    tiles: dict                   # role -> _MmTile (the sources the main bundle names)
+    tiles: dict                   # role -> MmTile (the sources the main bundle names)
     d_size: int
     pemode: int
     style: dict
     chain: Optional[str] = None   # "stream" / "setup": the first bundle's place
     first_form: str = ""
-    first_bias: Optional[_MmTile] = None
+    first_bias: Optional[MmTile] = None
     hand_full: bool = False
     budget: bool = False
     c_is_d_hand: bool = False
@@ -219,52 +219,52 @@ class _MmPlan:
 
     @property
     def f(self) -> dict:
-        return _mm_flags(self.form)
+        return mm_flags(self.form)
 
     @property
     def d_charge(self) -> int:
         return bin(PEMODE_MASK[self.pemode]).count("1") * (128 << (self.d_size - 1))
 
 
-def _mm_draw(b: _Builder, kind: str, form: str, muts) -> Optional[_MmPlan]:
+def _mm_draw(b: Builder, kind: str, form: str, muts) -> Optional[_MmPlan]:
     """A legal plan for this kind and form (types drawn per the type mutations)."""
     rng, W = b.rng, b.m.tile_words
-    f = _mm_flags(form)
+    f = mm_flags(form)
     for _ in range(24):
-        atype, btype = _mm_types(rng, kind, f, muts)
+        atype, btype = mm_types(rng, kind, f, muts)
         a_lay = "M16" if rng.random() < (0.9 if kind == "mm_mx_blocks" else 0.6) else "M32"
         n_min = 1
         if "mm_d_size" in muts:
             n_min = 3 if a_lay == "M16" else 2                  # D of >= 2 CELLs
-        dims = _mm_dims(rng, W, a_lay, BITS[atype], BITS[btype], f["gemv"], n_min=n_min,
+        dims = mm_dims(rng, W, a_lay, BITS[atype], BITS[btype], f["gemv"], n_min=n_min,
                         big_k=kind == "mm_mx_blocks")
         if dims is None:
             continue
         M, N, K = dims
-        acc = _mm_acc_type(f["mx"], atype)
-        tiles = {"a": _mm_tile(rng, "a", atype, M, K, a_lay, W),
-                 "b": _mm_tile(rng, "b", btype, K, N, "N8", W)}
-        d_need = _cube_min_size(a_lay, 32, M, N)
+        acc = mm_acc_type(f["mx"], atype)
+        tiles = {"a": mm_tile(rng, "a", atype, M, K, a_lay, W),
+                 "b": mm_tile(rng, "b", btype, K, N, "N8", W)}
+        d_need = cube_min_size(a_lay, 32, M, N)
         d_size = min(10, d_need + (int(rng.integers(1, 3)) if rng.random() < 0.25 else 0))
         kb = -(-K // 32)
         if f["mx"] and atype in MM_MX_SCALED:
-            tiles["sa"] = _mm_tile(rng, "sa", E8M0, M, kb, "RowMajor", W)
+            tiles["sa"] = mm_tile(rng, "sa", E8M0, M, kb, "RowMajor", W)
         if f["mx"] and btype in MM_MX_SCALED:
-            tiles["sb"] = _mm_tile(rng, "sb", E8M0, kb, N, "RowMajor", W)
+            tiles["sb"] = mm_tile(rng, "sb", E8M0, kb, N, "RowMajor", W)
         if f["bias"]:
-            tiles["bias"] = _mm_tile(rng, "bias", acc, 1, N, "RowMajor", W)
+            tiles["bias"] = mm_tile(rng, "bias", acc, 1, N, "RowMajor", W)
         if f["acc"] and kind != "mm_acc_chain":
-            tiles["c"] = _mm_tile(rng, "c", acc, M, N, a_lay, W, size=d_size)
+            tiles["c"] = mm_tile(rng, "c", acc, M, N, a_lay, W, size=d_size)
         if any(t is None for t in tiles.values()):
             continue
         plan = _MmPlan(kind, form, atype, btype, acc, M, N, K, a_lay, tiles, d_size,
-                       int(rng.integers(1, 8)), _mm_style(rng, kind))
+                       int(rng.integers(1, 8)), mm_style(rng, kind))
         if kind == "mm_acc_chain":
-            plan.first_form = _mm_name(f["mx"], f["gemv"], ".BIAS" if rng.random() < 0.35 else "")
+            plan.first_form = mm_name(f["mx"], f["gemv"], ".BIAS" if rng.random() < 0.35 else "")
             if plan.first_form.endswith(".BIAS"):
-                plan.first_bias = _mm_tile(rng, "bias1", acc, 1, N, "RowMajor", W)
+                plan.first_bias = mm_tile(rng, "bias1", acc, 1, N, "RowMajor", W)
                 if plan.first_bias is None:
-                    plan.first_form = _mm_name(f["mx"], f["gemv"])
+                    plan.first_form = mm_name(f["mx"], f["gemv"])
             plan.chain = "stream"
         return plan
     return None
@@ -282,10 +282,10 @@ def _mp_layout(role: str, layouts: tuple):
     not take (one of `layouts` that holds its shape)."""
     def apply(b, plan):
         rng, W, t = b.rng, b.m.tile_words, plan.tiles[role]
-        opts = [lay for lay in layouts if _mm_tile(rng, role, t.dt, t.vr, t.vc, lay, W)]
+        opts = [lay for lay in layouts if mm_tile(rng, role, t.dt, t.vr, t.vc, lay, W)]
         if not opts:
             return False
-        plan.tiles[role] = _mm_tile(rng, role, t.dt, t.vr, t.vc, _pick(rng, opts), W)
+        plan.tiles[role] = mm_tile(rng, role, t.dt, t.vr, t.vc, pick_one(rng, opts), W)
         b.notes.append(f"{role}_layout:{plan.tiles[role].layout}")
         return True
     return apply
@@ -297,13 +297,13 @@ def _mp_c_layout(b, plan):
     rng, W, t = b.rng, b.m.tile_words, plan.tiles["c"]
     opts = []
     for lay in ("M16", "M32", "N8"):
-        if lay != plan.a_lay and _cube_fits(lay, 32, t.vr, t.vc, W):
+        if lay != plan.a_lay and cube_fits(lay, 32, t.vr, t.vc, W):
             opts.append(lay)
     if not opts:
         return False
-    lay = _pick(rng, opts)
-    size = max(plan.d_size, _cube_min_size(lay, 32, t.vr, t.vc))
-    plan.tiles["c"] = _mm_tile(rng, "c", t.dt, t.vr, t.vc, lay, W, size=size)
+    lay = pick_one(rng, opts)
+    size = max(plan.d_size, cube_min_size(lay, 32, t.vr, t.vc))
+    plan.tiles["c"] = mm_tile(rng, "c", t.dt, t.vr, t.vc, lay, W, size=size)
     b.notes.append(f"c_layout:{lay}")
     return True
 
@@ -312,7 +312,7 @@ def _mp_c_capacity(b, plan):
     if "c" not in plan.tiles:           # mm_acc_chain: C is the first bundle's D, no loaded tile
         return False
     rng, t = b.rng, plan.tiles["c"]
-    need = _cube_min_size(t.layout, 32, t.vr, t.vc)
+    need = cube_min_size(t.layout, 32, t.vr, t.vc)
     opts = []
     if plan.d_size < 10:
         opts += ["c_up", "d_up"]
@@ -320,7 +320,7 @@ def _mp_c_capacity(b, plan):
         opts.append("c_down")
     if not opts:
         return False
-    how = _pick(rng, opts)
+    how = pick_one(rng, opts)
     if how == "c_up":
         t.size = plan.d_size + 1
     elif how == "c_down":
@@ -333,7 +333,7 @@ def _mp_c_capacity(b, plan):
 
 def _mp_src_dtype(b, plan):
     rng = b.rng
-    role = _pick(rng, _mm_roles(plan))
+    role = pick_one(rng, _mm_roles(plan))
     t = plan.tiles[role]
     bits = BITS[t.dt]
     if role in ("sa", "sb"):
@@ -342,7 +342,7 @@ def _mp_src_dtype(b, plan):
         opts = [c for c in CUBE_DTYPES if BITS[c] == bits and c != t.dt]
         want = {"a": plan.atype, "b": plan.btype}.get(role, plan.acc)
         opts = [c for c in opts if c != want]
-    return _other_dtype(b, t, opts, "src_dtype")
+    return other_dtype(b, t, opts, "src_dtype")
 
 
 def _mp_src_shape(b, plan):
@@ -359,10 +359,10 @@ def _mp_src_shape(b, plan):
         for vr, vc in cands:
             size = t.size if t.cube else None
             if t.cube:
-                need = _cube_min_size(t.layout, BITS[t.dt], vr, vc) if _cube_fits(
+                need = cube_min_size(t.layout, BITS[t.dt], vr, vc) if cube_fits(
                     t.layout, BITS[t.dt], vr, vc, W) else 99
                 size = max(t.size, need)
-            n = _mm_tile(rng, role, t.dt, vr, vc, t.layout, W, size=size)
+            n = mm_tile(rng, role, t.dt, vr, vc, t.layout, W, size=size)
             if n is not None:
                 n.pemode, n.pad = t.pemode, t.pad
                 plan.tiles[role] = n
@@ -372,12 +372,12 @@ def _mp_src_shape(b, plan):
 
 
 def _mp_src_undefined(b, plan):
-    plan.undefine_role = _pick(b.rng, _mm_roles(plan))
+    plan.undefine_role = pick_one(b.rng, _mm_roles(plan))
     return True
 
 
 def _mp_src_unallocated(b, plan):
-    plan.unallocated_role = _pick(b.rng, _mm_roles(plan))
+    plan.unallocated_role = pick_one(b.rng, _mm_roles(plan))
     return True
 
 
@@ -386,12 +386,12 @@ def _mp_aux_cube(b, plan):
     roles = _mm_roles(plan, lambda t: t.role in ("sa", "sb", "bias"))
     if not roles:
         return False
-    role = _pick(rng, roles)
+    role = pick_one(rng, roles)
     t = plan.tiles[role]
-    opts = [lay for lay in ("M16", "M32", "N8") if _cube_fits(lay, BITS[t.dt], t.vr, t.vc, W)]
+    opts = [lay for lay in ("M16", "M32", "N8") if cube_fits(lay, BITS[t.dt], t.vr, t.vc, W)]
     if not opts:
         return False
-    plan.tiles[role] = _mm_tile(rng, role, t.dt, t.vr, t.vc, _pick(rng, opts), W)
+    plan.tiles[role] = mm_tile(rng, role, t.dt, t.vr, t.vc, pick_one(rng, opts), W)
     b.notes.append(f"aux_cube:{role} {plan.tiles[role].layout}")
     return True
 
@@ -403,18 +403,18 @@ def _mp_d_size(b, plan):
     if rng.random() < 0.4:
         n2 = (W // 32) * (2 if plan.a_lay == "M16" else 1) + int(rng.integers(1, 17))
         kb = -(-plan.K // 32)
-        new = {"b": _mm_tile(rng, "b", plan.btype, plan.K, n2, "N8", W)}
+        new = {"b": mm_tile(rng, "b", plan.btype, plan.K, n2, "N8", W)}
         if "sb" in plan.tiles:
-            new["sb"] = _mm_tile(rng, "sb", E8M0, kb, n2, "RowMajor", W)
+            new["sb"] = mm_tile(rng, "sb", E8M0, kb, n2, "RowMajor", W)
         if "bias" in plan.tiles:
-            new["bias"] = _mm_tile(rng, "bias", plan.acc, 1, n2, "RowMajor", W)
-        need = _cube_min_size(plan.a_lay, 32, plan.M, n2)
+            new["bias"] = mm_tile(rng, "bias", plan.acc, 1, n2, "RowMajor", W)
+        need = cube_min_size(plan.a_lay, 32, plan.M, n2)
         if all(t is not None for t in new.values()) and need <= 10:
             plan.tiles.update(new)
             plan.N, plan.d_size = n2, need
             b.notes.append(f"d_size:N {n2} past tile_words (size {need})")
             return True
-    return _d_size_short(b, plan, _cube_min_size(plan.a_lay, 32, plan.M, plan.N))
+    return d_size_short(b, plan, cube_min_size(plan.a_lay, 32, plan.M, plan.N))
 
 
 def _mp_flag(name):
@@ -454,7 +454,7 @@ def _mm_spec(plan: _MmPlan, form: str, srcs: list, d_hand: int) -> dict:
                 catr=None, lb_forced=set())
 
 
-def _mm_pins(b: _Builder, plan: _MmPlan, rest: list, fills: list, d_hand: int) -> Optional[tuple]:
+def _mm_pins(b: Builder, plan: _MmPlan, rest: list, fills: list, d_hand: int) -> Optional[tuple]:
     """(tiles pinned to a hand [(tile, hand)], D's hand, hands closed to the
     others) for mm_c_is_d_hand (C at TileIndex 0 and D's hand 0 or 1) and
     mm_hand_full (D's hand full); None: try again. Pinned tiles leave `rest`."""
@@ -486,7 +486,7 @@ def _mm_pins(b: _Builder, plan: _MmPlan, rest: list, fills: list, d_hand: int) -
     return pinned, d_hand, closed
 
 
-def _mm_hands(b: _Builder, plan: _MmPlan, loads: list) -> Optional[tuple]:
+def _mm_hands(b: Builder, plan: _MmPlan, loads: list) -> Optional[tuple]:
     """One try at the hands: (the loads that get one, in load order, D's hand,
     the chain's first D's hand or None), or None."""
     rng, HS = b.rng, b.m.hand_slots
@@ -517,7 +517,7 @@ def _mm_hands(b: _Builder, plan: _MmPlan, loads: list) -> Optional[tuple]:
                 and not (t.role == "c" and h == 0 and counts[0] == d_hand)]
         if not opts:
             return None
-        t.hand = _pick(rng, opts)
+        t.hand = pick_one(rng, opts)
         counts[t.hand] += 1
         order.append(t)
     if any(counts[h] + reserve[h] > HS for h in range(4)):
@@ -525,7 +525,7 @@ def _mm_hands(b: _Builder, plan: _MmPlan, loads: list) -> Optional[tuple]:
     return order, d_hand, d1_hand
 
 
-def _mm_indices(b: _Builder, plan: _MmPlan, order: list, d_hand: int, d1_hand) -> Optional[tuple]:
+def _mm_indices(b: Builder, plan: _MmPlan, order: list, d_hand: int, d1_hand) -> Optional[tuple]:
     """The loads' TileIndices (load order within each hand) and (D's, the
     chain's first D's); None when they break the placement rules."""
     HS = b.m.hand_slots
@@ -551,7 +551,7 @@ def _mm_indices(b: _Builder, plan: _MmPlan, order: list, d_hand: int, d1_hand) -
     return d_index, d1_index
 
 
-def _mm_place(b: _Builder, plan: _MmPlan, loads: list):
+def _mm_place(b: Builder, plan: _MmPlan, loads: list):
     """Hands (and so TileIndices) of the loads in load order, the destination
     hand(s): (order, d_hand, d_index, d1_hand, d1_index) or None.
 
@@ -570,21 +570,21 @@ def _mm_place(b: _Builder, plan: _MmPlan, loads: list):
     return None
 
 
-def _mm_load(b: _Builder, gm: _MmGM, t: _MmTile, style: dict) -> Bundle:
+def _mm_load(b: Builder, gm: MmGM, t: MmTile, style: dict) -> Bundle:
     """The TLOAD bundle that makes tile t (its data written to GM)."""
     rng = b.rng
     if t.role == "fill":                      # 1 x 1 from GM address 0, no B.IOR
         return Bundle(bstart("TLOAD", t.dt), [("iot", iot_dst(t.hand, t.size, t.pemode, 1))], True,
                       dict(op="TLOAD", role=t.role, index=t.index, cube=False))
     bits = BITS[t.dt]
-    eb = _ebytes(bits)
-    dense = _rowbytes(t.vc, bits)
+    eb = elem_bytes(bits)
+    dense = rowbytes(t.vc, bits)
     base, stride = gm.region(t.vr, dense, eb)
-    values = [_mm_codes(rng, t.dt, t.vc, style) for _ in range(t.vr)]
+    values = [mm_codes(rng, t.dt, t.vc, style) for _ in range(t.vr)]
     gm.write(base, stride, t.dt, values)
 
     cube_datr = datr(MM_LOAD_CODE[t.layout], 31, t.pad) if t.cube else None
-    items = _tload_items(b, cube_datr, t.vr, t.vc, t.col, iot_dst(t.hand, t.size, t.pemode, 1),
+    items = tload_items(b, cube_datr, t.vr, t.vc, t.col, iot_dst(t.hand, t.size, t.pemode, 1),
                          base, stride, reg_room=12, reg_p=0.2, zero_base_p=0.7)
     if rng.random() < 0.3:
         rng.shuffle(items)
@@ -592,7 +592,7 @@ def _mm_load(b: _Builder, gm: _MmGM, t: _MmTile, style: dict) -> Bundle:
                   dict(op="TLOAD", role=t.role, index=t.index, cube=t.cube))
 
 
-def _mm_undefine(rng, t: _MmTile) -> tuple:
+def _mm_undefine(rng, t: MmTile) -> tuple:
     """(TileIndex, payload Word) of one valid element of t."""
     from ...reference import layouts as ref_layouts
     r, c = int(rng.integers(0, t.vr)), int(rng.integers(0, t.vc))
@@ -604,7 +604,7 @@ def _mm_undefine(rng, t: _MmTile) -> tuple:
     return (t.index, word), (r, c)
 
 
-def _mm_loads(b: _Builder, plan: _MmPlan) -> Optional[tuple]:
+def _mm_loads(b: Builder, plan: _MmPlan) -> Optional[tuple]:
     """(the placed loads in load order, d_hand, d_index, d1_hand, d1_index) or
     None: the plan's tiles, a chain's first Bias, mm_hand_full's 1x1 fillers
     (those not needed dropped); mm_in_stream marks the last load for the
@@ -614,7 +614,7 @@ def _mm_loads(b: _Builder, plan: _MmPlan) -> Optional[tuple]:
     if plan.first_bias is not None:
         loads.append(plan.first_bias)
     if plan.hand_full:
-        loads += [_MmTile("fill", DT_CODE["U8"], 1, 1, "RowMajor", size=1, col=1,
+        loads += [MmTile("fill", DT_CODE["U8"], 1, 1, "RowMajor", size=1, col=1,
                           pemode=int(rng.integers(1, 8))) for _ in range(HS)]
     placed = _mm_place(b, plan, loads)
     if placed is None:
@@ -626,7 +626,7 @@ def _mm_loads(b: _Builder, plan: _MmPlan) -> Optional[tuple]:
     return loads, d_hand, d_index, d1_hand, d1_index
 
 
-def _mm_operands(b: _Builder, plan: _MmPlan, loads: list, d_index: int, d1_index) -> tuple:
+def _mm_operands(b: Builder, plan: _MmPlan, loads: list, d_index: int, d1_index) -> tuple:
     """({role: the TileIndex the bundle names}, undefine): a chain's C is its
     first D; mm_src_unallocated and mm_src_undefined applied."""
     rng = b.rng
@@ -636,7 +636,7 @@ def _mm_operands(b: _Builder, plan: _MmPlan, loads: list, d_index: int, d1_index
     allocated = {t.index for t in loads} | {d_index} | ({d1_index} if d1_index is not None else set())
     if plan.unallocated_role is not None:
         free = [x for x in range(64) if x not in allocated]
-        index[plan.unallocated_role] = _pick(rng, free)
+        index[plan.unallocated_role] = pick_one(rng, free)
         b.notes.append(f"unallocated:{plan.unallocated_role}=T{index[plan.unallocated_role]}")
     undefine = ()
     if plan.undefine_role is not None:
@@ -646,19 +646,19 @@ def _mm_operands(b: _Builder, plan: _MmPlan, loads: list, d_index: int, d1_index
     return index, undefine
 
 
-def _mm_first(b: _Builder, plan: _MmPlan, index: dict, d1_hand, d1_index) -> Optional[Bundle]:
+def _mm_first(b: Builder, plan: _MmPlan, index: dict, d1_hand, d1_index) -> Optional[Bundle]:
     """mm_acc_chain's first bundle (minimal), whose D the main bundle reads as C."""
     if not plan.chain:
         return None
     fsrcs = [index[r] for r in ("a", "sa", "b", "sb") if r in index]
     if plan.first_bias is not None:
         fsrcs.append(plan.first_bias.index)
-    first = _mm_bundle(b, _mm_spec(plan, plan.first_form, fsrcs, d1_hand), minimal=True)
+    first = mm_bundle(b, _mm_spec(plan, plan.first_form, fsrcs, d1_hand), minimal=True)
     b.notes.append(f"chain:{plan.first_form} -> T{d1_index}")
     return first
 
 
-def _mm_roundtrip(b: _Builder, plan: _MmPlan, gm: _MmGM, d_index: int) -> list:
+def _mm_roundtrip(b: Builder, plan: _MmPlan, gm: MmGM, d_index: int) -> list:
     """mm_roundtrip: a CUBE TSTORE of D (with D's mask or a subset of it)."""
     if plan.kind != "mm_roundtrip":
         return []
@@ -667,7 +667,7 @@ def _mm_roundtrip(b: _Builder, plan: _MmPlan, gm: _MmGM, d_index: int) -> list:
     pm2 = plan.pemode
     subs = [p for p in range(1, 8) if PEMODE_MASK[p] & PEMODE_MASK[plan.pemode] == PEMODE_MASK[p]]
     if rng.random() < 0.3:
-        pm2 = _pick(rng, subs)
+        pm2 = pick_one(rng, subs)
     items = [("datr", datr(MM_STORE_CODE[plan.a_lay], 31, int(rng.integers(0, 4)))),
              ("dim0", dim(0, plan.N)), ("dim1", dim(1, plan.M)), ("iot", iot_src(d_index, pm2, 1)),
              ("ior", ior(b.reg(base) if base else 0, b.reg(stride)))]
@@ -676,7 +676,7 @@ def _mm_roundtrip(b: _Builder, plan: _MmPlan, gm: _MmGM, d_index: int) -> list:
     return [store]
 
 
-def _mm_words(b: _Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: list, bundles: list,
+def _mm_words(b: Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: list, bundles: list,
               first: Optional[Bundle], tail: list) -> tuple:
     """(setup, words, applied item mutations): the main bundle (minimal when
     the stream would not fit); then what still does not fit moves to the
@@ -684,12 +684,12 @@ def _mm_words(b: _Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: li
     in_stream = [bd for t, bd in zip(loads, bundles) if t.in_stream]
 
     def stream(main):
-        return _flatten(in_stream + ([first] if plan.chain == "stream" else []) + [main] + tail)
+        return flatten(in_stream + ([first] if plan.chain == "stream" else []) + [main] + tail)
 
     max_words = b.g.max_words
-    main = _mm_bundle(b, spec)
+    main = mm_bundle(b, spec)
     if len(stream(main)) > max_words:
-        main = _mm_bundle(b, spec, minimal=True)
+        main = mm_bundle(b, spec, minimal=True)
     applied = [m for m in item_muts if MM_ITEM_MUTATIONS[m](b, main)]
     if len(stream(main)) > max_words and plan.chain == "stream" and not plan.first_faults:
         plan.chain = "setup"            # (a first bundle that faults stays: the cut drops main's tail)
@@ -698,7 +698,7 @@ def _mm_words(b: _Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: li
         for t in loads:
             t.in_stream = False
     words = b.cut(stream(main))
-    setup = _flatten([bd for t, bd in zip(loads, bundles) if not t.in_stream]
+    setup = flatten([bd for t, bd in zip(loads, bundles) if not t.in_stream]
                      + ([first] if plan.chain == "setup" else []))
     if in_stream:
         b.notes.append("in_stream:" + ",".join(bd.info["role"] for bd in in_stream))
@@ -707,24 +707,24 @@ def _mm_words(b: _Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: li
     return setup, words, applied
 
 
-def _mm_capacity(b: _Builder, plan: _MmPlan, loads: list) -> Optional[int]:
+def _mm_capacity(b: Builder, plan: _MmPlan, loads: list) -> Optional[int]:
     """mm_budget: a TILE_CAPACITY the tiles in use fit and D does not."""
     if not plan.budget:
         return None
     charge = sum(4 * (128 << (t.size - 1)) if b.g.core else t.charge for t in loads) \
-        + (plan.d_charge if plan.chain else 0)          # core: mask 1111 (_core_setup)
+        + (plan.d_charge if plan.chain else 0)          # core: mask 1111 (core_setup)
     cap = charge + plan.d_charge - int(b.rng.integers(1, plan.d_charge + 1))
     b.notes.append(f"tile_capacity:{cap} (in use {charge}, D {plan.d_charge})")
     return cap
 
 
-def _mm_program(b: _Builder, plan: _MmPlan, spec_muts: list, item_muts: list):
+def _mm_program(b: Builder, plan: _MmPlan, spec_muts: list, item_muts: list):
     """(setup words, stream words, GM, tile_capacity, undefine, applied bundle mutations)."""
     placed = _mm_loads(b, plan)
     if placed is None:
         return None
     loads, d_hand, d_index, d1_hand, d1_index = placed
-    gm = _MmGM(b.rng, b.gm_bytes)
+    gm = MmGM(b.rng, b.gm_bytes)
     bundles = [_mm_load(b, gm, t, plan.style) for t in loads]
     index, undefine = _mm_operands(b, plan, loads, d_index, d1_index)
     srcs = [index[r] for r in ("c", "a", "sa", "b", "sb", "bias")
@@ -743,22 +743,22 @@ def _mm_program(b: _Builder, plan: _MmPlan, spec_muts: list, item_muts: list):
 def _mm_labels(rng, g, forms: tuple, kind: Optional[str], mutations: Optional[list]) -> tuple:
     """(kind, mutations) that some form of `forms` takes: drawn, or forced
     ones checked (MatmulImpossible when no form takes them)."""
-    kinds = {k: w for k, w in MATMUL_KINDS.items() if any(_mm_form_ok(f, k, ()) for f in forms)}
+    kinds = {k: w for k, w in MATMUL_KINDS.items() if any(mm_form_ok(f, k, ()) for f in forms)}
     kind = draw_kind(rng, MATRIX, kind, kinds)
     if kind not in kinds:
         raise MatmulImpossible(f"matrix kind {kind!r} needs a form outside {forms}")
 
     def ok(m, kind, drawn):
-        return _mm_mutation_ok(m, kind, drawn) and any(_mm_form_ok(f, kind, drawn + [m]) for f in forms)
+        return mm_mutation_ok(m, kind, drawn) and any(mm_form_ok(f, kind, drawn + [m]) for f in forms)
 
     forced = mutations is not None
     mutations = draw_mutations(rng, g, MATRIX, kind, mutations, ok)
-    if forced and not any(_mm_form_ok(f, kind, mutations) for f in forms):
+    if forced and not any(mm_form_ok(f, kind, mutations) for f in forms):
         raise MatmulImpossible(f"no form in {forms} takes kind {kind} with {mutations}")
     return kind, mutations
 
 
-def _mm_plan_mutate(b: _Builder, plan: _MmPlan, mutations: list) -> list:
+def _mm_plan_mutate(b: Builder, plan: _MmPlan, mutations: list) -> list:
     """Apply the plan mutations; the labels that took (the type draw's included)."""
     applied = []
     for m in mutations:
@@ -791,16 +791,16 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
     else in the setup, unless a forced mutation makes it fault); build_state
     prepares them.
     """
-    g = _gen_config(cfg)
+    g = gen_config(cfg)
     forms = tuple(g.matmul_forms) or MATMUL_FORMS
     unknown_forms = set(forms) - set(MATMUL_FORMS)
     if unknown_forms:
         raise ValueError(f"unknown matrix forms {sorted(unknown_forms)}")
-    b = _Builder(rng, g)
+    b = Builder(rng, g)
     kind, mutations = _mm_labels(rng, g, forms, kind, mutations)
-    cands = [f for f in forms if _mm_form_ok(f, kind, mutations)]
+    cands = [f for f in forms if mm_form_ok(f, kind, mutations)]
     for _ in range(16):
-        plan = _mm_draw(b, kind, _pick(rng, cands), mutations)
+        plan = _mm_draw(b, kind, pick_one(rng, cands), mutations)
         if plan is None:
             continue
         applied = _mm_plan_mutate(b, plan, mutations)
@@ -811,17 +811,17 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
                               [m for m in mutations if m in MM_ITEM_MUTATIONS])
         if out is not None:
             break
-        b = _Builder(rng, g)                        # a placement failed: draw again
+        b = Builder(rng, g)                        # a placement failed: draw again
     else:
         raise RuntimeError(f"no matrix case for kind {kind} mutations {mutations} on {g.machine}")
     setup, words, gm, cap, undefine, bundle_applied = out
     applied = [m for m in mutations if m in applied or m in bundle_applied]
     b.notes.insert(0, _mm_note(plan))
     return finish_case(b, kind, applied, words, gm, tile_capacity=cap,
-                       setup=_core_setup(setup, g.core), undefine=tuple(undefine))
+                       setup=core_setup(setup, g.core), undefine=tuple(undefine))
 
 
-def _mm_zero_mask_program(b: _Builder, plan: _MmPlan):
+def _mm_zero_mask_program(b: Builder, plan: _MmPlan):
     """mm_zero_mask: the sources loaded in the setup, then a matrix block whose every
     binding is PEMode 000 on an otherwise illegal header."""
     plan.kind = "mm_float"                          # no in-stream load, no tail
@@ -832,13 +832,13 @@ def _mm_zero_mask_program(b: _Builder, plan: _MmPlan):
     rng = b.rng
     spec = _mm_spec(plan, plan.form, [int(rng.integers(0, 64)) for _ in range(2)],
                     int(rng.integers(0, 4)))
-    _mm_zero_mask_junk(b, spec)
-    bd = _mm_bundle(b, spec, minimal=rng.random() < 0.5)
-    _mi_zero_mask_block(b, bd)
+    mm_zero_mask_junk(b, spec)
+    bd = mm_bundle(b, spec, minimal=rng.random() < 0.5)
+    mi_zero_mask_block(b, bd)
     plan.kind = "mm_zero_mask"
     return setup, bd.words()[: b.g.max_words], gm, None, (), []
 
 
 def random_matmul_cases(seed: int, n: int, cfg=None) -> list:
     """n matrix Cases from one seed (case i is random_matmul_case(case_rng(seed, i), cfg))."""
-    return draw_many(random_matmul_case, seed, n, _gen_config(cfg))
+    return draw_many(random_matmul_case, seed, n, gen_config(cfg))

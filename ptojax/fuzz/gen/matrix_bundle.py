@@ -11,13 +11,11 @@ from typing import Optional
 from ... import tables
 from ...isa.encode import (FPATR0, START, bstart, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
                            iot_src_dst)
-from .driver import Bundle, _Builder
+from .driver import Bundle, Builder
 from .matrix_tiles import (FP32, MM_FP32_MODES, MM_OTHER_LAYOUTS, MM_S32_MODES, MM_SCALAR_MODES,
                            MM_VECTOR_MODES, S32)
-from .values import LOAD_CODES, STORE_CODES, _pick
+from .values import LOAD_CODES, STORE_CODES, pick_one
 
-# the BSTART words of all 12 CUBE operations (isa.encode names a few)
-START.update({n: 0x00031181 | fn << 20 for n, e, fn in tables.OPS if e == "CUBE"})
 
 
 def _iot_word(srcs: list, dst: Optional[tuple], pemode: int, last: int) -> int:
@@ -29,7 +27,7 @@ def _iot_word(srcs: list, dst: Optional[tuple], pemode: int, last: int) -> int:
     return iot_dst(dst[0], dst[1], pemode, last)
 
 
-def _mm_items(b: _Builder, spec: dict, minimal: bool = False) -> list:
+def _mm_items(b: Builder, spec: dict, minimal: bool = False) -> list:
     """Header items of a matrix bundle: [B.DATR] B.FPATR B.DIMs [B.IOS] [B.IOR] B.IOTs [B.CATR]."""
     rng = b.rng
     items = []
@@ -37,7 +35,7 @@ def _mm_items(b: _Builder, spec: dict, minimal: bool = False) -> list:
     if datr_f is None and spec["btype"] != spec["atype"]:
         datr_f = dict(layout=0, dtype=spec["btype"], pad=0)
     elif datr_f is None and not minimal and rng.random() < 0.2:
-        datr_f = dict(layout=0, dtype=_pick(rng, [31, spec["atype"]]), pad=0)
+        datr_f = dict(layout=0, dtype=pick_one(rng, [31, spec["atype"]]), pad=0)
     if datr_f is not None:
         if "rmode" not in datr_f and not minimal and rng.random() < 0.3:
             datr_f = dict(datr_f, rmode=int(rng.integers(0, 8)), sat=int(rng.integers(0, 2)))
@@ -75,7 +73,7 @@ def _mm_items(b: _Builder, spec: dict, minimal: bool = False) -> list:
     for extra in spec["extra_dsts"]:
         free = [g for g in groups if g[1] is None and g[0]]
         if free and rng.random() < 0.5:
-            _pick(rng, free)[1] = extra
+            pick_one(rng, free)[1] = extra
         else:
             groups.insert(int(rng.integers(0, len(groups) + 1)), [[], extra])
     for k, (g, d) in enumerate(groups):
@@ -89,7 +87,7 @@ def _mm_items(b: _Builder, spec: dict, minimal: bool = False) -> list:
     return items
 
 
-def _mm_bundle(b: _Builder, spec: dict, minimal: bool = False) -> Bundle:
+def mm_bundle(b: Builder, spec: dict, minimal: bool = False) -> Bundle:
     return Bundle(bstart(spec["form"], spec["atype"]), _mm_items(b, spec, minimal), True,
                   dict(op=spec["form"], spec=spec))
 
@@ -110,7 +108,7 @@ def _ms_src_count(b, spec, plan):
         del spec["srcs"][k]
     else:
         k = int(rng.integers(0, len(spec["srcs"]) + 1))
-        extra = _pick(rng, spec["srcs"]) if rng.random() < 0.5 else int(rng.integers(0, 64))
+        extra = pick_one(rng, spec["srcs"]) if rng.random() < 0.5 else int(rng.integers(0, 64))
         spec["srcs"].insert(k, extra)
         b.notes.append(f"src_count:+1 (T{extra} at #{k})")
     return True
@@ -133,11 +131,11 @@ def _ms_ior(b, spec, plan):
 
 def _ms_datr_attr(b, spec, plan):
     rng = b.rng
-    dt = spec["btype"] if spec["btype"] != spec["atype"] else _pick(rng, [31, spec["atype"]])
+    dt = spec["btype"] if spec["btype"] != spec["atype"] else pick_one(rng, [31, spec["atype"]])
     d = dict(layout=0, dtype=dt, pad=0, cmode=0, canon=0)
-    what = _pick(rng, ["layout", "pad", "cmode", "canon"])
+    what = pick_one(rng, ["layout", "pad", "cmode", "canon"])
     if what == "layout":
-        d["layout"] = _pick(rng, MM_OTHER_LAYOUTS)
+        d["layout"] = pick_one(rng, MM_OTHER_LAYOUTS)
     elif what == "pad":
         d["pad"] = int(rng.integers(1, 4))
     elif what == "cmode":
@@ -151,8 +149,8 @@ def _ms_datr_attr(b, spec, plan):
 
 def _ms_cube_layout(b, spec, plan):
     rng = b.rng
-    spec["datr"] = dict(layout=_pick(rng, LOAD_CODES + STORE_CODES),
-                        dtype=_pick(rng, [31, 31, spec["btype"]]), pad=int(rng.integers(0, 4)))
+    spec["datr"] = dict(layout=pick_one(rng, LOAD_CODES + STORE_CODES),
+                        dtype=pick_one(rng, [31, 31, spec["btype"]]), pad=int(rng.integers(0, 4)))
     return True
 
 
@@ -165,7 +163,7 @@ def _ms_lb_zero(b, spec, plan):
 
 
 def _ms_gemv_m(b, spec, plan):
-    spec["lb"][0] = _pick(b.rng, [2, 2, int(b.rng.integers(3, 33)), int(b.rng.integers(33, 65536))])
+    spec["lb"][0] = pick_one(b.rng, [2, 2, int(b.rng.integers(3, 33)), int(b.rng.integers(33, 65536))])
     return True
 
 
@@ -179,7 +177,7 @@ def _ms_ios(b, spec, plan):
 def _ms_trans(b, spec, plan):
     if spec["fpatr"] is None:           # forced after mm_no_fpatr: no B.FPATR to edit
         return False
-    which = _pick(b.rng, [1, 2, 3])
+    which = pick_one(b.rng, [1, 2, 3])
     spec["fpatr"] |= (which & 1) << 7 | (which >> 1) << 8
     return True
 
@@ -195,11 +193,11 @@ def _ms_quant_class(b, spec, plan):
         return False
     rng = b.rng
     if plan.acc == FP32:
-        mode = _pick(rng, [m for m in MM_S32_MODES if m in MM_SCALAR_MODES])
+        mode = pick_one(rng, [m for m in MM_S32_MODES if m in MM_SCALAR_MODES])
     elif plan.acc == S32:
-        mode = _pick(rng, [1, 16] + [m for m in MM_FP32_MODES if m in MM_SCALAR_MODES])
+        mode = pick_one(rng, [1, 16] + [m for m in MM_FP32_MODES if m in MM_SCALAR_MODES])
     else:
-        mode = _pick(rng, [1, 16, 3, 5, 13, 24, 25])       # U32: no mode matches
+        mode = pick_one(rng, [1, 16, 3, 5, 13, 24, 25])       # U32: no mode matches
     spec["fpatr"] = (spec["fpatr"] & ~(63 << 26)) | mode << 26
     if mode in MM_SCALAR_MODES and rng.random() < 0.4:
         spec["ior"] = (int(rng.integers(1, 24)), 0, 0, 0)  # its scalar parameter
@@ -214,7 +212,7 @@ def _ms_post(b, spec, plan):
     if plan.acc in (FP32, S32):
         opts += ["quant_scalar", "quant_vector", "quant_none"] if plan.acc == FP32 else \
             ["quant_scalar", "quant_vector"]
-    what = _pick(rng, opts)
+    what = pick_one(rng, opts)
     kw = {}
     extra_src = lambda: spec["extra_srcs"].append(int(rng.integers(0, 64)))
     extra_dst = lambda: spec["extra_dsts"].append((int(rng.integers(0, 4)), int(rng.integers(1, 11))))
@@ -237,14 +235,14 @@ def _ms_post(b, spec, plan):
     else:
         modes = MM_FP32_MODES if plan.acc == FP32 else MM_S32_MODES
         if what == "quant_scalar":
-            kw["pre"] = _pick(rng, [m for m in modes if m in MM_SCALAR_MODES])
+            kw["pre"] = pick_one(rng, [m for m in modes if m in MM_SCALAR_MODES])
             if rng.random() < 0.5:
                 spec["ior"] = (int(rng.integers(1, 24)), 0, 0, 0)
         elif what == "quant_vector":
-            kw["pre"] = _pick(rng, [m for m in modes if m in MM_VECTOR_MODES])
+            kw["pre"] = pick_one(rng, [m for m in modes if m in MM_VECTOR_MODES])
             extra_src()
         else:
-            kw["pre"] = _pick(rng, [1, 16])
+            kw["pre"] = pick_one(rng, [1, 16])
     spec["fpatr"] = _fpatr_word(**kw)
     b.notes.append(f"post:{what}")
     return True
@@ -272,7 +270,7 @@ MM_SPEC_MUTATIONS = {
 # item mutations (after encoding)
 
 
-def _mi_zero_mask_block(b, bd):
+def mi_zero_mask_block(b, bd):
     bd.items = [(t, w & ~(7 << 9)) if t in ("iot", "ios") else (t, w) for t, w in bd.items]
     return True
 
@@ -280,7 +278,7 @@ def _mi_zero_mask_block(b, bd):
 def _mi_zero_iot(b, bd):
     rng = b.rng
     x, y = int(rng.integers(0, 64)), int(rng.integers(0, 64))
-    w = _pick(rng, [iot_src2(x, y, 0, int(rng.integers(0, 2))), iot_src(x, 0, int(rng.integers(0, 2))),
+    w = pick_one(rng, [iot_src2(x, y, 0, int(rng.integers(0, 2))), iot_src(x, 0, int(rng.integers(0, 2))),
                     iot_dst(int(rng.integers(0, 4)), int(rng.integers(1, 11)), 0, int(rng.integers(0, 2)))])
     first = next((k for k, (t, _) in enumerate(bd.items) if t == "fpatr"), -1)
     bd.items.insert(int(rng.integers(first + 1, len(bd.items) + 1)), ("iot", w))
@@ -312,17 +310,17 @@ def _mi_shuffle(b, bd):
     return True
 
 
-MM_ITEM_MUTATIONS = {"mm_zero_mask_block": _mi_zero_mask_block, "mm_zero_iot": _mi_zero_iot,
+MM_ITEM_MUTATIONS = {"mm_zero_mask_block": mi_zero_mask_block, "mm_zero_iot": _mi_zero_iot,
                      "mm_shuffle": _mi_shuffle}
 
 
-def _mm_zero_mask_junk(b: _Builder, spec: dict):
+def mm_zero_mask_junk(b: Builder, spec: dict):
     """mm_zero_mask: on top of the zero-mask bindings, an otherwise illegal header."""
     rng = b.rng
     if rng.random() < 0.4:
         spec["fpatr"] = None
     if rng.random() < 0.3:
-        spec["datr"] = dict(layout=_pick(rng, (0,) + MM_OTHER_LAYOUTS), dtype=_pick(rng, [31, 0, 27]),
+        spec["datr"] = dict(layout=pick_one(rng, (0,) + MM_OTHER_LAYOUTS), dtype=pick_one(rng, [31, 0, 27]),
                             pad=int(rng.integers(0, 4)), cmode=int(rng.integers(0, 6)))
     if rng.random() < 0.3:
         spec["lb"][int(rng.integers(0, 3))] = 0

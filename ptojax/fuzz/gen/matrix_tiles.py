@@ -1,9 +1,9 @@
 """The operands of matrix cases (TMATMUL* / TGEMV*, docs/matmul-decisions.md)
 and of cooperative ones: the input classes and MX sets, the forms' flags,
 element codes by value class (realistic, NaN / inf / subnormal / -0 heavy, or
-raw), the tiles a load makes (`_MmTile`: CUBE M16/M32/N8 or RowMajor) and
+raw), the tiles a load makes (`MmTile`: CUBE M16/M32/N8 or RowMajor) and
 their shapes within tile_words, the types and dimensions of a plan, and GM
-regions taken in turn (`_MmGM`)."""
+regions taken in turn (`MmGM`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Optional
 import numpy as np
 
 from ... import tables
-from .values import (BITS, CELL, DT_CODE, PEMODE_MASK, _encode_elements, _pick, _rand_bits,
-                     _size_for_bytes)
+from .values import (BITS, CELL, DT_CODE, PEMODE_MASK, encode_elements, pick_one, rand_bits,
+                     size_for_bytes)
 
 # matrix.md A.5 input classes and the MX sets (docs/matmul-decisions.md step 3)
 MM_FLOAT = tuple(DT_CODE[n] for n in ("FP32", "TF32", "HF32", "FP16", "BF16", "HiF8", "E4M3", "E5M2",
@@ -36,12 +36,12 @@ MM_S32_MODES = (2, 3, 4, 5, 12, 13, 17, 18, 19, 20, 35, 39)
 MM_FP32_MODES = (1, 16, 23, 24, 25, 26, 27, 28, 32, 33, 34, 36, 37, 38)
 
 
-def _mm_flags(form: str) -> dict:
+def mm_flags(form: str) -> dict:
     return dict(bias=form.endswith(".BIAS"), acc=form.endswith(".ACC"), mx="MX" in form,
                 gemv=form.startswith("TGEMV"))
 
 
-def _mm_name(mx: bool, gemv: bool, suffix: str = "") -> str:
+def mm_name(mx: bool, gemv: bool, suffix: str = "") -> str:
     return ("TGEMV" if gemv else "TMATMUL") + ("MX" if mx else "") + suffix
 
 
@@ -84,36 +84,36 @@ def _mm_float32_code(rng, cls: str) -> int:
         return sign | 0x7F800000
     if cls == "nan":
         return sign | 0x7F800000 | max(1, mant)
-    return _rand_bits(rng, 32)
+    return rand_bits(rng, 32)
 
 
 _SPECIAL_CLASSES = ("nan", "inf", "zero", "tiny")
 
 
-def _mm_codes(rng, dt: int, n: int, style: dict) -> list:
-    """n raw element codes of dtype dt in a value style (see _mm_style)."""
+def mm_codes(rng, dt: int, n: int, style: dict) -> list:
+    """n raw element codes of dtype dt in a value style (see mm_style)."""
     d = tables.DTYPE_BY_CODE[dt]
     bits = d.bits
     out = []
     for _ in range(n):
         u = rng.random()
         if u < style["raw"]:
-            out.append(_rand_bits(rng, bits))
+            out.append(rand_bits(rng, bits))
             continue
         special = u < style["raw"] + style["special"]
         if dt == E8M0:
-            out.append(_pick(rng, [0, 1, 254, 255]) if special
+            out.append(pick_one(rng, [0, 1, 254, 255]) if special
                        else 127 + int(rng.integers(-6, 7)))
         elif d.is_integer:
             if special:
-                out.append(_pick(rng, [0, (1 << bits) - 1, 1 << (bits - 1), (1 << (bits - 1)) - 1]))
+                out.append(pick_one(rng, [0, (1 << bits) - 1, 1 << (bits - 1), (1 << (bits - 1)) - 1]))
             elif rng.random() < 0.75:
                 v = int(rng.integers(-7, 8)) if d.signed or d.name == "S4X2" else int(rng.integers(0, 16))
                 out.append(v & ((1 << bits) - 1))
             else:
-                out.append(_rand_bits(rng, bits))
+                out.append(rand_bits(rng, bits))
         elif bits == 32:
-            cls = _pick(rng, _SPECIAL_CLASSES) if special else "moderate"
+            cls = pick_one(rng, _SPECIAL_CLASSES) if special else "moderate"
             w = _mm_float32_code(rng, cls)
             if d.name in ("TF32", "HF32") and rng.random() < 0.8:      # a valid encoding mostly
                 w &= 0xFFFFE000 if d.name == "TF32" else 0xFFFFF000
@@ -124,25 +124,25 @@ def _mm_codes(rng, dt: int, n: int, style: dict) -> list:
             out.append(w)
         else:
             classes = _mm_code_classes(dt)
-            cls = _pick(rng, [c for c in _SPECIAL_CLASSES if c in classes]) if special else "moderate"
-            out.append(_pick(rng, classes[cls]))
+            cls = pick_one(rng, [c for c in _SPECIAL_CLASSES if c in classes]) if special else "moderate"
+            out.append(pick_one(rng, classes[cls]))
     return out
 
 
-def _mm_style(rng, kind: str) -> dict:
+def mm_style(rng, kind: str) -> dict:
     """Per-case value style: realistic codes (sometimes with special values) or raw random."""
     if kind == "mm_specials":
         return dict(raw=0.02, special=0.3)
     if rng.random() < 0.2:
         return dict(raw=1.0, special=0.0)
-    return dict(raw=0.02, special=_pick(rng, [0.0, 0.0, 0.04, 0.1]))
+    return dict(raw=0.02, special=pick_one(rng, [0.0, 0.0, 0.04, 0.1]))
 
 
 # ---- tiles and shapes
 
 
 @dataclass
-class _MmTile:
+class MmTile:
     """One tile a load makes: CUBE (layout M16/M32/N8) or ordinary RowMajor."""
     role: str                     # a, b, c, sa, sb, bias, fill
     dt: int
@@ -173,7 +173,7 @@ def _cube_cells(lay: str, bits: int, vr: int, vc: int) -> int:
     return -(-vc // cc)
 
 
-def _cube_fits(lay: str, bits: int, vr: int, vc: int, W: int) -> bool:
+def cube_fits(lay: str, bits: int, vr: int, vc: int, W: int) -> bool:
     """B.6 within the model bound: rows fit an M CELL, cells * CELL words <= tile_words."""
     if vr < 1 or vc < 1 or (lay, bits) not in CELL:
         return False
@@ -183,21 +183,21 @@ def _cube_fits(lay: str, bits: int, vr: int, vc: int, W: int) -> bool:
     return _cube_cells(lay, bits, vr, vc) * cr * cc <= W
 
 
-def _cube_min_size(lay: str, bits: int, vr: int, vc: int) -> int:
-    return _size_for_bytes(_cube_cells(lay, bits, vr, vc) * 128)
+def cube_min_size(lay: str, bits: int, vr: int, vc: int) -> int:
+    return size_for_bytes(_cube_cells(lay, bits, vr, vc) * 128)
 
 
-def _other_dtype(b, t, opts: list, what: str) -> bool:
+def other_dtype(b, t, opts: list, what: str) -> bool:
     """A source tile loaded as one of `opts` instead of its dtype (False when
     there is none)."""
     if not opts:
         return False
-    t.dt = _pick(b.rng, opts)
+    t.dt = pick_one(b.rng, opts)
     b.notes.append(f"{what}:{t.role}={tables.DTYPE_BY_CODE[t.dt].name}")
     return True
 
 
-def _d_size_short(b, plan, need: int) -> bool:
+def d_size_short(b, plan, need: int) -> bool:
     """D's SizeCode one step below the `need` of its CELLs (none below 1)."""
     if need < 2:
         return False
@@ -222,7 +222,7 @@ def _ord_fit(bits: int, vr: int, vc: int, W: int, col: int = 0):
     return None
 
 
-def _mm_tile(rng, role, dt, vr, vc, layout, W, size=None) -> Optional[_MmTile]:
+def mm_tile(rng, role, dt, vr, vc, layout, W, size=None) -> Optional[MmTile]:
     """A tile of this shape with the smallest size (sometimes one or two more)."""
     bits = BITS[dt]
     if layout == "RowMajor":
@@ -231,21 +231,21 @@ def _mm_tile(rng, role, dt, vr, vc, layout, W, size=None) -> Optional[_MmTile]:
             return None
         if rng.random() < 0.2 and _ord_fit(bits, vr, vc, W, 2 * fit[0]) is not None:
             fit = _ord_fit(bits, vr, vc, W, 2 * fit[0])      # a wider physical row
-        return _MmTile(role, dt, vr, vc, "RowMajor", size=fit[1], col=fit[0],
+        return MmTile(role, dt, vr, vc, "RowMajor", size=fit[1], col=fit[0],
                        pemode=int(rng.integers(1, 8)))
-    if not _cube_fits(layout, bits, vr, vc, W):
+    if not cube_fits(layout, bits, vr, vc, W):
         return None
-    need = _cube_min_size(layout, bits, vr, vc)
+    need = cube_min_size(layout, bits, vr, vc)
     if size is None:
         size = need + (int(rng.integers(1, 3)) if rng.random() < 0.25 else 0)
     size = min(size, 10)
     if size < need:
         return None
-    return _MmTile(role, dt, vr, vc, layout, size=size, pad=int(rng.integers(0, 4)),
+    return MmTile(role, dt, vr, vc, layout, size=size, pad=int(rng.integers(0, 4)),
                    pemode=int(rng.integers(1, 8)))
 
 
-def _mm_acc_type(mx: bool, atype: int) -> int:
+def mm_acc_type(mx: bool, atype: int) -> int:
     if not mx and atype in MM_SIGNED:
         return S32
     if not mx and atype in MM_UNSIGNED:
@@ -256,39 +256,39 @@ def _mm_acc_type(mx: bool, atype: int) -> int:
 def _one_of(rng, x: int, y: int, other) -> tuple:
     """(x, y) with one of them (x with probability 1/2) redrawn from `other`."""
     if rng.random() < 0.5:
-        return _pick(rng, other), y
-    return x, _pick(rng, other)
+        return pick_one(rng, other), y
+    return x, pick_one(rng, other)
 
 
-def _mm_types(rng, kind: str, f: dict, muts) -> tuple:
+def mm_types(rng, kind: str, f: dict, muts) -> tuple:
     """(AType, BType) for the kind, honouring mm_type_class / mm_mx_type."""
     if f["mx"]:
-        a, bt = _pick(rng, MM_MX), _pick(rng, MM_MX)
+        a, bt = pick_one(rng, MM_MX), pick_one(rng, MM_MX)
         if "mm_aux_cube" in muts and not f["bias"] and a not in MM_MX_SCALED and bt not in MM_MX_SCALED:
-            a = _pick(rng, MM_MX_SCALED)
+            a = pick_one(rng, MM_MX_SCALED)
         if kind == "mm_specials" and rng.random() < 0.5:
-            a = _pick(rng, MM_MX_SCALED)
+            a = pick_one(rng, MM_MX_SCALED)
         if "mm_mx_type" in muts:
             a, bt = _one_of(rng, a, bt, [c for c in MM_FLOAT + MM_SIGNED + MM_UNSIGNED if c not in MM_MX])
         return a, bt
     if kind in ("mm_float", "mm_specials"):
         cls = MM_FLOAT
     elif kind == "mm_int":
-        cls = _pick(rng, [MM_SIGNED, MM_UNSIGNED])
+        cls = pick_one(rng, [MM_SIGNED, MM_UNSIGNED])
     else:
         u = rng.random()
         cls = MM_FLOAT if u < 0.55 else MM_SIGNED if u < 0.775 else MM_UNSIGNED
-    a = _pick(rng, cls)
-    bt = a if rng.random() < 0.3 else _pick(rng, cls)
+    a = pick_one(rng, cls)
+    bt = a if rng.random() < 0.3 else pick_one(rng, cls)
     if "mm_type_class" in muts:
         if rng.random() < 0.2:
-            a = _pick(rng, [S32, U32, E8M0])        # in no class (each has a CELL mapping)
+            a = pick_one(rng, [S32, U32, E8M0])        # in no class (each has a CELL mapping)
         else:
             bt, a = _one_of(rng, bt, a, [c for c in MM_FLOAT + MM_SIGNED + MM_UNSIGNED if c not in cls])
     return a, bt
 
 
-def _mm_dims(rng, W: int, a_lay: str, abits: int, bbits: int, gemv: bool, *, n_min: int = 1,
+def mm_dims(rng, W: int, a_lay: str, abits: int, bbits: int, gemv: bool, *, n_min: int = 1,
              big_k: bool = False, budget: int = 4096):
     """(M, N, K) whose A (M x K, a_lay), B (K x N, N8) and D (M x N, 32-bit,
     a_lay) fit tile_words W; None when no such shape exists."""
@@ -317,7 +317,7 @@ def _mm_dims(rng, W: int, a_lay: str, abits: int, bbits: int, gemv: bool, *, n_m
     elif a_lay == "M32" and rng.random() < 0.4:
         M = int(rng.integers(1, 17))                   # an M32 A holding M <= 16
     elif rng.random() < 0.25:
-        M = _pick(rng, [1, mmax])
+        M = pick_one(rng, [1, mmax])
     else:
         M = int(rng.integers(1, mmax + 1))
     # keep the oracle's per-element loops short
@@ -337,7 +337,7 @@ def _mm_dims(rng, W: int, a_lay: str, abits: int, bbits: int, gemv: bool, *, n_m
     return M, N, K
 
 
-class _MmGM:
+class MmGM:
     """GM bytes with operand regions taken in turn (overlapping once GM is used up)."""
 
     def __init__(self, rng, n: int):
@@ -371,6 +371,6 @@ class _MmGM:
 
     def write(self, base: int, stride: int, dt: int, rows: list):
         for r, row in enumerate(rows):
-            raw = _encode_elements(dt, row)
+            raw = encode_elements(dt, row)
             at = base + r * stride
             self.gm[at: at + len(raw)] = raw[: max(0, self.n - at)]

@@ -27,13 +27,13 @@ import numpy as np
 
 from ... import tables
 from ...isa.encode import bstart, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2, iot_src_dst
-from .driver import (Bundle, Case, Family, _Builder, _core_setup, _flatten, _gen_config, _tload_items,
+from .driver import (Bundle, Case, Family, Builder, core_setup, flatten, gen_config, tload_items,
                      compatible, draw_kind, draw_many, draw_mutations, finish_case)
-from .mgather_cas_plan import CAS_PLAN_MUTATIONS, _CasPlan, _CasSource, _cas_draw, _cas_plan_mutate
-from .transport_mutations import _m_shuffle, _set_datr
+from .mgather_cas_plan import CAS_PLAN_MUTATIONS, CasPlan, CasSource, cas_draw, cas_plan_mutate
+from .transport_mutations import m_shuffle, set_datr
 from .values import (BITS, DTYPES, LOAD_CODES, PACKED_DTYPES, PEMODE_MASK,
-                     RESERVED_START_DTYPES, STORE_CODES, _TL, _ebytes, _encode_elements, _pick,
-                     _rowbytes)
+                     RESERVED_START_DTYPES, STORE_CODES, TL, elem_bytes, encode_elements, pick_one,
+                     rowbytes)
 
 CAS_KINDS = {
     # kind: weight
@@ -83,7 +83,7 @@ CAS_MUTATIONS = {
 }
 
 
-CAS_AIMS = {m: _TL for m in CAS_MUTATIONS}
+CAS_AIMS = {m: TL for m in CAS_MUTATIONS}
 CAS_AIMS.update({
     "cas_tsize": "Fault_TileAllocation", "cas_hand_full": "Fault_TileAllocation",
     "cas_budget": "Fault_TileAllocation", "cas_lane_oob": "Fault_DataPage",
@@ -127,7 +127,7 @@ def _cb_no_ior(b, bd):
 def _cb_ios(b, bd):
     pm = bd.info["pemode"]
     if b.rng.random() < 0.3:
-        pm = _pick(b.rng, [p for p in range(1, 8) if p != pm])
+        pm = pick_one(b.rng, [p for p in range(1, 8) if p != pm])
     w = ios(int(b.rng.integers(0, 256)), pm, int(b.rng.integers(0, 13)))
     bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)), ("ios", w))
     return True
@@ -148,7 +148,7 @@ def _cb_bindings(b, bd):
         "separate_sources": [iot_src(x, pm, 0), iot_src(y, pm, 0), iot_src_dst(z, **dst)],
         "no_destination": [iot_src2(x, y, pm, 0), iot_src2(z, int(rng.integers(0, 64)), pm, 1)],
     }
-    name = _pick(rng, sorted(variants))
+    name = pick_one(rng, sorted(variants))
     first = _cas_iots(bd)[0]
     bd.items = [it for it in bd.items if it[0] != "iot"]
     for k, w in enumerate(variants[name]):
@@ -162,7 +162,7 @@ def _cb_ior_surplus(b, bd):
         return False
     k = bd.find("ior")[0]
     w = bd.items[k][1]
-    w |= int(b.rng.integers(1, 24)) << _pick(b.rng, [7, 20, 27])      # RegDst / RegSrc1 / RegSrc2
+    w |= int(b.rng.integers(1, 24)) << pick_one(b.rng, [7, 20, 27])      # RegDst / RegSrc1 / RegSrc2
     bd.items[k] = ("ior", w)
     return True
 
@@ -189,26 +189,26 @@ def _cb_lb_zero(b, bd):
 def _cb_mask_mismatch(b, bd):
     k = _cas_iots(bd)[-1]
     w = bd.items[k][1]
-    other = _pick(b.rng, [p for p in range(1, 8) if p != bd.info["pemode"]])
+    other = pick_one(b.rng, [p for p in range(1, 8) if p != bd.info["pemode"]])
     bd.items[k] = ("iot", (w & ~(7 << 9)) | other << 9)
     return True
 
 
 def _cb_datr_attr(b, bd):
     rng = b.rng
-    which = _pick(rng, ["dtype", "dtype_none", "cmode", "rmode", "sat", "canon"])
-    val = {"dtype": _pick(rng, list(DTYPES[1:])), "dtype_none": 31, "cmode": int(rng.integers(1, 6)),
+    which = pick_one(rng, ["dtype", "dtype_none", "cmode", "rmode", "sat", "canon"])
+    val = {"dtype": pick_one(rng, list(DTYPES[1:])), "dtype_none": 31, "cmode": int(rng.integers(1, 6)),
            "rmode": int(rng.integers(1, 8)), "sat": 1, "canon": 1}[which]
     f = dict(bd.info.get("datr") or dict(layout=0, dtype=0, pad=int(rng.integers(0, 4))))
     f[which if which != "dtype_none" else "dtype"] = val
-    _set_datr(bd, **f)
+    set_datr(bd, **f)
     b.notes.append(f"datr_attr:{which}")
     return True
 
 
 def _cb_cube_layout(b, bd):
     rng = b.rng
-    _set_datr(bd, layout=_pick(rng, LOAD_CODES + STORE_CODES), dtype=_pick(rng, [31, 31, 0]),
+    set_datr(bd, layout=pick_one(rng, LOAD_CODES + STORE_CODES), dtype=pick_one(rng, [31, 31, 0]),
               pad=int(rng.integers(0, 4)), cmode=0, rmode=0, sat=0, canon=0)
     return True
 
@@ -221,7 +221,7 @@ def _cb_zero_mask_block(b, bd):
 
 
 def _cb_start_dtype(b, bd):
-    bd.start = (bd.start & 0x07FFFFFF) | _pick(b.rng, RESERVED_START_DTYPES) << 27
+    bd.start = (bd.start & 0x07FFFFFF) | pick_one(b.rng, RESERVED_START_DTYPES) << 27
     return True
 
 
@@ -231,7 +231,7 @@ def _cb_drop_bstop(b, bd):
 
 
 def _cb_shuffle(b, bd):
-    return _m_shuffle(b, [bd])
+    return m_shuffle(b, [bd])
 
 
 def _cb_catr(b, bd, trap=0):
@@ -259,7 +259,7 @@ assert set(CAS_PLAN_MUTATIONS) | set(CAS_BUNDLE_MUTATIONS) == set(CAS_MUTATIONS)
 # ---- placement: hands, TileIndices, GM, GPRs, words
 
 
-def _place_hands(b: _Builder, plan: _CasPlan, loads: list, n_dest: int):
+def _place_hands(b: Builder, plan: CasPlan, loads: list, n_dest: int):
     """Hands for the loads (in load order): each hand holds at most hand_slots
     tiles, the destination hand(s) keep free slots (unless hand_full)."""
     rng, HS = b.rng, b.m.hand_slots
@@ -288,21 +288,21 @@ def _place_hands(b: _Builder, plan: _CasPlan, loads: list, n_dest: int):
               and not (plan.hand_full and h == plan.hand)]
         if not ok:
             ok = [h for h in range(4) if counts[h] < HS] or [0]
-        s.hand = _pick(rng, ok)
+        s.hand = pick_one(rng, ok)
         counts[s.hand] += 1
 
 
-def _source_bundle(b: _Builder, s: _CasSource, base: int, stride: int) -> Bundle:
+def _source_bundle(b: Builder, s: CasSource, base: int, stride: int) -> Bundle:
     rng = b.rng
 
     cube_datr = datr(s.cube, 31, int(rng.integers(0, 4))) if s.cube else None
-    items = _tload_items(b, cube_datr, s.vr, s.vc, s.col, iot_dst(s.hand, s.size, s.pemode, 1),
+    items = tload_items(b, cube_datr, s.vr, s.vc, s.col, iot_dst(s.hand, s.size, s.pemode, 1),
                          base, stride, reg_room=6, reg_p=0.5, zero_base_p=0.5)
     return Bundle(bstart("TLOAD", s.dt), items, True,
                   dict(op="TLOAD", cube=bool(s.cube), role=s.role, index=s.index))
 
 
-def _cas_bundle(b: _Builder, plan: _CasPlan, src: tuple, hand: int, minimal: bool = False) -> Bundle:
+def _cas_bundle(b: Builder, plan: CasPlan, src: tuple, hand: int, minimal: bool = False) -> Bundle:
     rng = b.rng
     items = []
     if plan.datr is not None and not (minimal and plan.datr["layout"] == 0 and plan.datr["pad"] == 3):
@@ -322,14 +322,14 @@ def _cas_bundle(b: _Builder, plan: _CasPlan, src: tuple, hand: int, minimal: boo
                        datr=plan.datr))
 
 
-def _cas_loads(b: _Builder, plan: _CasPlan, kind: str) -> tuple:
+def _cas_loads(b: Builder, plan: CasPlan, kind: str) -> tuple:
     """(the source loads, hand_full's 1x1 fillers first, in load order, with
     their hands, TileIndices and maybe one marked for the stream; the
     destination's TileIndex)."""
     rng, HS = b.rng, b.m.hand_slots
     fills = []
     if plan.hand_full:
-        fills = [_CasSource("fill", 27, [[int(rng.integers(0, 256))]], col=1, size=1,
+        fills = [CasSource("fill", 27, [[int(rng.integers(0, 256))]], col=1, size=1,
                             pemode=int(rng.integers(1, 8))) for _ in range(max(0, HS - 3))]
     order = list(plan.sources)
     rng.shuffle(order)
@@ -349,9 +349,9 @@ def _cas_loads(b: _Builder, plan: _CasPlan, kind: str) -> tuple:
 class _SourceArea:
     """The sources' half of GM, taken in turn (row gaps and spacing when roomy)."""
 
-    def __init__(self, rng, plan: _CasPlan, loads: list):
+    def __init__(self, rng, plan: CasPlan, loads: list):
         lo, self.hi = plan.src_region
-        dense_total = sum(_rowbytes(s.vc, BITS[s.dt]) * s.vr + 8 for s in loads) \
+        dense_total = sum(rowbytes(s.vc, BITS[s.dt]) * s.vr + 8 for s in loads) \
             + plan.vr * plan.vc * plan.ebytes
         self.rng = rng
         self.roomy = 2 * dense_total + 200 < self.hi - lo           # room for row gaps and spacing
@@ -365,7 +365,7 @@ class _SourceArea:
         return at
 
 
-def _cas_gm(b: _Builder, plan: _CasPlan, loads: list) -> tuple:
+def _cas_gm(b: Builder, plan: CasPlan, loads: list) -> tuple:
     """(GM: random (or zero) bytes, the lanes' memory, the sources' rows in the
     other half; that half's _SourceArea; [(source, its TLOAD bundle)])."""
     rng, n = b.rng, b.gm_bytes
@@ -373,23 +373,23 @@ def _cas_gm(b: _Builder, plan: _CasPlan, loads: list) -> tuple:
                    else bytes(n))
     e = plan.ebytes
     for a, v in plan.mem.items():
-        gm[a:a + e] = _encode_elements(plan.td, [v])[:e]
+        gm[a:a + e] = encode_elements(plan.td, [v])[:e]
     area = _SourceArea(rng, plan, loads)
     bundles = []
     for s in loads:
         bits = BITS[s.dt]
-        eb = _ebytes(bits)
-        dense = _rowbytes(s.vc, bits)
+        eb = elem_bytes(bits)
+        dense = rowbytes(s.vc, bits)
         stride = dense + (eb * int(rng.integers(0, 4)) if area.roomy and rng.random() < 0.4 else 0)
         base = area.take(stride * s.vr, eb)
         for r, row in enumerate(s.values):
-            raw = _encode_elements(s.dt, row)
+            raw = encode_elements(s.dt, row)
             gm[base + r * stride: base + r * stride + len(raw)] = raw
         bundles.append((s, _source_bundle(b, s, base, stride)))
     return gm, area, bundles
 
 
-def _cas_operands(b: _Builder, plan: _CasPlan, loads: list, dest_index: int) -> tuple:
+def _cas_operands(b: Builder, plan: CasPlan, loads: list, dest_index: int) -> tuple:
     """(the Index, Expected and Replacement TileIndices the bundle names, the
     undefine pokes): cas_src_unallocated and cas_src_undefined applied."""
     rng = b.rng
@@ -399,7 +399,7 @@ def _cas_operands(b: _Builder, plan: _CasPlan, loads: list, dest_index: int) -> 
     if plan.unallocated_role is not None:
         k = ("index", "expected", "replacement").index(plan.unallocated_role)
         free = [t for t in range(64) if t not in allocated and t != dest_index]
-        src[k] = _pick(rng, free)
+        src[k] = pick_one(rng, free)
         b.notes.append(f"unallocated:{plan.unallocated_role}=T{src[k]}")
     undefine = ()
     if plan.undefine_role is not None:
@@ -410,7 +410,7 @@ def _cas_operands(b: _Builder, plan: _CasPlan, loads: list, dest_index: int) -> 
     return tuple(src), undefine
 
 
-def _cas_tail(b: _Builder, plan: _CasPlan, kind: str, src: tuple, dest_index: int,
+def _cas_tail(b: Builder, plan: CasPlan, kind: str, src: tuple, dest_index: int,
               area: _SourceArea) -> list:
     """The bundles after the CAS: cas_roundtrip's TSTORE of the destination,
     cas_twice's second CAS bundle."""
@@ -423,7 +423,7 @@ def _cas_tail(b: _Builder, plan: _CasPlan, kind: str, src: tuple, dest_index: in
         if rng.random() < 0.3:
             items.append(("dim0", dim(0, plan.vc)))
         items += [("iot", iot_src(dest_index, pm2, 1)), ("ior", ior(b.reg(at), b.reg(stride)))]
-        store = Bundle(bstart("TSTORE", plan.td if rng.random() < 0.8 else _pick(rng, DTYPES)),
+        store = Bundle(bstart("TSTORE", plan.td if rng.random() < 0.8 else pick_one(rng, DTYPES)),
                        items, True, dict(op="TSTORE"))
         b.notes.append(f"roundtrip:TSTORE T{dest_index} -> {at:#x}/{stride}")
         return [store]
@@ -434,29 +434,29 @@ def _cas_tail(b: _Builder, plan: _CasPlan, kind: str, src: tuple, dest_index: in
     return []
 
 
-def _cas_words(b: _Builder, bundles: list, cas: Bundle, tail: list) -> tuple:
+def _cas_words(b: Builder, bundles: list, cas: Bundle, tail: list) -> tuple:
     """(setup, words): the in-stream loads that do not fit move to the setup."""
     stream_loads = [bd for s, bd in bundles if s.in_stream]
 
     def stream():
-        return _flatten(stream_loads + [cas] + tail)
+        return flatten(stream_loads + [cas] + tail)
 
     while len(stream()) > b.g.max_words and stream_loads:
         stream_loads[-1].info["moved"] = True
         stream_loads.pop()
     words = b.cut(stream())
     in_stream = {id(bd) for bd in stream_loads}
-    setup = _flatten([bd for _, bd in bundles if id(bd) not in in_stream])
+    setup = flatten([bd for _, bd in bundles if id(bd) not in in_stream])
     if stream_loads:
         b.notes.append("in_stream:" + ",".join(bd.info["role"] for bd in stream_loads))
     return setup, words
 
 
-def _cas_capacity(b: _Builder, plan: _CasPlan, loads: list) -> Optional[int]:
+def _cas_capacity(b: Builder, plan: CasPlan, loads: list) -> Optional[int]:
     """cas_budget: a TILE_CAPACITY the sources fit and the destination does not."""
     if not plan.budget:
         return None
-    # core: the setup's bindings are mask 1111 (_core_setup), each PE charges 4 x TSize
+    # core: the setup's bindings are mask 1111 (core_setup), each PE charges 4 x TSize
     charge = sum((4 if b.g.core else bin(PEMODE_MASK[s.pemode]).count("1")) * s.capacity
                  for s in loads)
     dest = bin(PEMODE_MASK[plan.pemode]).count("1") * (128 << (plan.size - 1))
@@ -465,7 +465,7 @@ def _cas_capacity(b: _Builder, plan: _CasPlan, loads: list) -> Optional[int]:
     return cap
 
 
-def _cas_program(b: _Builder, plan: _CasPlan, kind: str, bundle_muts: list):
+def _cas_program(b: Builder, plan: CasPlan, kind: str, bundle_muts: list):
     """(setup words, stream words, GM bytes, tile_capacity, undefine, applied bundle mutations)."""
     loads, dest_index = _cas_loads(b, plan, kind)
     gm, area, bundles = _cas_gm(b, plan, loads)
@@ -477,17 +477,17 @@ def _cas_program(b: _Builder, plan: _CasPlan, kind: str, bundle_muts: list):
     return setup, words, bytes(gm), _cas_capacity(b, plan, loads), undefine, applied
 
 
-def _cas_zero_mask(b: _Builder, plan: _CasPlan) -> list:
+def _cas_zero_mask(b: Builder, plan: CasPlan) -> list:
     """A CAS block whose bindings are all PEMode 000, with an otherwise illegal
     schema: bogus sources, missing dims/B.IOR, B.DATR attributes, B.IOS."""
     rng = b.rng
     items = []
     if rng.random() < 0.5:
-        items.append(("datr", datr(int(rng.integers(0, 2)), _pick(rng, [0, 31, 27]),
+        items.append(("datr", datr(int(rng.integers(0, 2)), pick_one(rng, [0, 31, 27]),
                                    int(rng.integers(0, 4)), int(rng.integers(0, 6)),
                                    int(rng.integers(0, 8)), int(rng.integers(0, 2)))))
     if rng.random() < 0.5:
-        items.append(("dim0", dim(0, _pick(rng, [0, 1, 3, plan.vc]))))
+        items.append(("dim0", dim(0, pick_one(rng, [0, 1, 3, plan.vc]))))
     x, y, z = (int(rng.integers(0, 64)) for _ in range(3))
     items.append(("iot", iot_src2(x, y, 0, 0)))
     items.append(("iot", iot_src_dst(z, int(rng.integers(0, 4)), int(rng.integers(1, 11)), 0, 1)))
@@ -496,7 +496,7 @@ def _cas_zero_mask(b: _Builder, plan: _CasPlan) -> list:
     if rng.random() < 0.5:
         items.append(("ior", ior(int(rng.integers(0, 24)), int(rng.integers(0, 2)),
                                  int(rng.integers(0, 2)), int(rng.integers(0, 2)))))
-    td = plan.td if rng.random() < 0.7 else _pick(rng, PACKED_DTYPES)
+    td = plan.td if rng.random() < 0.7 else pick_one(rng, PACKED_DTYPES)
     return Bundle(bstart("MGATHER.CAS", td), items, True, dict(op="MGATHER.CAS")).words()
 
 
@@ -512,15 +512,15 @@ def random_cas_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = No
     ordinary TLOADs in Case.setup (one of them sometimes in the stream);
     build_state prepares them.
     """
-    g = _gen_config(cfg)
-    b = _Builder(rng, g)
+    g = gen_config(cfg)
+    b = Builder(rng, g)
     kind = draw_kind(rng, CAS, kind)
     mutations = draw_mutations(rng, g, CAS, kind, mutations)
-    plan = _cas_draw(b, kind, mutations)
+    plan = cas_draw(b, kind, mutations)
     if plan is None:                          # no shape for these needs: drop them
         mutations = [m for m in mutations if m not in ("cas_fractal",)]
-        plan = _cas_draw(b, kind, mutations)
-    applied = _cas_plan_mutate(b, plan, mutations)
+        plan = cas_draw(b, kind, mutations)
+    applied = cas_plan_mutate(b, plan, mutations)
     bundle_muts = [m for m in mutations if m in CAS_BUNDLE_MUTATIONS]
     if kind == "cas_zero_mask":
         setup, words, cap, undefine, bundle_applied = [], _cas_zero_mask(b, plan), None, (), []
@@ -529,9 +529,9 @@ def random_cas_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = No
         setup, words, gm, cap, undefine, bundle_applied = _cas_program(b, plan, kind, bundle_muts)
     applied = [m for m in mutations if m in applied or m in bundle_applied]
     return finish_case(b, kind, applied, words, gm, tile_capacity=cap,
-                       setup=_core_setup(setup, g.core), undefine=tuple(undefine))
+                       setup=core_setup(setup, g.core), undefine=tuple(undefine))
 
 
 def random_cas_cases(seed: int, n: int, cfg=None) -> list:
     """n MGATHER.CAS Cases from one seed (case i is random_cas_case(case_rng(seed, i), cfg))."""
-    return draw_many(random_cas_case, seed, n, _gen_config(cfg))
+    return draw_many(random_cas_case, seed, n, gen_config(cfg))

@@ -12,10 +12,10 @@ from typing import Optional
 import numpy as np
 
 from ... import tables
-from .driver import _Builder
+from .driver import Builder
 from .values import (BITS, CELL, CODE_LAYOUT, CUBE_DTYPES, DTYPES, INT_DTYPES, LOAD_CODES, MASK64,
-                     NONINT_DTYPES, PACKED_DTYPES, SIGNED, _ebytes, _pick, _rand_bits, _rand_value,
-                     _size_for_bytes, _weighted)
+                     NONINT_DTYPES, PACKED_DTYPES, SIGNED, elem_bytes, pick_one, rand_bits, rand_value,
+                     size_for_bytes, weighted_key)
 
 CAS_DTYPES = tuple(d for d in DTYPES if BITS[d] >= 8)                        # legal transfer dtypes
 # destination layout -> the B.DATR Layout codes selecting it (D; the model's
@@ -25,7 +25,7 @@ CAS_LAYOUT_CODES = {"RowMajor": (0, 6, 17, 27), "ColumnMajor": (1, 18, 28), "ZN"
 
 
 @dataclass
-class _CasSource:
+class CasSource:
     """One source tile and the TLOAD that makes it."""
     role: str                     # "index" | "expected" | "replacement"
     dt: int
@@ -52,7 +52,7 @@ class _CasSource:
 
 
 @dataclass
-class _CasPlan:
+class CasPlan:
     td: int                       # transfer dtype (BSTART DataType)
     idt: int                      # index dtype
     vr: int
@@ -85,9 +85,9 @@ class _CasPlan:
 
     @property
     def ebytes(self) -> int:
-        return _ebytes(BITS[self.td])
+        return elem_bytes(BITS[self.td])
 
-    def source(self, role: str) -> _CasSource:
+    def source(self, role: str) -> CasSource:
         return next(s for s in self.sources if s.role == role)
 
 
@@ -122,7 +122,7 @@ def _cas_size_ok(size, vr, vc, col, bits, W, layout="RowMajor") -> bool:
             and rows * col <= W and _fractal_ok(layout, rows, col, bits))
 
 
-def _cas_base(b: _Builder, idt: int, e: int, region: tuple):
+def _cas_base(b: Builder, idt: int, e: int, region: tuple):
     """(base, mode, candidate lane addresses): aligned addresses in the lane region
     whose displacement from base the index dtype can hold."""
     rng = b.rng
@@ -131,7 +131,7 @@ def _cas_base(b: _Builder, idt: int, e: int, region: tuple):
     if lo == 0:
         allowed["zero"] = 1.2
     for _ in range(4):
-        mode = _weighted(rng, allowed)
+        mode = weighted_key(rng, allowed)
         if mode == "low":
             base = lo + int(rng.integers(0, 64))
         elif mode == "mid":
@@ -143,7 +143,7 @@ def _cas_base(b: _Builder, idt: int, e: int, region: tuple):
         elif mode == "wrap":
             base = (1 << 64) - int(rng.integers(1, 2048))
         else:
-            base = _rand_bits(rng, 64)
+            base = rand_bits(rng, 64)
         cands = [a for a in range(lo, hi - e + 1, e) if _representable(a - base, idt)]
         if cands:
             return base, mode, cands
@@ -160,24 +160,24 @@ def _cas_types(rng, kind: str, muts: list) -> tuple:
     idt_pools = (("cas_index_float" in muts, NONINT_DTYPES),
                  ("cas_lane_oob" in muts, [d for d in INT_DTYPES if BITS[d] >= 16]),
                  (wide, [d for d in INT_DTYPES if BITS[d] <= 32]), (True, INT_DTYPES))
-    td = _pick(rng, next(pool for need, pool in td_pools if need))
-    return td, _pick(rng, next(pool for need, pool in idt_pools if need))
+    td = pick_one(rng, next(pool for need, pool in td_pools if need))
+    return td, pick_one(rng, next(pool for need, pool in idt_pools if need))
 
 
 def _cas_layout(rng, kind: str, muts: list) -> tuple:
     """(destination layout, its B.DATR Layout code; 0 mostly for RowMajor)."""
     layout = "RowMajor"
     if "cas_fractal" in muts:
-        layout = _pick(rng, ["ZN", "NZ"])
+        layout = pick_one(rng, ["ZN", "NZ"])
     elif kind == "cas_layout" or rng.random() < 0.08:
-        layout = _pick(rng, ["ColumnMajor", "ZN", "NZ", "ColumnMajor", "RowMajor"])
-    code = _pick(rng, CAS_LAYOUT_CODES[layout])
+        layout = pick_one(rng, ["ColumnMajor", "ZN", "NZ", "ColumnMajor", "RowMajor"])
+    code = pick_one(rng, CAS_LAYOUT_CODES[layout])
     if layout == "RowMajor" and kind != "cas_layout" and rng.random() < 0.8:
         code = 0
     return layout, code
 
 
-def _cas_shape(b: _Builder, kind: str, muts: list, bits: int) -> Optional[tuple]:
+def _cas_shape(b: Builder, kind: str, muts: list, bits: int) -> Optional[tuple]:
     """(VR, VC, layout, Layout code, Col, TSize) of the destination, or None
     when no TSize holds it (fractal-aligned when the layout asks for it)."""
     rng, W = b.rng, b.m.tile_words
@@ -204,7 +204,7 @@ def _cas_shape(b: _Builder, kind: str, muts: list, bits: int) -> Optional[tuple]
     sizes = sizes_for(col)
     if not sizes and fractal:                  # no fractal shape fits tile_words: ColumnMajor
         layout, fractal = "ColumnMajor", False
-        code = _pick(rng, CAS_LAYOUT_CODES[layout])
+        code = pick_one(rng, CAS_LAYOUT_CODES[layout])
         col = 1 << (vc - 1).bit_length()
         sizes = sizes_for(col)
     while not sizes and col > max(vc, 1) and not fractal:
@@ -212,7 +212,7 @@ def _cas_shape(b: _Builder, kind: str, muts: list, bits: int) -> Optional[tuple]
         sizes = sizes_for(col)
     if not sizes:
         return None
-    size = sizes[0] if rng.random() < 0.6 else _pick(rng, sizes)
+    size = sizes[0] if rng.random() < 0.6 else pick_one(rng, sizes)
     return vr, vc, layout, code, col, size
 
 
@@ -230,7 +230,7 @@ def _cas_header(rng, vr: int, vc: int, col: int, code: int) -> tuple:
     return lb, datr_f
 
 
-def _cas_lanes(b: _Builder, kind: str, idt: int, e: int, n: int) -> tuple:
+def _cas_lanes(b: Builder, kind: str, idt: int, e: int, n: int) -> tuple:
     """(source region, lane region, base, base mode, n lane addresses): GM in
     halves, the lanes on aligned addresses the index dtype reaches from base
     (a few of them, shared by many lanes, for cas_dup)."""
@@ -259,23 +259,23 @@ def _cas_lanes(b: _Builder, kind: str, idt: int, e: int, n: int) -> tuple:
     return src_region, lane_region, base, base_mode, addrs
 
 
-def _cas_values(b: _Builder, kind: str, addrs: list, bits: int) -> tuple:
+def _cas_values(b: Builder, kind: str, addrs: list, bits: int) -> tuple:
     """(initial memory {address: raw value}, Expected, Replacement): for
     cas_dup each address's lanes compare against a small alphabet of values,
     so that the order of the lanes decides which succeed."""
     rng = b.rng
     mask = (1 << bits) - 1
-    mem = {a: _rand_value(rng, bits) for a in sorted(set(addrs))}
+    mem = {a: rand_value(rng, bits) for a in sorted(set(addrs))}
     expected, replacement = [], []
     if kind == "cas_dup":
-        alphabet = {a: [mem[a]] + [_rand_value(rng, bits) for _ in range(int(rng.integers(1, 4)))]
+        alphabet = {a: [mem[a]] + [rand_value(rng, bits) for _ in range(int(rng.integers(1, 4)))]
                     for a in mem}
         for a in addrs:
             al = alphabet[a]
             p = np.array([0.45, 0.3, 0.15, 0.1][: len(al)])
             x = al[int(rng.choice(len(al), p=p / p.sum()))]
             others = [v for v in al if v != x]
-            y = _pick(rng, others) if others and rng.random() < 0.85 else _rand_value(rng, bits)
+            y = pick_one(rng, others) if others and rng.random() < 0.85 else rand_value(rng, bits)
             expected.append(x)
             replacement.append(y)
         b.notes.append(f"dup:{len(mem)} address(es) for {len(addrs)} lanes")
@@ -287,17 +287,17 @@ def _cas_values(b: _Builder, kind: str, addrs: list, bits: int) -> tuple:
         elif u < 0.65:
             x = mem[a] ^ (1 << (bits - 1))            # e.g. -0.0 vs +0.0: raw bits differ
         else:
-            x = _rand_value(rng, bits)
+            x = rand_value(rng, bits)
         expected.append(x & mask)
-        replacement.append(_rand_value(rng, bits))
+        replacement.append(rand_value(rng, bits))
     return mem, expected, replacement
 
 
-def _cas_sources(rng, plan: _CasPlan, muts: list, W: int) -> list:
+def _cas_sources(rng, plan: CasPlan, muts: list, W: int) -> list:
     """The Index (lane displacements from base), Expected and Replacement tiles."""
     vr, vc, idt = plan.vr, plan.vc, plan.idt
     ibits = BITS[idt]
-    index_vals = [((a - plan.base) & ((1 << ibits) - 1)) if idt in INT_DTYPES else _rand_bits(rng, ibits)
+    index_vals = [((a - plan.base) & ((1 << ibits) - 1)) if idt in INT_DTYPES else rand_bits(rng, ibits)
                   for a in plan.addrs]
 
     def rows(vals):
@@ -305,17 +305,17 @@ def _cas_sources(rng, plan: _CasPlan, muts: list, W: int) -> list:
 
     edt = rdt = plan.td
     if "cas_packed" in muts and rng.random() < 0.4:          # sources of some other dtype
-        edt = rdt = _pick(rng, [d for d in DTYPES if BITS[d] == 8])
-    sources = [_CasSource("index", idt, rows(index_vals)),
-               _CasSource("expected", edt, rows([v & ((1 << BITS[edt]) - 1) for v in plan.expected])),
-               _CasSource("replacement", rdt,
+        edt = rdt = pick_one(rng, [d for d in DTYPES if BITS[d] == 8])
+    sources = [CasSource("index", idt, rows(index_vals)),
+               CasSource("expected", edt, rows([v & ((1 << BITS[edt]) - 1) for v in plan.expected])),
+               CasSource("replacement", rdt,
                           rows([v & ((1 << BITS[rdt]) - 1) for v in plan.replacement]))]
     for s in sources:
         _size_source(rng, s, W)
     return sources
 
 
-def _cas_draw(b: _Builder, kind: str, muts: list) -> Optional[_CasPlan]:
+def cas_draw(b: Builder, kind: str, muts: list) -> Optional[CasPlan]:
     """A legal plan honouring what the drawn mutations need (types, shapes)."""
     rng = b.rng
     td, idt = _cas_types(rng, kind, muts)
@@ -325,10 +325,10 @@ def _cas_draw(b: _Builder, kind: str, muts: list) -> Optional[_CasPlan]:
         return None
     vr, vc, layout, code, col, size = shape
     lb, datr_f = _cas_header(rng, vr, vc, col, code)
-    src_region, lane_region, base, base_mode, addrs = _cas_lanes(b, kind, idt, _ebytes(bits), vr * vc)
+    src_region, lane_region, base, base_mode, addrs = _cas_lanes(b, kind, idt, elem_bytes(bits), vr * vc)
     mem, expected, replacement = _cas_values(b, kind, addrs, bits)
     hand = int(rng.integers(0, 4))
-    plan = _CasPlan(td=td, idt=idt, vr=vr, vc=vc, col=col, lb=lb, layout=layout, datr=datr_f,
+    plan = CasPlan(td=td, idt=idt, vr=vr, vc=vc, col=col, lb=lb, layout=layout, datr=datr_f,
                     hand=hand, size=size, pemode=int(rng.integers(1, 8)), base=base,
                     base_mode=base_mode, addrs=addrs, mem=mem, expected=expected,
                     replacement=replacement, src_region=src_region, lane_region=lane_region,
@@ -340,19 +340,19 @@ def _cas_draw(b: _Builder, kind: str, muts: list) -> Optional[_CasPlan]:
     return plan
 
 
-def _size_source(rng, s: _CasSource, W: int):
+def _size_source(rng, s: CasSource, W: int):
     """Physical Col (a power of two >= VC, sometimes more) and a TSize that holds it."""
     bits = BITS[s.dt]
     s.col = 1 << (s.vc - 1).bit_length()
     if rng.random() < 0.25 and s.vr * s.col * 2 <= W:
         s.col *= 2
-    s.size = _size_for_bytes((s.vr * s.col * bits + 7) // 8)
+    s.size = size_for_bytes((s.vr * s.col * bits + 7) // 8)
     if rng.random() < 0.2 and s.size < 10:
         s.size += 1
     s.pemode = int(rng.integers(1, 8))
 
 
-def _cube_source(rng, s: _CasSource, W: int) -> bool:
+def _cube_source(rng, s: CasSource, W: int) -> bool:
     """Turn a source into a CUBE load (its dtype must have a CELL class)."""
     if s.dt not in CUBE_DTYPES:
         return False
@@ -371,8 +371,8 @@ def _cube_source(rng, s: _CasSource, W: int) -> bool:
             codes.append((code, cells))
     if not codes:
         return False
-    s.cube, cells = _pick(rng, codes)
-    s.size = _size_for_bytes(cells * 128)
+    s.cube, cells = pick_one(rng, codes)
+    s.size = size_for_bytes(cells * 128)
     return True
 
 
@@ -382,7 +382,7 @@ def _cube_source(rng, s: _CasSource, W: int) -> bool:
 def _cp_vc_gt_col(b, plan):
     if plan.vc < 2:
         return False
-    plan.lb[2] = _pick(b.rng, [1 << k for k in range(8) if 1 << k < plan.vc])
+    plan.lb[2] = pick_one(b.rng, [1 << k for k in range(8) if 1 << k < plan.vc])
     return True
 
 
@@ -392,7 +392,7 @@ def _cp_col_not_pow2(b, plan):
         plan.lb.pop(2, None)                      # LB2 absent: Col = ValidCol, not a power of two
         b.notes.append("col:absent")
         return True
-    plan.lb[2] = _pick(b.rng, [x for x in range(max(vc, 3), max(vc, 3) + 12) if x & (x - 1)])
+    plan.lb[2] = pick_one(b.rng, [x for x in range(max(vc, 3), max(vc, 3) + 12) if x & (x - 1)])
     return True
 
 
@@ -405,10 +405,10 @@ def _cp_tsize(b, plan):
     big = [s for s in range(max(ok) + 1 if ok else 1, 11)
            if _cas_rows(s, plan.col, bits) and not _cas_size_ok(s, plan.vr, plan.vc, plan.col, bits, W)]
     if small and (not big or b.rng.random() < 0.6):
-        plan.size = _pick(b.rng, small)
+        plan.size = pick_one(b.rng, small)
         b.notes.append(f"tsize:small {plan.size}")
     elif big:
-        plan.size = _pick(b.rng, big)
+        plan.size = pick_one(b.rng, big)
         b.notes.append(f"tsize:big {plan.size}")
     else:
         return False
@@ -434,16 +434,16 @@ def _set_lane_address(plan, lane: int, address: int):
         s.values[lane // plan.vc][lane % plan.vc] = (address - plan.base) & ((1 << BITS[s.dt]) - 1)
 
 
-def _move_lane(b: _Builder, plan: _CasPlan, what: str, addresses) -> bool:
+def _move_lane(b: Builder, plan: CasPlan, what: str, addresses) -> bool:
     """Move the first, middle or last lane to one of addresses(its address) the
     index dtype reaches from base (False when none does)."""
     rng, n = b.rng, len(plan.addrs)
-    where = _pick(rng, ["first", "middle", "last"])
+    where = pick_one(rng, ["first", "middle", "last"])
     lane = {"first": 0, "middle": n // 2, "last": n - 1}[where]
     opts = [a for a in addresses(plan.addrs[lane]) if _representable(a - plan.base, plan.idt)]
     if not opts:
         return False
-    _set_lane_address(plan, lane, _pick(rng, opts))
+    _set_lane_address(plan, lane, pick_one(rng, opts))
     b.notes.append(f"{what}:{where} lane {lane} @ {plan.addrs[lane]:#x}")
     return True
 
@@ -473,8 +473,8 @@ def _cp_src_dtype(b, plan):
     cands = [s for s in plan.sources if s.role != "index" and not s.cube]
     if not cands:
         return False
-    s = _pick(b.rng, cands)
-    s.dt = _pick(b.rng, [d for d in DTYPES if d != plan.td])
+    s = pick_one(b.rng, cands)
+    s.dt = pick_one(b.rng, [d for d in DTYPES if d != plan.td])
     m = (1 << BITS[s.dt]) - 1
     s.values = [[v & m for v in row] for row in s.values]
     _size_source(b.rng, s, b.m.tile_words)
@@ -487,12 +487,12 @@ def _cp_src_shape(b, plan):
     cands = [s for s in plan.sources if not s.cube]
     if not cands:
         return False
-    s = _pick(rng, cands)
+    s = pick_one(rng, cands)
     while True:
         vr, vc = int(rng.integers(1, plan.vr + 2)), int(rng.integers(1, plan.vc + 2))
         if (vr, vc) != (plan.vr, plan.vc):
             break
-    s.values = [[_rand_bits(rng, BITS[s.dt]) for _ in range(vc)] for _ in range(vr)]
+    s.values = [[rand_bits(rng, BITS[s.dt]) for _ in range(vc)] for _ in range(vr)]
     _size_source(rng, s, b.m.tile_words)
     b.notes.append(f"src_shape:{s.role}={vr}x{vc}")
     return True
@@ -502,12 +502,12 @@ def _cp_src_undefined(b, plan):
     cands = [s.role for s in plan.sources if not s.cube]
     if not cands:
         return False
-    plan.undefine_role = _pick(b.rng, cands)
+    plan.undefine_role = pick_one(b.rng, cands)
     return True
 
 
 def _cp_src_unallocated(b, plan):
-    plan.unallocated_role = _pick(b.rng, ["index", "expected", "replacement"])
+    plan.unallocated_role = pick_one(b.rng, ["index", "expected", "replacement"])
     return True
 
 
@@ -515,7 +515,7 @@ def _cp_src_cube(b, plan):
     roles = [s for s in plan.sources if s.dt in CUBE_DTYPES and s.role != plan.undefine_role]
     if not roles:
         return False
-    s = _pick(b.rng, roles)
+    s = pick_one(b.rng, roles)
     if not _cube_source(b.rng, s, b.m.tile_words):
         return False
     b.notes.append(f"src_cube:{s.role} code {s.cube}")
@@ -523,7 +523,7 @@ def _cp_src_cube(b, plan):
 
 
 CAS_PLAN_MUTATIONS = {
-    # satisfied by _cas_draw itself
+    # satisfied by cas_draw itself
     "cas_packed": None, "cas_index_float": None, "cas_fractal": None,
     "cas_vc_gt_col": _cp_vc_gt_col, "cas_col_not_pow2": _cp_col_not_pow2, "cas_tsize": _cp_tsize,
     "cas_hand_full": _cp_hand_full, "cas_budget": _cp_budget, "cas_lane_oob": _cp_lane_oob,
@@ -533,7 +533,7 @@ CAS_PLAN_MUTATIONS = {
 }
 
 
-def _cas_plan_mutate(b: _Builder, plan: _CasPlan, mutations: list) -> list:
+def cas_plan_mutate(b: Builder, plan: CasPlan, mutations: list) -> list:
     """Apply the plan-level mutations; the labels that took (the ones the draw
     satisfies when it did)."""
     applied = []

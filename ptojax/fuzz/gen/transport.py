@@ -16,11 +16,11 @@ import numpy as np
 
 from ... import tables
 from ...isa.encode import BSTOP, FPATR0, START, bstart, catr, datr, dim, ior, ios, iot_dst, iot_src
-from .driver import Bundle, Case, GenConfig, _Builder, _flatten, _gen_config
-from .transport_mutations import (BUNDLE_MUTATIONS, MUTATIONS, STREAM_MUTATIONS, _m_shuffle, _real,
-                                  _zero_all)
+from .driver import Bundle, Case, GenConfig, Builder, flatten, gen_config
+from .transport_mutations import (BUNDLE_MUTATIONS, MUTATIONS, STREAM_MUTATIONS, m_shuffle, real_bundles,
+                                  zero_all)
 from .values import (BITS, CELL, CODE_LAYOUT, CUBE_DTYPES, DTYPES, LOAD_CODES, MASK64, PEMODE_MASK,
-                     STORE_CODES, STORE_OF, _ebytes, _pick, _size_for_bytes, _weighted)
+                     STORE_CODES, STORE_OF, elem_bytes, pick_one, size_for_bytes, weighted_key)
 
 PROGRAM_KINDS = {
     # kind: weight
@@ -51,23 +51,23 @@ def _cube_shape(rng, lay: str, bits: int, tile_words: int, mode: str):
     def shape_for(cells):
         if lay == "N8":
             ks = [k for k in range(1, cells + 1) if cells % k == 0]
-            k = _pick(rng, ks)
+            k = pick_one(rng, ks)
             nn = cells // k
             vr = int(rng.integers((k - 1) * cr + 1, k * cr + 1))
             vc = int(rng.integers((nn - 1) * 8 + 1, nn * 8 + 1))
         else:
             vr = int(rng.integers(1, cr + 1))
             if rng.random() < 0.3:
-                vr = _pick(rng, [1, cr, min(cr, 2)])
+                vr = pick_one(rng, [1, cr, min(cr, 2)])
             vc = int(rng.integers((cells - 1) * cc + 1, cells * cc + 1))
         return vr, vc
 
     if mode == "exact":
         opts = [c for c in (1, 2, 4, 8, 16) if c <= max_cells]
-        cells = _pick(rng, opts)
+        cells = pick_one(rng, opts)
     elif mode == "short":
         opts = [c for c in (2, 3, 5, 9, 17) if c <= max_cells] or [2]
-        cells = _pick(rng, opts)
+        cells = pick_one(rng, opts)
     elif mode == "big":
         cells = max_cells + int(rng.integers(1, 4))
     else:
@@ -81,26 +81,26 @@ def _cube_shape(rng, lay: str, bits: int, tile_words: int, mode: str):
 
 def _cube_dtype(rng) -> int:
     if rng.random() < 0.88:
-        return _pick(rng, CUBE_DTYPES)
-    return _pick(rng, [0, 14, 16, 24])                  # FP64, HiF4X2, S64, U64: no CELL class
+        return pick_one(rng, CUBE_DTYPES)
+    return pick_one(rng, [0, 14, 16, 24])                  # FP64, HiF4X2, S64, U64: no CELL class
 
 
-def cube_tload(b: _Builder, *, dt=None, code=None, shape_mode=None) -> Bundle:
+def cube_tload(b: Builder, *, dt=None, code=None, shape_mode=None) -> Bundle:
     rng = b.rng
     dt = _cube_dtype(rng) if dt is None else dt
-    code = _pick(rng, LOAD_CODES) if code is None else code
+    code = pick_one(rng, LOAD_CODES) if code is None else code
     lay = CODE_LAYOUT[code]
     bits = BITS[dt]
     cbits = bits if bits in (4, 8, 16, 32) else 16     # illegal dtypes: any geometry
-    shape_mode = shape_mode or _weighted(rng, {"fit": 8, "exact": 2, "short": 1.2, "big": 0.5})
+    shape_mode = shape_mode or weighted_key(rng, {"fit": 8, "exact": 2, "short": 1.2, "big": 0.5})
     vr, vc, cells = _cube_shape(rng, lay, cbits, b.m.tile_words, shape_mode)
     need = cells * 128
     if shape_mode == "short":
-        size = _size_for_bytes(need - 128)
+        size = size_for_bytes(need - 128)
         if (128 << (size - 1)) >= need:
             size = max(1, size - 1)
     else:
-        size = _size_for_bytes(need)
+        size = size_for_bytes(need)
         if shape_mode == "fit" and rng.random() < 0.3:
             size += int(rng.integers(1, 3))
     size = max(1, min(size, 10))
@@ -117,9 +117,9 @@ def cube_tload(b: _Builder, *, dt=None, code=None, shape_mode=None) -> Bundle:
     return Bundle(bstart("TLOAD", dt), items, True, info)
 
 
-def ord_tload(b: _Builder, *, dt=None) -> Bundle:
+def ord_tload(b: Builder, *, dt=None) -> Bundle:
     rng = b.rng
-    dt = _pick(rng, DTYPES) if dt is None else dt
+    dt = pick_one(rng, DTYPES) if dt is None else dt
     datr_zero = rng.random() < 0.15                     # present-with-zeros: FP64 destination
     edt = 0 if datr_zero else dt
     ebits = BITS[edt]
@@ -132,8 +132,8 @@ def ord_tload(b: _Builder, *, dt=None) -> Bundle:
     if rng.random() < 0.05:
         vr = int(rng.integers(1, 3 * W // col + 2))     # past the model bound
     need_bits = vr * col * ebits
-    size = _size_for_bytes((need_bits + 7) // 8)
-    mode = _weighted(rng, {"exact": 6, "roomy": 3, "short": 1})
+    size = size_for_bytes((need_bits + 7) // 8)
+    mode = weighted_key(rng, {"exact": 6, "roomy": 3, "short": 1})
     if mode == "roomy":
         size += int(rng.integers(1, 4))
     elif mode == "short":
@@ -154,7 +154,7 @@ def ord_tload(b: _Builder, *, dt=None) -> Bundle:
     else:
         col = vc if vc & (vc - 1) == 0 else col         # absent: Col = ValidCol
     # accesses use the effective dtype; the dense default stride the BSTART one
-    items += b.ior_items(vr, vc, ebits, aligned_to=_ebytes(ebits))[0]
+    items += b.ior_items(vr, vc, ebits, aligned_to=elem_bytes(ebits))[0]
     items.append(("iot", iot_dst(hand, size, pemode, 1)))
     b.notes.append(f"ord:{tables.DTYPE_BY_CODE[edt].name}/{vr}x{vc}/col{col}/size{size}/{mode}")
     info = dict(op="TLOAD", cube=False, code=0, dt=edt, start_dt=dt, vr=vr, vc=vc, col=col,
@@ -163,21 +163,21 @@ def ord_tload(b: _Builder, *, dt=None) -> Bundle:
     return Bundle(bstart("TLOAD", dt), items, True, info)
 
 
-def cube_tstore(b: _Builder, src: dict) -> Bundle:
+def cube_tstore(b: Builder, src: dict) -> Bundle:
     """CUBE TSTORE of a loaded tile: matching codes/shape/dtype, or mismatched."""
     rng = b.rng
-    code = STORE_OF.get(src.get("code"), _pick(rng, STORE_CODES))
+    code = STORE_OF.get(src.get("code"), pick_one(rng, STORE_CODES))
     dt, vr, vc = src["dt"], src["vr"], src["vc"]
     mism = []
     u = rng.random()
     if u < 0.08:
-        code = _pick(rng, [c for c in STORE_CODES if c != code]); mism.append("code")
+        code = pick_one(rng, [c for c in STORE_CODES if c != code]); mism.append("code")
     elif u < 0.14:
-        dt = _pick(rng, [d for d in CUBE_DTYPES if d != dt]); mism.append("dtype")
+        dt = pick_one(rng, [d for d in CUBE_DTYPES if d != dt]); mism.append("dtype")
     elif u < 0.20:
         same_bits = [d for d in CUBE_DTYPES if BITS[d] == BITS.get(dt) and d != dt]
         if same_bits:
-            dt = _pick(rng, same_bits); mism.append("dtype_same_width")
+            dt = pick_one(rng, same_bits); mism.append("dtype_same_width")
     elif u < 0.28:
         vr, vc = (vc, vr) if vr != vc else (vr + 1, vc); mism.append("shape")
     if mism:
@@ -187,7 +187,7 @@ def cube_tstore(b: _Builder, src: dict) -> Bundle:
     pemode = src.get("pemode", 7)
     if rng.random() < 0.25:
         subs = [p for p in range(1, 8) if PEMODE_MASK[p] & src.get("mask", 15) == PEMODE_MASK[p]]
-        pemode = _pick(rng, subs) if subs else pemode
+        pemode = pick_one(rng, subs) if subs else pemode
     items = [("datr", datr(code, 31, pad)), ("dim0", b.dim_word(0, vc)), ("dim1", b.dim_word(1, vr))]
     items += b.ior_items(vr, vc, bits)[0]
     items.append(("iot", iot_src(src["index"], pemode, 1)))
@@ -196,12 +196,12 @@ def cube_tstore(b: _Builder, src: dict) -> Bundle:
     return Bundle(bstart("TSTORE", dt), items, True, info)
 
 
-def ord_tstore(b: _Builder, src: dict) -> Bundle:
+def ord_tstore(b: Builder, src: dict) -> Bundle:
     """Ordinary TSTORE of a loaded tile; stride aliasing, nibble stores, LB2 default."""
     rng = b.rng
     tdt = src["dt"]
     bits = BITS[tdt]
-    start_dt = tdt if rng.random() < 0.6 else _pick(rng, DTYPES)   # only sizes the default stride
+    start_dt = tdt if rng.random() < 0.6 else pick_one(rng, DTYPES)   # only sizes the default stride
     vr, vc = src["vr"], src["vc"]
     items = []
     if rng.random() < 0.15:
@@ -211,10 +211,10 @@ def ord_tstore(b: _Builder, src: dict) -> Bundle:
     if rng.random() < 0.3:
         items.append(("dim1", b.dim_word(1, int(rng.integers(0, 50)))))
     if rng.random() < 0.3:
-        items.append(("dim2", b.dim_word(2, _pick(rng, [1, 2, 4, 8, 16, 3, 0]))))
+        items.append(("dim2", b.dim_word(2, pick_one(rng, [1, 2, 4, 8, 16, 3, 0]))))
     mode = None
     if rng.random() < 0.5:
-        mode = _weighted(rng, {"zero": 3, "short": 3, "negative": 2, "dense": 2, "gap": 1,
+        mode = weighted_key(rng, {"zero": 3, "short": 3, "negative": 2, "dense": 2, "gap": 1,
                                "misaligned_base": 1, "past_end": 1, "wrap": 1})
     items += b.ior_items(vr, vc, bits, mode=mode)[0]
     pemode = int(rng.integers(1, 8))
@@ -224,7 +224,7 @@ def ord_tstore(b: _Builder, src: dict) -> Bundle:
     return Bundle(bstart("TSTORE", start_dt), items, True, info)
 
 
-def minimal_tload(b: _Builder, hand: int, size: int = 1, pemode: int = 1, dt: int = 27) -> Bundle:
+def minimal_tload(b: Builder, hand: int, size: int = 1, pemode: int = 1, dt: int = 27) -> Bundle:
     """BSTART.TLOAD, one dst B.IOT, BSTOP: a 1x1 ordinary load from GM address 0."""
     info = dict(op="TLOAD", cube=False, code=0, dt=dt, vr=1, vc=1, col=1, hand=hand,
                 mask=PEMODE_MASK[pemode], pemode=pemode, size=size, index=b.next_index(hand))
@@ -239,7 +239,7 @@ def _prog_cube_load(b):
 
 
 def _prog_cube_roundtrip(b):
-    ld = cube_tload(b, dt=_pick(b.rng, CUBE_DTYPES) if b.rng.random() < 0.95 else None)
+    ld = cube_tload(b, dt=pick_one(b.rng, CUBE_DTYPES) if b.rng.random() < 0.95 else None)
     return [ld, cube_tstore(b, ld.info)]
 
 
@@ -254,12 +254,12 @@ def _prog_ord_roundtrip(b):
 
 def _prog_cross_store(b):
     if b.rng.random() < 0.5:
-        ld = cube_tload(b, dt=_pick(b.rng, CUBE_DTYPES), shape_mode="fit")
+        ld = cube_tload(b, dt=pick_one(b.rng, CUBE_DTYPES), shape_mode="fit")
         b.notes.append("cross:cube->ordinary")
         return [ld, ord_tstore(b, ld.info)]
-    ld = ord_tload(b, dt=_pick(b.rng, CUBE_DTYPES))
+    ld = ord_tload(b, dt=pick_one(b.rng, CUBE_DTYPES))
     b.notes.append("cross:ordinary->cube")
-    return [ld, cube_tstore(b, dict(ld.info, code=_pick(b.rng, LOAD_CODES)))]
+    return [ld, cube_tstore(b, dict(ld.info, code=pick_one(b.rng, LOAD_CODES)))]
 
 
 def _prog_two_bundles(b):
@@ -287,7 +287,7 @@ def _prog_hand_fill(b):
     hand = int(rng.integers(0, 4))
     n = b.m.hand_slots + 1
     out = [minimal_tload(b, hand, pemode=int(rng.integers(1, 8)),
-                         dt=_pick(rng, DTYPES)) for _ in range(n)]
+                         dt=pick_one(rng, DTYPES)) for _ in range(n)]
     if rng.random() < 0.4:
         out.append(ord_tstore(b, out[0].info))
     return out
@@ -297,16 +297,16 @@ def _prog_budget(b):
     """Core budget: big masks and SizeCodes, or a small TILE_CAPACITY register."""
     rng = b.rng
     if rng.random() < 0.5:
-        b.tile_capacity = _pick(rng, [0, 128, 256, 512, 1024, 4096, int(rng.integers(0, 1 << 20)),
+        b.tile_capacity = pick_one(rng, [0, 128, 256, 512, 1024, 4096, int(rng.integers(0, 1 << 20)),
                                       int(rng.integers(0, 1 << 20)), (1 << 32) + 128])
         if rng.random() < 0.1:                 # the 64-bit register's top half (hand-made)
-            b.tile_capacity = _pick(rng, [1 << 63, MASK64, (1 << 63) + 4096])
+            b.tile_capacity = pick_one(rng, [1 << 63, MASK64, (1 << 63) + 4096])
         b.notes.append(f"tile_capacity:{b.tile_capacity}")
         if rng.random() < 0.5:
             return [cube_tload(b, shape_mode="fit")]
         return [ord_tload(b), minimal_tload(b, int(rng.integers(0, 4)))]
-    out = [minimal_tload(b, int(rng.integers(0, 4)), size=_pick(rng, [9, 10]), pemode=7)]
-    out.append(minimal_tload(b, int(rng.integers(0, 4)), size=_pick(rng, [1, 8, 9, 10]),
+    out = [minimal_tload(b, int(rng.integers(0, 4)), size=pick_one(rng, [9, 10]), pemode=7)]
+    out.append(minimal_tload(b, int(rng.integers(0, 4)), size=pick_one(rng, [1, 8, 9, 10]),
                              pemode=int(rng.integers(1, 8))))
     if rng.random() < 0.5:
         out.append(minimal_tload(b, int(rng.integers(0, 4)), size=10, pemode=7))
@@ -321,12 +321,12 @@ def _prog_zero_mask(b):
         src = dict(out[0].info)
         out.append(cube_tstore(b, src) if src["cube"] else ord_tstore(b, src))
     bd = out[int(rng.integers(0, len(out)))]
-    _zero_all(bd)
+    zero_all(bd)
     # otherwise-illegal schema in the zero-mask block
     r = rng.random()
     if r < 0.2 and bd.find("datr"):
         i = bd.find("datr")[0]
-        bd.items[i] = ("datr", datr(_pick(rng, STORE_CODES if bd.info["op"] == "TLOAD" else LOAD_CODES),
+        bd.items[i] = ("datr", datr(pick_one(rng, STORE_CODES if bd.info["op"] == "TLOAD" else LOAD_CODES),
                                     int(rng.integers(0, 32)) if rng.random() < 0.3 else 31, 1,
                                     int(rng.integers(0, 6)), int(rng.integers(0, 8))))
         b.notes.append("zero_mask:illegal_datr")
@@ -365,7 +365,7 @@ def _structured_word(rng) -> int:
     if cls == 1:        # BSTART family: random engine/function/dtype
         return (r & 0xFFFF8000) | 0x1181
     if cls == 2:        # TLSU TLOAD/TSTORE starts with random dtype
-        return START[_pick(rng, ["TLOAD", "TSTORE"])] | (r & 0xF8000000)
+        return START[pick_one(rng, ["TLOAD", "TSTORE"])] | (r & 0xF8000000)
     if cls == 3:        # B.DATR
         return (r & 0xFFFF8F80) | 0x1023 if rng.random() < 0.3 else (r & 0xFFF38F80) | 0x1023
     if cls == 4:        # B.DIM, random target selector
@@ -410,22 +410,22 @@ assert set(PROGRAMS) == set(PROGRAM_KINDS)
 
 def _fit(rng, bundles, max_words: int) -> list:
     """Drop optional header items until the stream fits max_words, then cut."""
-    words = _flatten(bundles)
+    words = flatten(bundles)
     tries = 0
     while len(words) > max_words and tries < 64:
         tries += 1
-        cands = [(bd, i) for bd in _real(bundles) for i, (t, _) in enumerate(bd.items)
+        cands = [(bd, i) for bd in real_bundles(bundles) for i, (t, _) in enumerate(bd.items)
                  if t in ("ior", "dim2", "catr", "fpatr", "iot0") or
                  (t == "datr" and not bd.info.get("cube"))]
         if not cands:
             break
         bd, i = cands[int(rng.integers(0, len(cands)))]
         del bd.items[i]
-        words = _flatten(bundles)
+        words = flatten(bundles)
     return words[:max_words]
 
 
-def _mutate(b: _Builder, kind: str, bundles: list) -> tuple:
+def _mutate(b: Builder, kind: str, bundles: list) -> tuple:
     """(applied labels, stream mutations left for the words): 1 (60%) to
     max_mutations labels with probability p_mutate, each applied as it is drawn
     (so its draws sit between the labels'), else sometimes a legal shuffle."""
@@ -437,19 +437,19 @@ def _mutate(b: _Builder, kind: str, bundles: list) -> tuple:
         if rng.random() < 0.6:
             n = 1
         for _ in range(n):
-            m = _weighted(rng, MUTATIONS)
+            m = weighted_key(rng, MUTATIONS)
             if m in STREAM_MUTATIONS:
                 stream_muts.append(m)
                 applied.append(m)
             elif BUNDLE_MUTATIONS[m](b, bundles):
                 applied.append(m)
     elif kind not in ("random_words", "structured_random") and rng.random() < 0.3:
-        if _m_shuffle(b, bundles):
+        if m_shuffle(b, bundles):
             applied.append("shuffle")
     return applied, stream_muts
 
 
-def _mutate_stream(b: _Builder, words: list, stream_muts: list) -> list:
+def _mutate_stream(b: Builder, words: list, stream_muts: list) -> list:
     """The stream mutations on the fitted words (and the PC they start at)."""
     rng = b.rng
     for m in stream_muts:
@@ -460,18 +460,18 @@ def _mutate_stream(b: _Builder, words: list, stream_muts: list) -> list:
             words.insert(int(rng.integers(0, len(words) + 1)), w)
             words = words[: b.g.max_words]
         elif m == "odd_pc":
-            b.pc = (4 * int(rng.integers(0, 1 << 20))) | _pick(rng, [1, 3])
+            b.pc = (4 * int(rng.integers(0, 1 << 20))) | pick_one(rng, [1, 3])
         elif m == "pc_wrap":
             b.pc = (MASK64 + 1 - 4 * int(rng.integers(1, len(words) + 2))) & MASK64
     return words
 
 
-def _transport_case(rng: np.random.Generator, g: GenConfig) -> Case:
+def transport_case(rng: np.random.Generator, g: GenConfig) -> Case:
     """One TLOAD/TSTORE Case: a program kind, its mutations (drawn by _mutate,
     not driver.draw_mutations: these draws predate it and seeds replay them),
     the words fitted to max_words, random (or zero, or counting) GM."""
-    b = _Builder(rng, g)
-    kind = _weighted(rng, PROGRAM_KINDS)
+    b = Builder(rng, g)
+    kind = weighted_key(rng, PROGRAM_KINDS)
     bundles = PROGRAMS[kind](b)
     applied, stream_muts = _mutate(b, kind, bundles)
     words = _mutate_stream(b, _fit(rng, bundles, g.max_words), stream_muts)
@@ -492,10 +492,10 @@ def _transport_case(rng: np.random.Generator, g: GenConfig) -> Case:
 
 def random_words_case(rng: np.random.Generator, cfg=None, structured: bool = True) -> Case:
     """A Case of random (or class-structured random) words only."""
-    g = _gen_config(cfg)
-    b = _Builder(rng, g)
+    g = gen_config(cfg)
+    b = Builder(rng, g)
     bundles = (_prog_structured_random if structured else _prog_random_words)(b)
     b.noise_regs()
     gm = rng.integers(0, 256, g.machine.gm_bytes, dtype=np.uint8).tobytes()
     return b.case("structured_random" if structured else "random_words", (),
-                  _flatten(bundles)[: g.max_words], gm)
+                  flatten(bundles)[: g.max_words], gm)

@@ -16,7 +16,7 @@ from ...isa.encode import (BSTOP, FPATR0, START, catr, datr, dim, ior, ios, iot_
                            iot_src_dst)
 from .driver import Bundle
 from .values import (DTYPES, LOAD_CODES, RELAYOUT_CODES, RESERVED_DATR_DTYPES, RESERVED_LAYOUTS,
-                     RESERVED_START_DTYPES, STORE_CODES, _pick)
+                     RESERVED_START_DTYPES, STORE_CODES, pick_one)
 
 # mutation label -> weight (the fault each aims at in the comment)
 MUTATIONS = {
@@ -63,22 +63,22 @@ MUTATIONS = {
 # ----------------------------------------------------------------- bundle edits
 
 
-def _zero_all(bd: Bundle):
+def zero_all(bd: Bundle):
     for i, (t, w) in enumerate(bd.items):
         if t == "iot":
             bd.items[i] = (t, w & ~(7 << 9))
 
 
-def _real(bundles):
+def real_bundles(bundles):
     return [bd for bd in bundles if not bd.info.get("raw")]
 
 
 def _target(rng, bundles, pred=lambda bd: True):
-    cands = [bd for bd in _real(bundles) if pred(bd)]
+    cands = [bd for bd in real_bundles(bundles) if pred(bd)]
     return cands[int(rng.integers(0, len(cands)))] if cands else None
 
 
-def _set_datr(bd: Bundle, **kw):
+def set_datr(bd: Bundle, **kw):
     """Rewrite (or add) the B.DATR of a bundle, changing the given fields."""
     idx = bd.find("datr")
     cur = dict(layout=0, dtype=31, pad=3, cmode=0, rmode=0, sat=0, canon=0)
@@ -122,14 +122,14 @@ def _on_target(pred=lambda bd: True):
 @_on_target(lambda x: x.info.get("op") in ("TLOAD", "TSTORE"))
 def _m_wrong_direction(b, bd):
     codes = STORE_CODES if bd.info["op"] == "TLOAD" else LOAD_CODES
-    _set_datr(bd, layout=_pick(b.rng, codes), dtype=31)
+    set_datr(bd, layout=pick_one(b.rng, codes), dtype=31)
     return True
 
 
 @_on_target(lambda x: x.find("dim0") or x.find("dim1"))
 def _m_lb_missing(b, bd):
     idx = bd.find("dim0") + bd.find("dim1")
-    del bd.items[_pick(b.rng, idx)]
+    del bd.items[pick_one(b.rng, idx)]
     return True
 
 
@@ -149,7 +149,7 @@ def _m_lb_zero(b, bd):
 def _m_lb_huge(b, bd):
     n = int(b.rng.integers(0, 3)) if not bd.info.get("cube") else int(b.rng.integers(0, 2))
     tag = f"dim{n}"
-    value = _pick(b.rng, [0xFFFF, 0x8000, 4096, 257, int(b.rng.integers(100, 0x10000))])
+    value = pick_one(b.rng, [0xFFFF, 0x8000, 4096, 257, int(b.rng.integers(100, 0x10000))])
     word = b.dim_word(n, value)
     if bd.find(tag):
         bd.items[bd.find(tag)[0]] = (tag, word)
@@ -161,13 +161,13 @@ def _m_lb_huge(b, bd):
 @_on_target(lambda x: not x.find("dim2"))
 def _m_lb2_extra(b, bd):
     bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)),
-                    ("dim2", b.dim_word(2, _pick(b.rng, [1, 2, 8, 16, 64, 0, 3]))))
+                    ("dim2", b.dim_word(2, pick_one(b.rng, [1, 2, 8, 16, 64, 0, 3]))))
     return True
 
 
 @_on_target(lambda x: any(t.startswith("dim") for t, _ in x.items))
 def _m_lb_dup(b, bd):
-    i = _pick(b.rng, [k for k, (t, _) in enumerate(bd.items) if t.startswith("dim")])
+    i = pick_one(b.rng, [k for k, (t, _) in enumerate(bd.items) if t.startswith("dim")])
     t, w = bd.items[i]
     bd.items.insert(int(b.rng.integers(i + 1, len(bd.items) + 1)), (t, w ^ (1 << 20)))
     return True
@@ -176,39 +176,39 @@ def _m_lb_dup(b, bd):
 @_on_target()
 def _m_datr_dtype(b, bd):
     if bd.info.get("cube"):
-        _set_datr(bd, dtype=_pick(b.rng, list(DTYPES) + [0, 0]))
+        set_datr(bd, dtype=pick_one(b.rng, list(DTYPES) + [0, 0]))
     else:
-        _set_datr(bd, dtype=_pick(b.rng, list(DTYPES[1:]) + [31, 31]), pad=0)
+        set_datr(bd, dtype=pick_one(b.rng, list(DTYPES[1:]) + [31, 31]), pad=0)
     return True
 
 
 @_on_target()
 def _m_datr_attr(b, bd):
-    which = _pick(b.rng, ["cmode", "rmode", "sat", "canon", "cmode_reserved"])
+    which = pick_one(b.rng, ["cmode", "rmode", "sat", "canon", "cmode_reserved"])
     if which == "cmode":
-        _set_datr(bd, cmode=int(b.rng.integers(1, 6)))
+        set_datr(bd, cmode=int(b.rng.integers(1, 6)))
     elif which == "cmode_reserved":
-        _set_datr(bd, cmode=int(b.rng.integers(6, 8)))
+        set_datr(bd, cmode=int(b.rng.integers(6, 8)))
     elif which == "rmode":
-        _set_datr(bd, rmode=int(b.rng.integers(1, 8)))
+        set_datr(bd, rmode=int(b.rng.integers(1, 8)))
     else:
-        _set_datr(bd, **{which: 1})
+        set_datr(bd, **{which: 1})
     if not bd.info.get("cube") and len(bd.find("datr")) == 1:
-        _set_datr(bd, dtype=0, pad=0)
+        set_datr(bd, dtype=0, pad=0)
     b.notes.append(f"datr_attr:{which}")
     return True
 
 
 @_on_target(lambda x: not x.info.get("cube"))
 def _m_datr_pad_ordinary(b, bd):
-    _set_datr(bd, layout=0, dtype=0, pad=int(b.rng.integers(1, 4)))
+    set_datr(bd, layout=0, dtype=0, pad=int(b.rng.integers(1, 4)))
     return True
 
 
 @_on_target()
 def _m_datr_dup(b, bd):
     if not bd.find("datr"):
-        _set_datr(bd, layout=0, dtype=0, pad=0)
+        set_datr(bd, layout=0, dtype=0, pad=0)
     w = bd.items[bd.find("datr")[0]][1]
     bd.items.insert(int(b.rng.integers(bd.find("datr")[0] + 1, len(bd.items) + 1)), ("datr", w))
     return True
@@ -217,9 +217,9 @@ def _m_datr_dup(b, bd):
 @_on_target(lambda x: not x.info.get("cube"))
 def _m_relayout(b, bd):
     # mostly applicable fields (DataType raw 0, PadValue 0); sometimes not
-    dt = 0 if b.rng.random() < 0.6 else _pick(b.rng, [31] + list(DTYPES))
+    dt = 0 if b.rng.random() < 0.6 else pick_one(b.rng, [31] + list(DTYPES))
     pad = 0 if b.rng.random() < 0.7 else int(b.rng.integers(1, 4))
-    _set_datr(bd, layout=_pick(b.rng, RELAYOUT_CODES), dtype=dt, pad=pad)
+    set_datr(bd, layout=pick_one(b.rng, RELAYOUT_CODES), dtype=dt, pad=pad)
     return True
 
 
@@ -258,13 +258,13 @@ def _m_ios_add(b, bd):
 
 @_on_target()
 def _m_zero_mask_block(b, bd):
-    _zero_all(bd)
+    zero_all(bd)
     return True
 
 
 @_on_target()
 def _m_zero_mask_extra(b, bd):
-    w = _pick(b.rng, [iot_dst(int(b.rng.integers(0, 4)), int(b.rng.integers(1, 11)), 0, 1),
+    w = pick_one(b.rng, [iot_dst(int(b.rng.integers(0, 4)), int(b.rng.integers(1, 11)), 0, 1),
                       iot_src(int(b.rng.integers(0, 64)), 0, 1),
                       iot_src2(int(b.rng.integers(0, 64)), int(b.rng.integers(0, 64)), 0, 0)])
     bd.items.insert(int(b.rng.integers(0, len(bd.items) + 1)), ("iot0", w))
@@ -275,7 +275,7 @@ def _m_zero_mask_extra(b, bd):
 def _m_mask_mismatch(b, bd):
     i = _iot_index(bd)
     pm = _iot_pemode(bd)
-    other = _pick(b.rng, [p for p in range(1, 8) if p != pm])
+    other = pick_one(b.rng, [p for p in range(1, 8) if p != pm])
     w = bd.items[i][1]
     extra = (w & ~(7 << 9) & ~(1 << 19)) | other << 9     # same binding, other mask, L=0
     bd.items.insert(i, ("iot", extra))
@@ -309,7 +309,7 @@ def _m_iot_missing(b, bd):
 def _m_iot_extra(b, bd):
     i = _iot_index(bd)
     pm = _iot_pemode(bd)
-    extra = _pick(b.rng, [iot_dst(int(b.rng.integers(0, 4)), 1, pm, 0), iot_src(1, pm, 0),
+    extra = pick_one(b.rng, [iot_dst(int(b.rng.integers(0, 4)), 1, pm, 0), iot_src(1, pm, 0),
                           iot_src2(0, 1, pm, 0)])
     bd.items.insert(i, ("iot", extra))
     return True
@@ -320,7 +320,7 @@ def _m_iot_wrong_form(b, bd):
     i = _iot_index(bd)
     pm = _iot_pemode(bd)
     src = bd.info.get("src", bd.info.get("index", 0))
-    w = _pick(b.rng, [iot_src(src, pm, 1), iot_dst(int(b.rng.integers(0, 4)), 1, pm, 1),
+    w = pick_one(b.rng, [iot_src(src, pm, 1), iot_dst(int(b.rng.integers(0, 4)), 1, pm, 1),
                       iot_src_dst(src, int(b.rng.integers(0, 4)), int(b.rng.integers(1, 11)), pm, 1),
                       iot_src2(src, int(b.rng.integers(0, 64)), pm, 1)])
     bd.items[i] = ("iot", w)
@@ -331,7 +331,7 @@ def _m_iot_wrong_form(b, bd):
 def _m_iot_src_other(b, bd):
     i = _iot_index(bd)
     w = bd.items[i][1]
-    src = _pick(b.rng, [int(b.rng.integers(0, 64)), b.m.hand_slots, 16 + b.m.hand_slots,
+    src = pick_one(b.rng, [int(b.rng.integers(0, 64)), b.m.hand_slots, 16 + b.m.hand_slots,
                         (bd.info.get("src", 0) + 1) % 64])
     bd.items[i] = ("iot", (w & ~(0x3F << 20)) | src << 20)
     return True
@@ -364,7 +364,7 @@ def _m_catr(b, bd):
 
 @_on_target()
 def _m_start_op(b, bd):
-    op = _pick(b.rng, ["TSTORE.SPART", "MGATHER.CAS", "TMATMUL", "TMATMUL.ACC", "TMATMULMX",
+    op = pick_one(b.rng, ["TSTORE.SPART", "MGATHER.CAS", "TMATMUL", "TMATMUL.ACC", "TMATMULMX",
                        "TGEMV", "TGEMVMX.ACC", "TLOAD" if bd.info.get("op") == "TSTORE" else "TSTORE"])
     bd.start = (bd.start & 0xF8000000) | START[op]
     b.notes.append(f"start_op:{op}")
@@ -374,9 +374,9 @@ def _m_start_op(b, bd):
 @_on_target()
 def _m_start_dtype(b, bd):
     if b.rng.random() < 0.35:
-        dt = _pick(b.rng, RESERVED_START_DTYPES)
+        dt = pick_one(b.rng, RESERVED_START_DTYPES)
     else:
-        dt = _pick(b.rng, [0, 14, 16, 24] + list(DTYPES))
+        dt = pick_one(b.rng, [0, 14, 16, 24] + list(DTYPES))
     bd.start = (bd.start & 0x07FFFFFF) | dt << 27
     return True
 
@@ -384,23 +384,23 @@ def _m_start_dtype(b, bd):
 def _reserved_word(rng, kind: str, w: int) -> int:
     """A word of this command kind with a reserved value or a fixed bit flipped."""
     if kind == "datr":
-        return _pick(rng, [(w & ~(0x1F << 7)) | _pick(rng, RESERVED_LAYOUTS) << 7,
-                           (w & ~(0x1F << 20)) | _pick(rng, RESERVED_DATR_DTYPES) << 20,
+        return pick_one(rng, [(w & ~(0x1F << 7)) | pick_one(rng, RESERVED_LAYOUTS) << 7,
+                           (w & ~(0x1F << 20)) | pick_one(rng, RESERVED_DATR_DTYPES) << 20,
                            w | int(rng.integers(1, 4)) << 18, (w & ~(7 << 29)) | 6 << 29])
     if kind.startswith("dim"):
-        return _pick(rng, [(w & ~(0x1F << 15)) | int(rng.integers(24, 32)) << 15,
+        return pick_one(rng, [(w & ~(0x1F << 15)) | int(rng.integers(24, 32)) << 15,
                            (w & ~(7 << 12)) | int(rng.integers(3, 8)) << 12])
     if kind == "ior":
-        return _pick(rng, [w | int(rng.integers(1, 4)) << 25,
+        return pick_one(rng, [w | int(rng.integers(1, 4)) << 25,
                            (w & ~(0x1F << 15)) | int(rng.integers(24, 32)) << 15,
                            (w & ~(0x1F << 20)) | int(rng.integers(24, 32)) << 20,
                            (w & ~(0x1F << 7)) | int(rng.integers(24, 32)) << 7])
     if kind == "iot":
-        return _pick(rng, [(w & ~(0xF << 15)) | int(rng.integers(11, 16)) << 15,
+        return pick_one(rng, [(w & ~(0xF << 15)) | int(rng.integers(11, 16)) << 15,
                            w | int(rng.integers(1, 1 << 12)) << 20,
                            (w & ~(7 << 12)) | 7 << 12, w ^ (1 << int(rng.integers(0, 7)))])
     if kind == "start":
-        return _pick(rng, [(w & 0x07FFFFFF) | _pick(rng, RESERVED_START_DTYPES) << 27,
+        return pick_one(rng, [(w & 0x07FFFFFF) | pick_one(rng, RESERVED_START_DTYPES) << 27,
                            w | int(rng.integers(1, 4)) << 25, w ^ (1 << int(rng.integers(7, 25)))])
     return w ^ (1 << int(rng.integers(0, 32)))
 
@@ -420,7 +420,7 @@ def _m_reserved_field(b, bd):
 
 def _m_header_outside(b, bundles):
     rng = b.rng
-    w = _pick(rng, [datr(22, 31, 1), dim(0, 3), ior(0, 0), iot_dst(0, 1, 1, 1), ios(2, 1),
+    w = pick_one(rng, [datr(22, 31, 1), dim(0, 3), ior(0, 0), iot_dst(0, 1, 1, 1), ios(2, 1),
                     catr(), FPATR0, iot_src(0, 0, 1)])
     raw = Bundle(0, [("outside", w)], False, dict(raw=True))
     if rng.random() < 0.5:
@@ -443,7 +443,7 @@ def _m_drop_bstop(b, bd):
 
 
 @_on_target(lambda x: len(x.items) > 1)
-def _m_shuffle(b, bd):
+def m_shuffle(b, bd):
     iots = [it for it in bd.items if it[0] == "iot"]
     rest = [it for it in bd.items if it[0] != "iot"]
     b.rng.shuffle(rest)
@@ -476,7 +476,7 @@ BUNDLE_MUTATIONS = {
     "store_mask": _m_store_mask, "fpatr": _m_fpatr, "catr": _m_catr, "start_op": _m_start_op,
     "start_dtype": _m_start_dtype, "reserved_field": _m_reserved_field,
     "header_outside": _m_header_outside, "bstop_extra": _m_bstop_extra,
-    "drop_bstop": _m_drop_bstop, "shuffle": _m_shuffle,
+    "drop_bstop": _m_drop_bstop, "shuffle": m_shuffle,
 }
 
 

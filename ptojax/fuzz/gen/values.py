@@ -33,47 +33,47 @@ SIGNED = {d.code: d.signed for d in tables.DATATYPES}
 DT_CODE = {d.name: d.code for d in tables.DATATYPES}
 
 # the faults the aims tables name most
-_TL, _TA, _UN = "Fault_TileLegality", "Fault_TileAllocation", "Fault_Unimplemented"
+TL, TA, UN = "Fault_TileLegality", "Fault_TileAllocation", "Fault_Unimplemented"
 
 
-def _pick(rng, seq, p=None):
+def pick_one(rng, seq, p=None):
     return seq[int(rng.choice(len(seq), p=p))]
 
 
-def _weighted(rng, table: dict) -> str:
+def weighted_key(rng, table: dict) -> str:
     keys = list(table)
     w = np.array([table[k] for k in keys], float)
     return keys[int(rng.choice(len(keys), p=w / w.sum()))]
 
 
-def _rowbytes(vc: int, bits: int) -> int:
+def rowbytes(vc: int, bits: int) -> int:
     return (vc * bits + 7) // 8
 
 
-def _ebytes(bits: int) -> int:
+def elem_bytes(bits: int) -> int:
     return max(1, bits // 8)
 
 
-def _size_for_bytes(nbytes: int) -> int:
+def size_for_bytes(nbytes: int) -> int:
     code = 1
     while (128 << (code - 1)) < nbytes and code < 15:
         code += 1
     return code
 
 
-def _rand_bits(rng, bits: int) -> int:
+def rand_bits(rng, bits: int) -> int:
     return int(rng.integers(0, 1 << bits, dtype=np.uint64)) if bits < 64 else \
         int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
 
 
-def _rand_value(rng, bits: int) -> int:
+def rand_value(rng, bits: int) -> int:
     """A raw element value; sometimes 0, all-ones, the sign bit, 1, max positive."""
     if rng.random() < 0.2:
-        return _pick(rng, [0, (1 << bits) - 1, 1 << (bits - 1), 1, (1 << (bits - 1)) - 1])
-    return _rand_bits(rng, bits)
+        return pick_one(rng, [0, (1 << bits) - 1, 1 << (bits - 1), 1, (1 << (bits - 1)) - 1])
+    return rand_bits(rng, bits)
 
 
-def _encode_elements(dt: int, row: list) -> bytes:
+def encode_elements(dt: int, row: list) -> bytes:
     bits = BITS[dt]
     if bits == 4:
         nib = [v & 0xF for v in row] + [0] * (len(row) % 2)
@@ -82,5 +82,5 @@ def _encode_elements(dt: int, row: list) -> bytes:
     return b"".join((v & ((1 << bits) - 1)).to_bytes(n, "little") for v in row)
 
 
-def _pow2(v: int) -> bool:
+def pow2(v: int) -> bool:
     return v > 0 and not v & (v - 1)

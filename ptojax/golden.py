@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from .. import numerics, tables
-from ..state import MachineConfig
+from . import numerics, tables
+from ._x64 import x64
+from .isa.asm import assemble
+from .layouts.geometry import geometry as cube_geometry
+from .machine import run_stream
+from .state import MachineConfig, reset
 
 # operand hands (a TLOAD takes the hand's lowest free register): A, B -> T; C, Bias -> U;
 # scales -> N; D -> M, so C's TileIndex never equals D's hand number
@@ -238,21 +243,15 @@ def _machine(words_needed: int, gm_needed: int, profile: str):
                          f"(split the matrix)")
     key = (name, profile)
     if key not in _CONFIGS:
-        import ptojax as pj
         cfg = MachineConfig(gm_bytes=gm_bytes, tile_words=tile_words, hand_slots=2,
                             tile_capacity=(1 << 31) - 1, profile=profile)
-        _CONFIGS[key] = (cfg, pj.reset(cfg))
+        _CONFIGS[key] = (cfg, reset(cfg))
     return _CONFIGS[key]
 
 
 def _run(template, cfg, gm: bytes, gprs: dict, words: np.ndarray):
     """Run `words` from `template` with `gm` at address 0 and the GPRs set;
     returns (fault name, fault address or None, executed, final GM as numpy)."""
-    import jax.numpy as jnp
-
-    from .._x64 import x64
-    from ..machine import run_stream
-
     if len(words) > STREAM_WORDS:
         raise AssertionError(f"matmul sequence of {len(words)} words exceeds {STREAM_WORDS}")
     mem = np.zeros(cfg.gm_bytes, np.uint8)
@@ -282,9 +281,6 @@ _OPS = {(False, False, False): "TMATMUL", (False, False, True): "TMATMUL.BIAS",
 
 
 def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias, gemv):
-    import ptojax as pj
-    from ..layouts.geometry import geometry as cube_geometry
-
     regs = iter(_REGS)
     gm = bytearray()
     gprs = {}
@@ -355,7 +351,7 @@ def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias
                            f"B.IOR {base_r}, {stride_r}", f"B.IOT {_D_HAND}#1, mask=1000, last"])
 
     cfg, template = _machine(words_needed, len(gm), profile)
-    words = pj.asm.assemble("\n".join(line for t in text for line in t))
+    words = assemble("\n".join(line for t in text for line in t))
     fault, address, executed, mem = _run(template, cfg, gm, gprs, words)
     if fault != "Fault_None":
         step = [name for first, name in steps if first <= executed][-1]

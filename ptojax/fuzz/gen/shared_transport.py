@@ -1,6 +1,6 @@
 """Shared TLOAD / TSTORE / TSTORE.SPART programs (docs/shared-decisions.md
 sections 3-4): the Shared registers cooperative cases load their operands
-into (`_ShTile`, one B.IOS destination), the per-PE GPRs that address them,
+into (`ShTile`, one B.IOS destination), the per-PE GPRs that address them,
 and the sh_load / sh_store kinds on their own (partial masks, per-PE bases,
 reloads, uninitialized quarters) with their sh_* mutations."""
 
@@ -11,16 +11,16 @@ from typing import Optional
 
 from ... import tables
 from ...isa.encode import bstart, datr, dim, ior, ios, iot_dst
-from .driver import Bundle, _Builder, _flatten
-from .matrix_tiles import _MmGM, _mm_codes
-from .values import (BITS, DT_CODE, DTYPES, LOAD_CODES, MASK64, PEMODE_MASK, STORE_CODES, _ebytes, _pick,
-                     _pow2, _rowbytes)
+from .driver import Bundle, Builder, flatten
+from .matrix_tiles import MmGM, mm_codes
+from .values import (BITS, DT_CODE, DTYPES, LOAD_CODES, MASK64, PEMODE_MASK, STORE_CODES, elem_bytes, pick_one,
+                     pow2, rowbytes)
 
 
-def _sh_fit(bits: int, vr: int, vc: int, cols: int, Wsh: int, size: int = 0):
+def sh_fit(bits: int, vr: int, vc: int, cols: int, Wsh: int, size: int = 0):
     """Smallest B.IOS SizeCode (>= size) whose Shared descriptor holds vr x vc of
     `cols` columns within shared_words (section 3 steps 5 and 7), or None."""
-    if not _pow2(cols) or vc > cols:
+    if not pow2(cols) or vc > cols:
         return None
     for s in range(max(1, size), 13):
         cap_bits = (64 << s) * 8
@@ -39,7 +39,7 @@ def _sh_quarter(e: int, bits: int, size: int) -> int:
 
 
 @dataclass
-class _ShTile:
+class ShTile:
     """A Shared register a Shared TLOAD makes (one B.IOS destination)."""
     role: str                     # a, sa, b, sb (matrix operands) or x (sh_* kinds)
     sid: int
@@ -53,7 +53,7 @@ class _ShTile:
     in_stream: bool = False
 
 
-def _coop_reg(b: _Builder, values: dict) -> int:
+def coop_reg(b: Builder, values: dict) -> int:
     """A fresh GPR holding values[pe] in PE pe's file (junk in the others)."""
     r = b.free_regs.pop()
     for pe in range(tables.NUM_PES):
@@ -62,17 +62,17 @@ def _coop_reg(b: _Builder, values: dict) -> int:
     return r
 
 
-def _coop_ior(b: _Builder, addr: dict) -> tuple:
+def _coop_ior(b: Builder, addr: dict) -> tuple:
     """("ior", word) reading base/stride {pe: (base, stride)} from PE pe's GPRs."""
     rng = b.rng
     bases = {pe: v[0] for pe, v in addr.items()}
     strides = {pe: v[1] for pe, v in addr.items()}
-    rb = 0 if all(v == 0 for v in bases.values()) and rng.random() < 0.6 else _coop_reg(b, bases)
-    rs = 0 if all(v == 0 for v in strides.values()) and rng.random() < 0.6 else _coop_reg(b, strides)
+    rb = 0 if all(v == 0 for v in bases.values()) and rng.random() < 0.6 else coop_reg(b, bases)
+    rs = 0 if all(v == 0 for v in strides.values()) and rng.random() < 0.6 else coop_reg(b, strides)
     return ("ior", ior(rb, rs))
 
 
-def _sh_load_bundle(b: _Builder, t: _ShTile, addr: dict, pemode: int, *, vr=None) -> Bundle:
+def _sh_load_bundle(b: Builder, t: ShTile, addr: dict, pemode: int, *, vr=None) -> Bundle:
     """A Shared TLOAD: LB0 valid columns, LB1 valid rows, LB2 columns, B.IOS, B.IOR."""
     items = [("dim0", dim(0, t.vc)), ("dim1", dim(1, t.vr if vr is None else vr)),
              ("dim2", dim(2, t.cols)), ("ios", ios(t.sid, pemode, t.size)), _coop_ior(b, addr)]
@@ -81,56 +81,56 @@ def _sh_load_bundle(b: _Builder, t: _ShTile, addr: dict, pemode: int, *, vr=None
     return Bundle(bstart("TLOAD", t.dt), items, True, dict(op="TLOAD", role=t.role, sid=t.sid))
 
 
-def _coop_codes(rng, dt: int, n: int, style: dict) -> list:
-    """_mm_codes, raw bits for the dtypes it has no value classes for."""
+def coop_codes(rng, dt: int, n: int, style: dict) -> list:
+    """mm_codes, raw bits for the dtypes it has no value classes for."""
     if tables.DTYPE_BY_CODE[dt].name in ("FP64", "HiF4X2"):
         style = dict(raw=1.0, special=0.0)
-    return _mm_codes(rng, dt, n, style)
+    return mm_codes(rng, dt, n, style)
 
 
-def _sh_write(b: _Builder, gm: "_MmGM", t: _ShTile, style: dict, rows=None):
+def _sh_write(b: Builder, gm: "MmGM", t: ShTile, style: dict, rows=None):
     """GM data for t (one region every PE's GPRs name); the {pe: (base, stride)}."""
     bits = BITS[t.dt]
     rows = t.vr if rows is None else rows
-    base, stride = gm.region(rows, _rowbytes(t.vc, bits), _ebytes(bits))
-    gm.write(base, stride, t.dt, [_coop_codes(b.rng, t.dt, t.vc, style) for _ in range(rows)])
+    base, stride = gm.region(rows, rowbytes(t.vc, bits), elem_bytes(bits))
+    gm.write(base, stride, t.dt, [coop_codes(b.rng, t.dt, t.vc, style) for _ in range(rows)])
     return {pe: (base, stride) for pe in range(tables.NUM_PES)}
 
 
-def _sh_setup_loads(b: _Builder, gm: "_MmGM", t: _ShTile, style: dict) -> list:
+def sh_setup_loads(b: Builder, gm: "MmGM", t: ShTile, style: dict) -> list:
     bundles = [_sh_load_bundle(b, t, _sh_write(b, gm, t, style), t.pemode)]
     if t.reload is not None:
         bundles.append(_sh_load_bundle(b, t, _sh_write(b, gm, t, style), t.reload))
     return bundles
 
 
-def _not_pow2(rng, v):
+def not_pow2(rng, v):
     while True:
         x = int(rng.integers(3, 130)) if rng.random() < 0.7 else v + int(rng.integers(1, 4))
-        if not _pow2(x):
+        if not pow2(x):
             return x
 
 
 # ---- Shared TLOAD / TSTORE / TSTORE.SPART kinds
 
 
-def _sh_draw_tile(b: _Builder, role="x", sid=None) -> _ShTile:
+def _sh_draw_tile(b: Builder, role="x", sid=None) -> ShTile:
     rng, Wsh = b.rng, b.m.shared_words
     while True:
-        dt = _pick(rng, DTYPES)
+        dt = pick_one(rng, DTYPES)
         cols = 1 << int(rng.integers(0, 7))
         vc = cols if rng.random() < 0.5 else int(rng.integers(1, cols + 1))
         vr = int(rng.integers(1, 9)) if rng.random() < 0.6 else int(rng.integers(1, 65))
-        size = _sh_fit(BITS[dt], vr, vc, cols, Wsh)
+        size = sh_fit(BITS[dt], vr, vc, cols, Wsh)
         if size is None:
             continue
-        if rng.random() < 0.2 and _sh_fit(BITS[dt], vr, vc, cols, Wsh, size + 1):
+        if rng.random() < 0.2 and sh_fit(BITS[dt], vr, vc, cols, Wsh, size + 1):
             size += 1
-        return _ShTile(role, int(rng.integers(0, 256)) if sid is None else sid, dt, vr, vc, cols,
+        return ShTile(role, int(rng.integers(0, 256)) if sid is None else sid, dt, vr, vc, cols,
                        size, pemode=7 if rng.random() < 0.4 else int(rng.integers(1, 7)))
 
 
-def _sh_addr(b: _Builder, gm: "_MmGM", t: _ShTile, pes, store: bool = False) -> dict:
+def _sh_addr(b: Builder, gm: "MmGM", t: ShTile, pes, store: bool = False) -> dict:
     """{pe: (base, stride)}: every PE its own region (TSTORE) or data (TLOAD)."""
     rng = b.rng
     bits = BITS[t.dt]
@@ -140,22 +140,22 @@ def _sh_addr(b: _Builder, gm: "_MmGM", t: _ShTile, pes, store: bool = False) -> 
         if shared and out:
             out[pe] = next(iter(out.values()))
             continue
-        base, stride = gm.region(t.vr, _rowbytes(t.vc, bits), _ebytes(bits))
+        base, stride = gm.region(t.vr, rowbytes(t.vc, bits), elem_bytes(bits))
         if not store:
-            gm.write(base, stride, t.dt, [_mm_codes(rng, t.dt, t.vc, dict(raw=1.0, special=0.0))
+            gm.write(base, stride, t.dt, [mm_codes(rng, t.dt, t.vc, dict(raw=1.0, special=0.0))
                                           for _ in range(t.vr)])
         out[pe] = (base, stride)
     return out
 
 
-def _sh_fault_pe(b: _Builder, t: _ShTile, mask: int, size: int) -> Optional[int]:
+def _sh_fault_pe(b: Builder, t: ShTile, mask: int, size: int) -> Optional[int]:
     """A PE in the mask whose quarter holds a valid element."""
     qs = {_sh_quarter(r * t.cols + c, BITS[t.dt], size) for r in range(t.vr) for c in range(t.vc)}
     pes = [q for q in sorted(qs) if 0 <= q < 4 and mask & (1 << (3 - q))]
-    return _pick(b.rng, pes) if pes else None
+    return pick_one(b.rng, pes) if pes else None
 
 
-def _sh_others(b: _Builder, t: _ShTile, kind: str, muts: list, applied: list) -> list:
+def _sh_others(b: Builder, t: ShTile, kind: str, muts: list, applied: list) -> list:
     """Other Shared registers the setup loads: every record (sh_records_full on
     sh_load), or now and then one more."""
     rng = b.rng
@@ -163,15 +163,15 @@ def _sh_others(b: _Builder, t: _ShTile, kind: str, muts: list, applied: list) ->
     if "sh_records_full" in muts and kind == "sh_load":
         sids = [x for x in range(256) if x != t.sid]
         for sid in rng.choice(sids, size=b.m.shared_slots, replace=False):
-            o = _ShTile("other", int(sid), DT_CODE["U8"], 1, 1, 1, 1, pemode=int(rng.integers(1, 8)))
+            o = ShTile("other", int(sid), DT_CODE["U8"], 1, 1, 1, 1, pemode=int(rng.integers(1, 8)))
             others.append(o)
         applied.append("sh_records_full")
     elif rng.random() < 0.3:
-        others.append(_sh_draw_tile(b, "other", sid=_pick(rng, [x for x in range(256) if x != t.sid])))
+        others.append(_sh_draw_tile(b, "other", sid=pick_one(rng, [x for x in range(256) if x != t.sid])))
     return others
 
 
-def _sh_prior(b: _Builder, t: _ShTile, kind: str, muts: list, applied: list) -> Optional[_ShTile]:
+def _sh_prior(b: Builder, t: ShTile, kind: str, muts: list, applied: list) -> Optional[ShTile]:
     """The register t as the setup leaves it, when it exists already (sh_load:
     reloaded, with a mask that holds t's; sh_store: what is stored), or None."""
     rng = b.rng
@@ -179,31 +179,31 @@ def _sh_prior(b: _Builder, t: _ShTile, kind: str, muts: list, applied: list) -> 
         return None                            # every record taken by the others
     if not (kind == "sh_store" or rng.random() < 0.3 or "sh_update_mismatch" in muts):
         return None
-    prior = _ShTile(**{**t.__dict__})
+    prior = ShTile(**{**t.__dict__})
     if kind == "sh_load":
-        prior.pemode = _pick(rng, [p for p in range(1, 8)
+        prior.pemode = pick_one(rng, [p for p in range(1, 8)
                                    if PEMODE_MASK[p] & PEMODE_MASK[t.pemode] == PEMODE_MASK[t.pemode]])
     elif rng.random() < 0.5:
-        prior.reload = _pick(rng, [p for p in range(1, 8)
+        prior.reload = pick_one(rng, [p for p in range(1, 8)
                                    if PEMODE_MASK[p] & PEMODE_MASK[prior.pemode] == PEMODE_MASK[p]])
     if kind == "sh_store" and rng.random() < 0.1:
         return None                            # a TSTORE of a register without a record: legal
     return prior
 
 
-def _sh_update_mismatch(b: _Builder, t: _ShTile, prior: _ShTile, applied: list):
+def _sh_update_mismatch(b: Builder, t: ShTile, prior: ShTile, applied: list):
     """sh_update_mismatch: the reload t differs from the record in its mask
     (outside the allocation), size, dtype or shape."""
     rng, Wsh = b.rng, b.m.shared_words
-    how = _pick(rng, ["mask", "size", "cols", "vr", "dtype"])
+    how = pick_one(rng, ["mask", "size", "cols", "vr", "dtype"])
     if how == "mask" and PEMODE_MASK[prior.pemode] != 15:
-        t.pemode = _pick(rng, [p for p in range(1, 8) if PEMODE_MASK[p] & ~PEMODE_MASK[prior.pemode]])
-    elif how == "size" and _sh_fit(BITS[t.dt], t.vr, t.vc, t.cols, Wsh, t.size + 1):
+        t.pemode = pick_one(rng, [p for p in range(1, 8) if PEMODE_MASK[p] & ~PEMODE_MASK[prior.pemode]])
+    elif how == "size" and sh_fit(BITS[t.dt], t.vr, t.vc, t.cols, Wsh, t.size + 1):
         t.size += 1
     elif how == "dtype":
-        t.dt = _pick(rng, [c for c in DTYPES if c != t.dt and BITS[c] == BITS[t.dt]] or [t.dt])
+        t.dt = pick_one(rng, [c for c in DTYPES if c != t.dt and BITS[c] == BITS[t.dt]] or [t.dt])
     else:
-        t.vr = t.vr + 1 if _sh_fit(BITS[t.dt], t.vr + 1, t.vc, t.cols, Wsh) else t.vr
+        t.vr = t.vr + 1 if sh_fit(BITS[t.dt], t.vr + 1, t.vc, t.cols, Wsh) else t.vr
         if t.vr == prior.vr:
             t.vc = t.vc - 1 if t.vc > 1 else t.vc
     if (t.pemode, t.size, t.dt, t.vr, t.vc) != (prior.pemode if how == "mask" else t.pemode,
@@ -213,7 +213,7 @@ def _sh_update_mismatch(b: _Builder, t: _ShTile, prior: _ShTile, applied: list):
         b.notes.append(f"update_mismatch:{how}")
 
 
-def _sh_too_big(b: _Builder, t: _ShTile, applied: list):
+def _sh_too_big(b: Builder, t: ShTile, applied: list):
     """sh_too_big (a new register only): a narrow dtype and a SizeCode whose
     rows x columns pass shared_words."""
     for dt in (DT_CODE["U8"], DT_CODE["S8"], DT_CODE["U4X2"]):
@@ -225,11 +225,11 @@ def _sh_too_big(b: _Builder, t: _ShTile, applied: list):
             return
 
 
-def _sh_store_bundle(b: _Builder, gm: _MmGM, store_t: _ShTile, kind: str, prior) -> Bundle:
+def _sh_store_bundle(b: Builder, gm: MmGM, store_t: ShTile, kind: str, prior) -> Bundle:
     """A TSTORE (mask 1111) or TSTORE.SPART (any nonzero mask) of the register,
     maybe of fewer valid rows / columns, every PE to its own region."""
     rng = b.rng
-    st = _ShTile(**{**store_t.__dict__})
+    st = ShTile(**{**store_t.__dict__})
     spart = rng.random() < 0.4
     pemode = int(rng.integers(1, 8)) if spart else 7
     if rng.random() < 0.4:
@@ -244,7 +244,7 @@ def _sh_store_bundle(b: _Builder, gm: _MmGM, store_t: _ShTile, kind: str, prior)
                   dict(op="TSTORE", spart=spart, tile=st, pemode=pemode))
 
 
-def _sh_mem_fault(b: _Builder, bd: Bundle, m: str, st: _ShTile, w: int, prior) -> bool:
+def _sh_mem_fault(b: Builder, bd: Bundle, m: str, st: ShTile, w: int, prior) -> bool:
     """sh_mem_page / sh_mem_align: one PE's base (a quarter holding a valid
     element) past the end of GM, or misaligned."""
     rng = b.rng
@@ -263,14 +263,14 @@ def _sh_mem_fault(b: _Builder, bd: Bundle, m: str, st: _ShTile, w: int, prior) -
     base = b.gprs[q][rb]
     b.gprs[q] = dict(b.gprs[q])
     if m == "sh_mem_page":
-        b.gprs[q][rb] = _pick(rng, [b.gm_bytes, b.gm_bytes + 64, 1 << 40])
+        b.gprs[q][rb] = pick_one(rng, [b.gm_bytes, b.gm_bytes + 64, 1 << 40])
     else:
-        b.gprs[q][rb] = base + int(rng.integers(1, _ebytes(BITS[st.dt])))
+        b.gprs[q][rb] = base + int(rng.integers(1, elem_bytes(BITS[st.dt])))
     b.notes.append(f"{m}:PE{q} x{rb}")
     return True
 
 
-def _sh_edit(b: _Builder, bd: Bundle, m: str, t: _ShTile, prior) -> bool:
+def _sh_edit(b: Builder, bd: Bundle, m: str, t: ShTile, prior) -> bool:
     """One sh_* bundle mutation on bd (its B.IOS, B.IOR, B.DIMs); applied?"""
     rng = b.rng
     is_load = bd.info["op"] == "TLOAD"
@@ -284,7 +284,7 @@ def _sh_edit(b: _Builder, bd: Bundle, m: str, t: _ShTile, prior) -> bool:
         bd.items[j] = ("ior", bd.items[j][1] | (int(rng.integers(1, 24)) << 7 if rng.random() < 0.5
                                                 else int(rng.integers(1, 24)) << 27))
     elif m == "sh_cube_code":
-        code = _pick(rng, LOAD_CODES + STORE_CODES)
+        code = pick_one(rng, LOAD_CODES + STORE_CODES)
         bd.items.insert(0, ("datr", datr(code, 31, int(rng.integers(0, 4)))))
     elif m == "sh_ios_dir":
         bd.items[k] = ("ios", (w & ~(0xF << 15)) | ((0 if is_load else int(rng.integers(1, 13))) << 15))
@@ -294,11 +294,11 @@ def _sh_edit(b: _Builder, bd: Bundle, m: str, t: _ShTile, prior) -> bool:
     elif m == "sh_store_mask":
         bd.items[k] = ("ios", (w & ~(7 << 9)) | int(rng.integers(1, 7)) << 9)
     elif m == "sh_lb_missing":
-        j = _pick(rng, bd.find("dim0") + bd.find("dim1") + bd.find("dim2"))
+        j = pick_one(rng, bd.find("dim0") + bd.find("dim1") + bd.find("dim2"))
         del bd.items[j]
     elif m == "sh_cols_not_pow2":
         j = bd.find("dim2")[0]
-        bd.items[j] = ("dim2", dim(2, _not_pow2(rng, bd.info.get("tile", t).cols)))
+        bd.items[j] = ("dim2", dim(2, not_pow2(rng, bd.info.get("tile", t).cols)))
     elif m in ("sh_mem_page", "sh_mem_align"):
         return _sh_mem_fault(b, bd, m, bd.info.get("tile", t), w, prior)
     else:
@@ -306,7 +306,7 @@ def _sh_edit(b: _Builder, bd: Bundle, m: str, t: _ShTile, prior) -> bool:
     return True
 
 
-def _sh_mutate(b: _Builder, bundles: list, muts: list, t: _ShTile, prior, applied: list):
+def _sh_mutate(b: Builder, bundles: list, muts: list, t: ShTile, prior, applied: list):
     """The bundle mutations: on the last bundle of the stream (sh_lb_missing,
     sh_cols_not_pow2: on the load), where they apply."""
     for m in muts:
@@ -322,10 +322,10 @@ def _sh_mutate(b: _Builder, bundles: list, muts: list, t: _ShTile, prior, applie
             applied.append(m)
 
 
-def _sh_program(b: _Builder, kind: str, muts: list):
+def sh_program(b: Builder, kind: str, muts: list):
     """(setup, words, GM, tile_capacity, applied) of an sh_load / sh_store case."""
     rng, W = b.rng, b.g.max_words
-    gm = _MmGM(rng, b.gm_bytes)
+    gm = MmGM(rng, b.gm_bytes)
     applied = []
     setup = []
     t = _sh_draw_tile(b)
@@ -351,7 +351,7 @@ def _sh_program(b: _Builder, kind: str, muts: list):
     if kind == "sh_store" or rng.random() < 0.5:
         bundles.append(_sh_store_bundle(b, gm, store_t, kind, prior))
     _sh_mutate(b, bundles, muts, t, prior, applied)
-    words = _flatten(bundles)
+    words = flatten(bundles)
     if len(words) > W:
-        words = _flatten(bundles[:1])[:W]
-    return _flatten(setup), words, bytes(gm.gm), None, applied
+        words = flatten(bundles[:1])[:W]
+    return flatten(setup), words, bytes(gm.gm), None, applied

@@ -1,0 +1,179 @@
+"""The import graph of ptojax keeps the layering of docs/architecture.md.
+
+Every module is parsed with `ast`; its imports of ptojax modules, at module
+level and inside functions alike, are edges of the graph. `from pkg import x`
+is an edge to the module pkg.x when there is one, else to pkg. Importing a
+submodule also runs its package's __init__; that implicit edge is not counted
+(a package __init__ that re-exports its submodules is no cycle), so the rules
+are about what a module names, which is what its author chose.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import ptojax
+
+ROOT = Path(ptojax.__file__).resolve().parent
+
+# Layers, lowest first: a module may import its own layer and the ones below.
+LAYERS = (
+    ("tables", ("ptojax.tables", "ptojax.isa.forms", "ptojax.cas_order", "ptojax.version",
+                "ptojax.compile_cache", "ptojax._x64", "ptojax._hugepages")),
+    ("state", ("ptojax.indexing", "ptojax.state", "ptojax.layouts*", "ptojax.numerics",
+               "ptojax.result", "ptojax.tileview")),
+    # instruction words; the State's interchange format (it needs only the State)
+    ("isa", ("ptojax.isa*", "ptojax.interop*")),
+    ("ops", ("ptojax.ops.*",)),
+    # the word-stream executor; pj.ops.matmul runs real bundles through it, and the
+    # pj.ops namespace (ops/__init__.py) names that helper
+    ("run", ("ptojax.machine", "ptojax.golden", "ptojax.ops")),
+    ("batch", ("ptojax.batch*", "ptojax.warmup")),
+    # the public namespace; the oracle, which only the layers above may use
+    ("api", ("ptojax", "ptojax.reference*")),
+    # campaigns; the report of one run and the guided tour's steps, which the CLI prints
+    ("fuzz", ("ptojax.fuzz*", "ptojax.report", "ptojax.demo")),
+    ("cli", ("ptojax.cli*", "ptojax.__main__")),
+)
+
+# The reference model is written from the spec, not from the executor: it imports
+# itself and only these (tables and the catalog; the public State and RunResult at
+# its edges; the CAS lane orders, an implementation-defined option both models
+# select; the ieee profile's codecs of the wider formats).
+REFERENCE_MAY_IMPORT = ("ptojax.reference*", "ptojax.tables", "ptojax.isa.forms", "ptojax.state",
+                        "ptojax.result", "ptojax.cas_order", "ptojax.numerics")
+
+
+def _matches(module: str, pattern: str) -> bool:
+    if pattern.endswith(".*"):
+        return module.startswith(pattern[:-1])
+    if pattern.endswith("*"):
+        return module == pattern[:-1] or module.startswith(pattern[:-1] + ".")
+    return module == pattern
+
+
+def _modules() -> dict:
+    """{module name: path} of every module of the package."""
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = ("ptojax",) + path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(module: str, path: Path) -> list:
+    """(line, imported module, imported name or None) of every ptojax import."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, None) for a in node.names if _matches(a.name, "ptojax*")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not _matches(target, "ptojax*"):
+                continue
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                out.append((node.lineno, sub, None) if sub in MODULES else (node.lineno, target, a.name))
+    return out
+
+
+EDGES = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _layer(module: str) -> int:
+    # the most specific pattern wins ("ptojax.ops" the namespace over "ptojax.ops.*")
+    best = None
+    for rank, (_, patterns) in enumerate(LAYERS):
+        for p in patterns:
+            if _matches(module, p) and (best is None or len(p.rstrip("*")) > best[0]):
+                best = (len(p.rstrip("*")), rank)
+    assert best is not None, f"{module} has no layer in LAYERS"
+    return best[1]
+
+
+def test_every_module_has_a_layer():
+    for m in MODULES:
+        _layer(m)
+
+
+def test_imports_point_down_the_layers():
+    bad = []
+    for m, edges in EDGES.items():
+        for line, target, _ in edges:
+            if _layer(target) > _layer(m):
+                bad.append(f"{MODULES[m].relative_to(ROOT.parent)}:{line}: {m} "
+                           f"({LAYERS[_layer(m)][0]}) imports {target} ({LAYERS[_layer(target)][0]})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_reference_imports_only_tables_the_catalog_and_itself():
+    bad = [f"{m}:{line} imports {target}"
+           for m, edges in EDGES.items() if _matches(m, "ptojax.reference*")
+           for line, target, _ in edges
+           if not any(_matches(target, p) for p in REFERENCE_MAY_IMPORT)]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_name_crosses_a_module():
+    """A leading underscore marks a name private to its module (a private
+    *module*, such as _x64, is private to the package and may be imported in it)."""
+    bad = [f"{m}:{line} imports {name} from {target}"
+           for m, edges in EDGES.items() for line, target, name in edges
+           if name and name.startswith("_") and not name.startswith("__")]
+    assert not bad, "\n".join(bad)
+
+
+def _cycles() -> list:
+    """Strongly connected components of more than one module (or a self-import)."""
+    graph = {m: sorted({t for _, t, _ in edges if t in MODULES}) for m, edges in EDGES.items()}
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1 or v in graph[v]:
+                out.append(sorted(scc))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles() == []
+
+
+@pytest.mark.parametrize("family", ["transport", "mgather_cas", "matrix", "shared",
+                                    "shared_transport"])
+def test_operation_families_have_one_name_on_both_sides(family):
+    assert f"ptojax.ops.{family}" in MODULES and f"ptojax.reference.{family}" in MODULES
