@@ -831,41 +831,15 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
         return prepared[r] if r in prepared else initial_state(c, mcfg)
 
     def finalize(chunk, prepared, jfut, ofuts, sample_rows):
+        nonlocal want_export
         got = jfut.result()
         want = [o for f in ofuts for o in f.result()]
-        bad = mismatch_mask(got, want, sample_rows)
-        oracle_of = dict(zip(sample_rows, want))
-        for r, (k, j, c) in enumerate(chunk):
-            ref = oracle_of.get(r)
-            res.coverage.add(c, ref.fault if ref is not None else tables.FAULTS[int(got.fault_code[r])])
-        res.cases += len(chunk)
-        res.compared += len(sample_rows)
-        for i in np.flatnonzero(bad).tolist():
-            r = sample_rows[i]
-            res.mismatches += 1
-            if len(res.kept) < cc.keep_mismatches:
-                k, j, c = chunk[r]
-                res.kept.append(Mismatch(k, j, c, differences(got[r], want[i])))
-        nonlocal want_export
+        oracle_of = _tally(res, cc, chunk, got, want, sample_rows)
         if want_export:
-            for r, (k, j, c) in enumerate(chunk):
-                ref = oracle_of.get(r)
-                st = start_of(c, prepared, r)
-                if ref is None:
-                    ref = reference_outcome(st, c.words, c.pe, cc.on_fault, mcfg, c.core)
-                if export(k, j, c, st, ref) is False:
-                    want_export = False
-                    break
+            want_export = _export_chunk(export, cc, mcfg, chunk, oracle_of,
+                                        lambda c, r: start_of(c, prepared, r))
         if against is not None:
-            exts = against.run_many([(c, start_of(c, prepared, r)) for r, (_, _, c) in enumerate(chunk)])
-            for r, ((k, j, c), ext) in enumerate(zip(chunk, exts)):
-                res.against_compared += 1
-                mine = got[r]
-                if not mine.same(ext):
-                    res.against_mismatches += 1
-                    if len(res.kept) < cc.keep_mismatches:
-                        res.kept.append(Mismatch(k, j, c, differences(mine, ext, ("jax", "external")),
-                                                 against=True))
+            _compare_against(res, cc, against, chunk, got, lambda c, r: start_of(c, prepared, r))
 
     t0 = time.perf_counter()
     try:
@@ -878,6 +852,50 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
             oracle.close()
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _tally(res, cc, chunk, got, want, sample_rows) -> dict:
+    """Coverage, counts and kept mismatches of one finished chunk; {row: oracle outcome}."""
+    bad = mismatch_mask(got, want, sample_rows)
+    oracle_of = dict(zip(sample_rows, want))
+    for r, (k, j, c) in enumerate(chunk):
+        ref = oracle_of.get(r)
+        res.coverage.add(c, ref.fault if ref is not None else tables.FAULTS[int(got.fault_code[r])])
+    res.cases += len(chunk)
+    res.compared += len(sample_rows)
+    for i in np.flatnonzero(bad).tolist():
+        r = sample_rows[i]
+        res.mismatches += 1
+        if len(res.kept) < cc.keep_mismatches:
+            k, j, c = chunk[r]
+            res.kept.append(Mismatch(k, j, c, differences(got[r], want[i])))
+    return oracle_of
+
+
+def _export_chunk(export, cc, mcfg, chunk, oracle_of, start_of) -> bool:
+    """Offer every case of the chunk to `export` (with its reference outcome);
+    False once it declines further cases."""
+    for r, (k, j, c) in enumerate(chunk):
+        ref = oracle_of.get(r)
+        st = start_of(c, r)
+        if ref is None:
+            ref = reference_outcome(st, c.words, c.pe, cc.on_fault, mcfg, c.core)
+        if export(k, j, c, st, ref) is False:
+            return False
+    return True
+
+
+def _compare_against(res, cc, against, chunk, got, start_of):
+    """The external command's outcomes of the chunk, compared with pj.batch.run's."""
+    exts = against.run_many([(c, start_of(c, r)) for r, (_, _, c) in enumerate(chunk)])
+    for r, ((k, j, c), ext) in enumerate(zip(chunk, exts)):
+        res.against_compared += 1
+        mine = got[r]
+        if not mine.same(ext):
+            res.against_mismatches += 1
+            if len(res.kept) < cc.keep_mismatches:
+                res.kept.append(Mismatch(k, j, c, differences(mine, ext, ("jax", "external")),
+                                         against=True))
 
 
 def _loop(chunks, finalize, runner, oracle, jax_thread, res, progress, total, cc, mcfg, t0):
