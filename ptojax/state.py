@@ -415,7 +415,7 @@ def check_state(s):
 # model can be in.
 _DTYPES = tuple(d.code for d in tables.DATATYPES)
 _MASKS = tuple(m for m in tables.PEMODE_MASK if m)          # recorded bindings: PEMode != 000
-_IOT_COLUMNS = (range(2), range(4), range(11), _MASKS, range(2), range(2), range(64), range(64))
+_IOT_COLUMNS = (range(2), range(4), range(1, 11), _MASKS, range(2), range(2), range(64), range(64))
 _IOS_COLUMNS = (range(256), range(13), _MASKS)
 _DOMAIN = {
     "active": range(2), "op": range(len(tables.OPS)), "dtype": _DTYPES, "datr_present": range(2),

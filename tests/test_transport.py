@@ -133,7 +133,7 @@ def in_domain_block(rng, base):
     mask = pick(masks)
     for r in range(n_iot):
         dst, s0, s1 = (rng.random(3) < 0.5).tolist()
-        b["iot"][r] = [dst, pick(range(4)) * dst, pick(range(11)) * dst, mask,
+        b["iot"][r] = [dst, pick(range(4)) * dst, pick(range(1, 11)) * dst, mask,
                        s0, s1, pick(range(64)) * s0, pick(range(64)) * s1]
     b.update(iot_count=n_iot, iot_closed=n_iot > 0 and rng.random() < 0.5)
     if plain:
