@@ -21,6 +21,7 @@ import numpy as np
 
 from . import tables
 from ._x64 import x64
+from .isa import forms
 from .indexing import row, set_row
 from .layouts.geometry import MODEL_TILE_ELEMENTS
 
@@ -413,17 +414,26 @@ def check_state(s):
 # command not seen, a binding row past the count, a register of an absent
 # binding) at its reset value. A State holding anything else is not one the
 # model can be in.
-_DTYPES = tuple(d.code for d in tables.DATATYPES)
+def _legal(mnemonic: str, field: str) -> tuple:
+    """The values the catalog lets `field` of `mnemonic` take (the others fault at decode)."""
+    sets = {v for f in forms.forms_named(mnemonic) for name, legal in f.constraints
+            if name == field for v in legal}
+    return tuple(sorted(sets))
+
+
+_DTYPES = _legal("BSTART.TLOAD", "DataType")
 _MASKS = tuple(m for m in tables.PEMODE_MASK if m)          # recorded bindings: PEMode != 000
-_IOT_COLUMNS = (range(2), range(4), range(1, 11), _MASKS, range(2), range(2), range(64), range(64))
-_IOS_COLUMNS = (range(256), range(13), _MASKS)
+_GPRS = _legal("B.IOR", "RegSrc0")
+_IOT_COLUMNS = (range(2), _legal("B.IOT", "DstTile"), _legal("B.IOT", "SizeCode"), _MASKS,
+                range(2), range(2), range(64), range(64))
+_IOS_COLUMNS = (range(256), _legal("B.IOS", "SizeCode"), _MASKS)
 _DOMAIN = {
     "active": range(2), "op": range(len(tables.OPS)), "dtype": _DTYPES, "datr_present": range(2),
-    "datr": (tuple(tables.LAYOUT_CODES), _DTYPES + (tables.DTYPE_NONE,),
-             range(len(tables.PADVALUES)), range(len(tables.CMODES)), range(len(tables.RMODES)),
+    "datr": (_legal("B.DATR", "Layout"), _legal("B.DATR", "DataType"),
+             range(len(tables.PADVALUES)), _legal("B.DATR", "CMode"), range(len(tables.RMODES)),
              range(2), range(2)),
     "lb": range(1 << 16), "lb_present": range(2), "ior_present": range(2),
-    "ior": range(tables.NUM_GPRS), "iot_count": range(MAX_IOT + 1), "iot_closed": range(2),
+    "ior": (_GPRS,) * 4, "iot_count": range(MAX_IOT + 1), "iot_closed": range(2),
     "iot": _IOT_COLUMNS * MAX_IOT, "ios_count": range(MAX_IOS + 1), "ios": _IOS_COLUMNS * MAX_IOS,
     "zero_seen": range(2), "fpatr_present": range(2), "fpatr": range(1 << 32),
     "catr_present": range(2), "catr": range(1 << 32)}
