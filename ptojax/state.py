@@ -462,9 +462,10 @@ def _block_rules():
     with jax.enable_x64(True), jax.ensure_compile_time_eval():
         reset = np.asarray(pack_block(empty_block()))
     n = len(names)
+    size = {f: int(np.prod(sh)) for f, sh, _ in BLOCK_FIELDS}
     gate = np.arange(n)
     for field, flag in _LATCHED_BY.items():
-        k = int(np.prod(dict((f, sh) for f, sh, _ in BLOCK_FIELDS)[field]))
+        k = size[field]
         gate[start[field]:start[field] + k] = start[flag] + (np.arange(k) if field == "lb" else 0)
     for r in range(MAX_IOT):        # an IOT row's hand and size need a destination, src0/1 a source
         at = start["iot"] + 8 * r
