@@ -21,7 +21,8 @@ from .ops import dispatch, header
 from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
 from .result import RunResult
 from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, check_block,
-                    config_of, empty_block, pack_block, pack_tiles, unpack_block, unpack_tiles)
+                    config_of, empty_block, pack_block, pack_tiles, packed_width, unpack_block,
+                    unpack_tiles)
 
 ON_FAULT = ("abandon", "hold")
 _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
@@ -66,28 +67,34 @@ def _command_faults(blk, d):
     return (f_datr, f_dim, f_ior, f_catr, f_fpatr, f_iot, f_ios), (t, iot_mask, ios_mask)
 
 
-def _latch(packed, blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
-    """The packed block after the word: header latching, BSTOP closing, BSTART opening."""
+def _latch(blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
+    """What the word does to the packed block: (the value each entry would take,
+    which entries take it, which return to their reset value). Header commands
+    write their own fields, BSTART writes the fields it opens and resets the
+    rest, BSTOP resets every field."""
     active = blk.active
     kind = d["kind"]
     is_ = lambda name: kind == K[name]
-    # each command updates only its own fields. On the packed block that is one
-    # select: the value every field would take from this word, where the word's
-    # kind (and row) writes that field.
+    # each command updates only its own fields: `written` holds the value every
+    # field would take from this word, `latch` marks the ones this word's kind
+    # (and row) writes
     word32 = jnp.asarray(word, jnp.uint32)
     dim_val = ((gpr_value(gpr_row, d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
     iot_row = jnp.stack([d["iot_dst"].astype(jnp.int32), jnp.where(d["iot_dst"], d["dst_hand"], 0),
                          jnp.where(d["iot_dst"], d["size_code"], 0), iot_mask,
                          d["iot_src0"].astype(jnp.int32), d["iot_src1"].astype(jnp.int32),
                          jnp.where(d["iot_src0"], d["src0"], 0), jnp.where(d["iot_src1"], d["src1"], 0)])
+    # the binding and dimension rows are written once here, and _WRITTEN_FROM spreads
+    # them over every row position (no broadcast table is materialized)
     true = jnp.bool_(True)
     written = pack_block(Block(
         active=true, pc=pc, op=d["op"], dtype=d["dtype"], datr_present=true, datr=d["datr"],
-        lb=jnp.broadcast_to(dim_val, (3,)), lb_present=jnp.ones(3, bool), ior_present=true,
+        lb=dim_val[None], lb_present=jnp.ones(1, bool), ior_present=true,
         ior=d["ior"], iot_count=blk.iot_count + 1, iot_closed=blk.iot_closed | (d["last"] == 1),
-        iot=jnp.broadcast_to(iot_row, (MAX_IOT, 8)), ios_count=blk.ios_count + 1,
-        ios=jnp.broadcast_to(jnp.stack([d["ios_sid"], d["ios_size"], ios_mask]), (MAX_IOS, 3)),
-        zero_seen=true, fpatr_present=true, fpatr=word32, catr_present=true, catr=word32))
+        iot=iot_row[None], ios_count=blk.ios_count + 1,
+        ios=jnp.stack([d["ios_sid"], d["ios_size"], ios_mask])[None],
+        zero_seen=true, fpatr_present=true, fpatr=word32, catr_present=true,
+        catr=word32))[_WRITTEN_FROM]
     at_row = jnp.where(_LATCH_GROUP == _G_LB, t,
                        jnp.where(_LATCH_GROUP == _G_IOT, blk.iot_count, blk.ios_count))
     recorded = jnp.where(kind == K["B.IOT"], d["pemode"] != 0, d["ios_pemode"] != 0)
@@ -95,16 +102,16 @@ def _latch(packed, blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
         | ((kind == K["B.IOS"]) & (d["ios_pemode"] == 0))
     latch = ((_LATCH_KIND == kind) & ((_LATCH_ROW < 0) | (_LATCH_ROW == at_row))
              & (~_LATCH_RECORDS | recorded)) | (_LATCH_ZERO & zero_bind & active)
-    nb = jnp.where(latch, written, packed)
     # BSTOP closes the block, BSTART opens a fresh one
-    fresh = jnp.where(_OPENED & is_("BSTART"), written, pack_block(empty_block()))
-    return jnp.where(is_("BSTOP") | is_("BSTART"), fresh, nb)
+    opens = _OPENED & is_("BSTART")
+    return written, latch | opens, (is_("BSTOP") | is_("BSTART")) & ~opens
 
 
 def header_step(packed, word, gpr_row, pc):
-    """Decode one word and apply it to the block header (packed: state.pack_block).
+    """Decode one word and what it does to the block header (packed: state.pack_block).
 
-    Returns (the packed block after the word, fault of the word, completes). A completing
+    Returns (fault of the word, completes, and the word's update of the block:
+    `_latch`'s (written, take, reset), which `apply_header` applies). A completing
     word (BSTOP, or BSTART with a block open) is assumed to commit; phase 2
     decides its real fault. GPRs are only read here (no op in the slice writes
     them), so header processing never depends on a commit's effects.
@@ -129,7 +136,14 @@ def header_step(packed, word, gpr_row, pc):
          f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
 
     # ---- header latching
-    return _latch(packed, blk, d, word, gpr_row, pc, *latched), fault, completes
+    return fault, completes, _latch(blk, d, word, gpr_row, pc, *latched)
+
+
+def apply_header(packed, update, applies):
+    """The packed block after a word whose `update` (header_step) `applies`:
+    one select per entry, so a scan step writes the block once."""
+    written, take, reset = update
+    return jnp.where(applies & take, written, jnp.where(applies & reset, _EMPTY, packed))
 
 
 def _latch_tables():
@@ -143,57 +157,69 @@ def _latch_tables():
               "fpatr": "B.FPATR", "catr_present": "B.CATR", "catr": "B.CATR"}
     groups = {"lb": _G_LB, "lb_present": _G_LB, "iot": _G_IOT, "ios": _G_IOS}
     kind, group, rows, records, zero, opened = [], [], [], [], [], []
-    for name, shape, _ in BLOCK_FIELDS:
-        n = int(np.prod(shape))
+    for name, shape, dtype in BLOCK_FIELDS:
+        n = packed_width(shape, dtype)
         kind += [K[writer[name]] if name in writer else -1] * n
         group += [groups.get(name, 0)] * n
         rows += (list(np.repeat(np.arange(shape[0]), n // shape[0])) if name in groups else [-1] * n)
         records += [writer.get(name) in ("B.IOT", "B.IOS")] * n
         zero += [name == "zero_seen"] * n
         opened += [name in ("active", "pc", "op", "dtype")] * n
+    # the packed block with one row per row group -> each entry's position in it
+    written_from, at = [], 0
+    for name, shape, dtype in BLOCK_FIELDS:
+        n = packed_width(shape, dtype)
+        width = n // shape[0] if name in groups else n
+        written_from += [at + k % width for k in range(n)]
+        at += width
     return (np.array(kind, np.int32), np.array(group, np.int32), np.array(rows, np.int32),
-            np.array(records), np.array(zero), np.array(opened))
+            np.array(records), np.array(zero), np.array(opened), np.array(written_from, np.int32))
 
 
 _G_LB, _G_IOT, _G_IOS = 1, 2, 3
-_LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED = _latch_tables()
+(_LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED,
+ _WRITTEN_FROM) = _latch_tables()
+with jax.ensure_compile_time_eval(), jax.enable_x64(True):
+    _EMPTY = np.asarray(pack_block(empty_block()))     # every entry at its reset value
 
 
-def _scan_headers(st: State, words, length, gpr_row, max_commits: int, empty):
+def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
     """Phase 1: the words through decode and the block header, stopping at the
-    first header fault. Returns (the open block after the scan, the header
-    fault's word index (L: none), the header fault, the block before that word,
-    the recorded commits and their word indices)."""
+    first header fault. Returns (the open block after the scan, which is the
+    block before the faulting word when there is one, the header fault's word
+    index (L: none), the header fault, the recorded commits and their word
+    indices)."""
     L = words.shape[0]
+    slot = np.arange(max_commits)
 
     # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
     @jax.named_scope("phase1")
     def phase1(carry, xs):
-        blk, stop_at, hfault, before, n, commits, pos = carry
+        blk, stop_at, hfault, n, commits, pos = carry
         i, w = xs
         go = (i < length) & (stop_at == L)
         pc = st.pc + U64(4) * i.astype(U64)
-        nb, fault, completes = header_step(blk, w, gpr_row, pc)
+        fault, completes, update = header_step(blk, w, gpr_row, pc)
         faulted = go & (fault != 0)
         rec = go & ~faulted & completes & (n < max_commits)
         go, fault, faulted, rec = settle((go, fault, faulted, rec))
-        commits = jnp.where(rec, set_row(commits, n, blk), commits)
-        pos = jnp.where(rec, set_row(pos, n, i), pos)
-        return (jnp.where(go & ~faulted, nb, blk),
+        into = rec & (slot == n)
+        commits = jnp.where(into[:, None], blk, commits)
+        pos = jnp.where(into, i, pos)
+        return (apply_header(blk, update, go & ~faulted),
                 jnp.where(faulted, i, stop_at), jnp.where(faulted, fault, hfault),
-                jnp.where(faulted, blk, before), n + rec.astype(jnp.int32), commits, pos), None
+                n + rec.astype(jnp.int32), commits, pos), None
 
-    first = pack_block(st.block)
-    init = (first, jnp.int32(L), jnp.int32(0), first, jnp.int32(0),
-            jnp.broadcast_to(empty, (max_commits,) + empty.shape),
+    init = (pack_block(st.block), jnp.int32(L), jnp.int32(0), jnp.int32(0),
+            jnp.broadcast_to(_EMPTY, (max_commits, _EMPTY.size)),
             jnp.full((max_commits,), L, jnp.int32))
-    (blk, stop_at, hfault, before, _, commits, pos), _ = jax.lax.scan(
+    (blk, stop_at, hfault, _, commits, pos), _ = jax.lax.scan(
         phase1, init, (jnp.arange(L, dtype=jnp.int32), words))
-    return blk, stop_at, hfault, before, commits, pos
+    return blk, stop_at, hfault, commits, pos
 
 
 def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, cas_seed,
-                   core: bool, empty):
+                   core: bool):
     """Phase 2: the recorded blocks committed in order, stopping at the first
     completion fault. Returns (the state, the fault's word index (L: none), the
     fault, its address, the faulting block)."""
@@ -216,7 +242,7 @@ def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, 
                 jnp.where(faulted, addr, caddr), jnp.where(faulted, packed, cblk)), None
 
     out, _ = jax.lax.scan(
-        phase2, (st, jnp.int32(L), jnp.int32(0), U64(0), empty), (commits, pos))
+        phase2, (st, jnp.int32(L), jnp.int32(0), U64(0), jnp.asarray(_EMPTY)), (commits, pos))
     return out
 
 
@@ -239,12 +265,10 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     effects = ALL_EFFECTS if effects is None else effects
     st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
     gpr_row = row(st.gpr, pe)
-    # blocks travel packed (one int64 vector): selecting or storing one costs one op
-    empty = pack_block(empty_block())
-    blk, stop_at, hfault, before, commits, pos = _scan_headers(st, words, length, gpr_row,
-                                                               max_commits, empty)
+    # blocks travel packed (one int32 vector): selecting or storing one costs one op
+    blk, stop_at, hfault, commits, pos = _scan_headers(st, words, length, gpr_row, max_commits)
     st, cstop, cfault, caddr, cblk = _commit_blocks(st, commits, pos, L, pe, cfg, effects, cas_seed,
-                                                    core, empty)
+                                                    core)
 
     # the first fault in word order stops the stream (commit faults precede
     # the header fault: only commits before it were recorded)
@@ -253,9 +277,10 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     at = jnp.where(commit_first, cstop, stop_at)
     faulted = at < L
     post_commit = fault == F["Fault_BundlePostCommit"]
-    kept = jnp.where(hold, jnp.where(commit_first, cblk, before), empty)
+    # on a header fault the scan's block is the block before the faulting word
+    kept = jnp.where(hold, jnp.where(commit_first, cblk, blk), _EMPTY)
     final_block = unpack_block(settle(jnp.where(faulted & ~post_commit, kept,
-                                                jnp.where(faulted, empty, blk))))
+                                                jnp.where(faulted, _EMPTY, blk))))
     memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
     executed = jnp.where(faulted, at, length)
     pc = st.pc + U64(4) * executed.astype(U64)

@@ -259,17 +259,25 @@ def _block_fields():
 
 
 BLOCK_FIELDS = _block_fields()
-BLOCK_WORDS = sum(int(np.prod(shape)) for _, shape, _ in BLOCK_FIELDS)
+def packed_width(shape, dtype) -> int:
+    """int32 words a Block leaf takes in pack_block (a uint64 value takes two)."""
+    return int(np.prod(shape)) * (2 if dtype == np.uint64 else 1)
+
+
+BLOCK_WORDS = sum(packed_width(shape, dtype) for _, shape, dtype in BLOCK_FIELDS)
+BLOCK_ELEMENTS = sum(int(np.prod(shape)) for _, shape, _ in BLOCK_FIELDS)
 
 
 def pack_block(blk: Block):
-    """The Block as one int64 vector: a scan step selects or stores one array,
-    not one per field (each field would be its own kernel)."""
+    """The Block as one int32 vector (a uint64 leaf as two words): a scan step
+    selects or stores one array, not one per field (each field would be its
+    own kernel), and half as many bytes as 64-bit entries would take. (The
+    executor also packs blocks whose row tables hold one row: machine._latch.)"""
     parts = []
     for name, _, dtype in BLOCK_FIELDS:
         v = jnp.asarray(getattr(blk, name)).reshape(-1)
-        parts.append(jax.lax.bitcast_convert_type(v, jnp.int64) if dtype == np.uint64
-                     else v.astype(jnp.int64))
+        parts.append(jax.lax.bitcast_convert_type(v, jnp.int32).reshape(-1)
+                     if dtype in (np.uint64, np.uint32) else v.astype(jnp.int32))
     return jnp.concatenate(parts)
 
 
@@ -277,11 +285,16 @@ def unpack_block(vec) -> Block:
     """Inverse of pack_block."""
     out, at = {}, 0
     for name, shape, dtype in BLOCK_FIELDS:
-        n = int(np.prod(shape))
-        v = vec[at:at + n].reshape(shape)
+        n = packed_width(shape, dtype)
+        v = vec[at:at + n]
         at += n
-        out[name] = (jax.lax.bitcast_convert_type(v, jnp.uint64) if dtype == np.uint64
-                     else v != 0 if dtype == np.bool_ else v.astype(dtype))
+        if dtype == np.uint64:
+            v = jax.lax.bitcast_convert_type(v.reshape(-1, 2), jnp.uint64)
+        elif dtype == np.uint32:
+            v = jax.lax.bitcast_convert_type(v, jnp.uint32)
+        else:
+            v = v != 0 if dtype == np.bool_ else v.astype(dtype)
+        out[name] = v.reshape(shape)
     return Block(**out)
 
 
@@ -444,7 +457,7 @@ _LATCHED_BY = {"datr": "datr_present", "lb": "lb_present", "ior": "ior_present",
 
 @functools.lru_cache(maxsize=None)
 def _block_rules():
-    """Over pack_block's positions: the (field, element) each holds, its
+    """Over _packed_rows' positions: the (field, element) each holds, its
     [lo, hi] and allowed-value bit set (0: the whole range) once latched, the
     reset vector, the position whose zero holds each at reset (gate; itself
     when none), and the binding-row positions past each count."""
@@ -459,8 +472,8 @@ def _block_rules():
                 lo.append(dom.start); hi.append(dom.stop - 1); allowed.append(0)
             else:
                 lo.append(min(dom)); hi.append(max(dom)); allowed.append(sum(1 << v for v in dom))
-    with jax.enable_x64(True), jax.ensure_compile_time_eval():
-        reset = np.asarray(pack_block(empty_block()))
+    with jax.enable_x64(True):
+        reset = _packed_rows(empty_block(), np)[0]
     n = len(names)
     size = {f: int(np.prod(sh)) for f, sh, _ in BLOCK_FIELDS}
     gate = np.arange(n)
@@ -480,18 +493,19 @@ def _block_rules():
 
 
 def _packed_rows(block, xp):
-    """[rows, BLOCK_WORDS] int64: pack_block of every State's block (xp: np or jnp)."""
+    """[rows, BLOCK_ELEMENTS] int64: every State's block, one entry per field
+    element (xp: np or jnp)."""
     leaves = []
     for name, shape, dtype in BLOCK_FIELDS:
         v = xp.asarray(getattr(block, name))
         lead = v.shape[:v.ndim - len(shape)]
         v = v.view(xp.int64) if dtype == np.uint64 else v.astype(xp.int64)
         leaves.append(v.reshape(lead + (-1,)))
-    return xp.concatenate(leaves, -1).reshape(-1, BLOCK_WORDS)
+    return xp.concatenate(leaves, -1).reshape(-1, BLOCK_ELEMENTS)
 
 
 def _bad_positions(v, xp):
-    """bool[rows, BLOCK_WORDS]: the positions of packed blocks `v` outside the rules."""
+    """bool[rows, BLOCK_ELEMENTS]: the positions of packed blocks `v` outside the rules."""
     names, lo, hi, allowed, reset, start, gate, (past_iot, past_ios) = _block_rules()
     at_reset = v == reset
     latched = (v[:, gate] != 0) | (gate == np.arange(len(names)))
@@ -507,7 +521,7 @@ def _bad_positions(v, xp):
 
 
 # rows screened per compiled pass: a fixed shape, so one program serves every
-# batch size, and one [1024, BLOCK_WORDS] buffer is reused (a buffer for a whole
+# batch size, and one [1024, BLOCK_ELEMENTS] buffer is reused (a buffer for a whole
 # batch was page-faulted in on every call: 17 ms at 16,384 rows, 2.8 ms in chunks)
 _CHUNK = 1024
 
