@@ -618,6 +618,7 @@ def main(argv=None):
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "python": platform.python_version(), "numpy": np.__version__,
             "jax": jax.__version__, "backend": jax.default_backend(),
+            "glibc_hugepage_malloc": __import__("ptojax._hugepages", fromlist=["active"]).active(),
             "device": str(getattr(dev, "device_kind", dev)),
             "local_devices": jax.local_device_count(), "cpu_count": os.cpu_count(),
             "machine": platform.machine(), "commit": _checkout.commit(), "preset": args.config,
@@ -654,4 +655,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from ptojax._hugepages import reexec_with_hugepage_malloc
+    reexec_with_hugepage_malloc()      # both trees' runs get it (children inherit the environment)
     main()

@@ -4,7 +4,8 @@ XLA:CPU allocates every result afresh; with 4 KiB pages the first touch of a
 128 MiB result costs more than the conversion itself (numpy asks for
 transparent huge pages on its own big arrays, XLA does not). glibc >= 2.35
 reads `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` at process start, so benchmark
-entry points re-execute themselves once with it set.
+entry points and the CLI's batch commands re-execute themselves once with it
+set (a library caller sets it in its own environment: README, Benchmarks).
 """
 
 from __future__ import annotations
@@ -27,4 +28,6 @@ def reexec_with_hugepage_malloc() -> None:
     env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), TUNABLE]))
     env["PTOJAX_NO_HUGEPAGE_REEXEC"] = "1"      # never loop
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    # orig_argv keeps `-m module` and interpreter options (sys.argv has a path instead)
+    argv = list(getattr(sys, "orig_argv", [])) or [sys.executable] + sys.argv
+    os.execve(sys.executable, [sys.executable] + argv[1:], env)

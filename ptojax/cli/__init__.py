@@ -28,22 +28,32 @@ input (malformed assembly, unreadable file, bad option value). `fuzz` and
 `parser` builds the argument parser; each command is a module here
 (`run`, `asm` with disasm, `bench`, `demo`, `fuzz`, `replay`, `warmup`) that
 calls library functions and prints. Commands that run JAX turn on JAX's
-persistent compilation cache up front (ptojax/compile_cache.py).
+persistent compilation cache up front (ptojax/compile_cache.py). Started as
+the console script, the batch commands (demo, bench, fuzz) restart once with
+glibc's huge-page malloc (ptojax/_hugepages.py): XLA allocates every batch
+result afresh, and with 4 KiB pages first touching them costs up to a third
+of a batch.
 """
 
 from __future__ import annotations
 
 import sys
 
+from .. import _hugepages
 from .common import CliError
 from .parser import build_parser
 
 __all__ = ["main", "build_parser"]
 
+# commands whose cost is batches of States (see the module docstring)
+BATCH_COMMANDS = ("demo", "bench", "fuzz")
+
 
 def main(argv=None) -> int:
     """Entry point of the `ptojax` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if argv is None and args.command in BATCH_COMMANDS:
+        _hugepages.reexec_with_hugepage_malloc()
     try:
         return args.func(args)
     except CliError as e:
