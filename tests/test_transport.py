@@ -178,3 +178,21 @@ def test_budget_charge_of_huge_capacity():
         s = poke_tiles(s, field, 2, value)
     assert pj.reference.run(s, cube_load(22, "FP16", 2, 2, hand=1)).fault == "Fault_TileAllocation"
     assert_same_as_reference(s, cube_load(22, "FP16", 2, 2, hand=1), "abandon", "huge capacity")
+
+
+def test_lane_divmod_is_exact_over_every_lane_index():
+    """ops.common.lane_divmod (float reciprocal + one correction) against integer
+    division: every lane index of the largest tile (W = 32768) by every divisor up
+    to 1024 and a spread of larger ones, then indices up to its 2**22 bound."""
+    from ptojax.ops.common import lane_divmod
+    f = jax.jit(jax.vmap(lane_divmod, in_axes=(None, 0)))
+    j = np.arange(1 << 15, dtype=np.int32)
+    ds = np.concatenate([np.arange(-2, 1025), np.unique(np.geomspace(1025, 1 << 22, 200).astype(np.int32)),
+                         [32767, 32768, 32769]]).astype(np.int32)
+    q, r = (np.asarray(a) for a in f(j, ds))
+    d = np.maximum(ds, 1)[:, None]
+    assert (q == j // d).all() and (r == j % d).all()
+    big = np.arange((1 << 22) - (1 << 16), 1 << 22, dtype=np.int32)
+    q, r = (np.asarray(a) for a in f(big, ds[-300:]))
+    d = np.maximum(ds[-300:], 1)[:, None]
+    assert (q == big // d).all() and (r == big % d).all()

@@ -112,6 +112,22 @@ def mod(a, b):
     return jax.lax.rem(a, jnp.maximum(b, 1))
 
 
+def lane_divmod(j, d):
+    """(j // d, j % d) for lane indices 0 <= j < 2**22 and d >= 1 (d < 1 is read as 1).
+
+    A float32 reciprocal and one correction step: the float quotient is within
+    one of the true one there, and the correction makes it exact. Lane-wide
+    integer division is a scalar instruction per element on CPU; this is vector
+    arithmetic (three lane-wide divisions were a tenth of a TLOAD batch).
+    """
+    j = jnp.asarray(j, jnp.int32)
+    d = jnp.maximum(jnp.asarray(d, jnp.int32), 1)
+    q = (j.astype(jnp.float32) * (1 / d.astype(jnp.float32))).astype(jnp.int32)
+    r = j - q * d
+    q = jnp.where(r < 0, q - 1, jnp.where(r >= d, q + 1, q))
+    return q, j - q * d
+
+
 def take(table, i):
     """table[i] for a static numpy table and a traced scalar index, clamped in range."""
     return row(jnp.asarray(table), i)
@@ -171,7 +187,7 @@ def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
     cell, inner = j >> (lcr + lcc), j & (cr * cc - 1)
     kr = jnp.maximum(k_repeat, 1)
     # CUBE_N8: cell = n*K_repeat + k, column-major inside the cell
-    n = div(cell, kr)
+    n, _ = lane_divmod(cell, kr)
     n8_r = ((cell - n * kr) << lcr) + (inner & (cr - 1))
     n8_c = (n << 3) + (inner >> lcr)
     # CUBE_M16/M32: cells along columns, row-major inside (M16 b4 swaps groups)
@@ -232,7 +248,7 @@ def ordinary_index(layout, rows, cols, bits, r, c):
 def valid_lanes(vr, vc, W: int):
     """(r, c, in_region) of lanes 0..W-1 enumerating a VR x VC region row-major."""
     j = jnp.arange(W, dtype=jnp.int32)
-    r, c = div(j, vc), mod(j, vc)
+    r, c = lane_divmod(j, vc)
     return r, c, j < vr * vc
 
 

@@ -165,9 +165,10 @@ def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source
 
 
 def _element_map(h: Header, cfg, is_load, is_store, legal, base, stride_reg, cube_lay,
-                 d: _Destination, src: _Source):
+                 d: _Destination, src: _Source, stores: bool):
     """Element map of the tile filled (TLOAD) or read (TSTORE): (its settled scalar
-    parameters, the lanes)."""
+    parameters, the lanes). `stores` (static): a TSTORE can complete here, so the
+    ordinary source's lane-by-lane map is traced."""
     W = cfg.tile_words
     cube, lb, bdt, s = h.cube, h.lb, h.dtype, src.s
     # Its scalar parameters are settled first: each lane-wide kernel below
@@ -193,12 +194,16 @@ def _element_map(h: Header, cfg, is_load, is_store, legal, base, stride_reg, cub
     # lane by lane over its valid region instead
     r, c = tile_coords(p["cube"], p["lay"], p["cr"], p["cc"], four, p["k_repeat"], p["col"], W)
     storage = jnp.where(p["cube"], jnp.arange(W) < p["cells"] * p["cr"] * p["cc"], True)
-    lane_r, lane_c, lane_in = valid_lanes(vr, vc, W)
-    by_lane = p["by_lane"]
-    r, c = jnp.where(by_lane, lane_r, r), jnp.where(by_lane, lane_c, c)
-    valid = jnp.where(by_lane, lane_in, (r < vr) & (c < vc) & storage)
+    valid = (r < vr) & (c < vc) & storage
+    value_slot = jnp.arange(W)
+    if stores:
+        lane_r, lane_c, lane_in = valid_lanes(vr, vc, W)
+        by_lane = p["by_lane"]
+        r, c = jnp.where(by_lane, lane_r, r), jnp.where(by_lane, lane_c, c)
+        valid = jnp.where(by_lane, lane_in, valid)
     r, c, valid = settle((r, c, valid))
-    value_slot = jnp.where(by_lane, jnp.clip(ordinary_slot(p["src"], r, c), 0, W - 1), jnp.arange(W))
+    if stores:
+        value_slot = jnp.where(by_lane, jnp.clip(ordinary_slot(p["src"], r, c), 0, W - 1), value_slot)
     nbytes = elem_bytes(p["bits"])
     col_off = jnp.where(four, c >> 1, c * nbytes).astype(U64)
     addr = p["base"] + r.astype(U64) * stride + col_off
@@ -275,7 +280,8 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
         # memory checks: skip the element map (a matrix-only stream's cost)
         return fault, U64(0), state
 
-    p, lanes = _element_map(h, cfg, is_load, is_store, legal, base, stride_reg, cube_lay, d, src)
+    p, lanes = _element_map(h, cfg, is_load, is_store, legal, base, stride_reg, cube_lay, d, src,
+                            "TSTORE" in effects)
     probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
     mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p["legal"])
     fault = jnp.where(legal, mfault, fault)
