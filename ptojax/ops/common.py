@@ -14,6 +14,22 @@ from ..state import TILE_COLUMN as COL, TILE_FIELDS
 F = tables.FAULT_CODE
 U64 = jnp.uint64
 
+# pj.batch.run vmaps the executor under this axis name (see trip_count)
+BATCH_AXIS = "batch"
+
+
+def trip_count(n):
+    """The trip count of a loop that runs `n` times for this State: under
+    pj.batch.run the batch's largest n, else n. The body masks its own
+    iterations past n. A loop whose bound differs across the batch becomes,
+    under vmap, a loop that selects its whole carry per iteration (a CAS
+    loop re-selected every State's GM that way each lane); one bound shared by
+    the batch keeps an iteration's cost to what it touches."""
+    try:
+        return jax.lax.pmax(n, BATCH_AXIS)
+    except NameError:       # not under the batch's vmap: one State
+        return n
+
 # DataType code (0..31) -> properties; unassigned codes have bits 0.
 DT_BITS = np.zeros(32, np.int32)
 DT_SIGNED = np.zeros(32, bool)

@@ -34,7 +34,8 @@ from . import shared as sh
 from .header import Header
 from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, capacity_register,
                      cube_descriptor, cube_geometry, destination, install, log2, ordered_fault,
-                     ordinary_source_legal, payload, settle, source, take, tile_coords)
+                     ordinary_source_legal, payload, settle, source, take, tile_coords,
+                     trip_count)
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
@@ -456,13 +457,15 @@ def _ieee_product(blk: _Block, shr: _Shared, words, shared, scales, operands, tr
         sa, sb = scales(k)
         a, b = operands(a_val, b_val, k, (0, 0, 0, 0))
         exact = (a * jnp.where(sa_on, scale(sa), 1.0)) * (b * jnp.where(sb_on, scale(sb), 1.0))
-        acc_f = binary32.round_value(acc_f + binary32.round_value(exact))
-        acc_i = acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64)
+        step = k < trips
+        acc_f = jnp.where(step, binary32.round_value(acc_f + binary32.round_value(exact)), acc_f)
+        acc_i = jnp.where(step, acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64),
+                          acc_i)
         return acc_i, acc_f
 
     init = (jnp.where(is_acc, c_words, U64(0)),
             jnp.where(is_acc, binary32.value(c_words), jnp.float64(0)))
-    acc_i, acc_f = jax.lax.fori_loop(0, trips, body, init)
+    acc_i, acc_f = jax.lax.fori_loop(0, trip_count(trips), body, init)
     acc_f = jnp.where(is_bias, acc_f + binary32.value(bias_words), acc_f)
     acc_i = (acc_i + jnp.where(is_bias, bias_words, U64(0))) & U64(0xFFFFFFFF)
     acc_i = jnp.where(blk.acc_type == DT["S32"],
@@ -483,8 +486,8 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g
         def body(k, acc):
             sa, sb = scales(k)
             a, b = operands((words, shared), (words, shared), k)
-            return acc + (a * sa) * (b * sb)
-        acc = jax.lax.fori_loop(0, trips, body, jnp.where(blk.is_acc, c_words, U64(0)))
+            return jnp.where(k < trips, acc + (a * sa) * (b * sb), acc)
+        acc = jax.lax.fori_loop(0, trip_count(trips), body, jnp.where(blk.is_acc, c_words, U64(0)))
         return lane_ok, acc + jnp.where(blk.is_bias, bias_words, U64(0))
     return lane_ok, _ieee_product(blk, shr, words, shared, scales, operands, trips, c_words,
                                   bias_words)

@@ -19,7 +19,7 @@ from . import memory
 from .common import (DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
                      fractal_ok, gpr_value, install, ordered_fault, ordinary_index, ordinary_shape,
                      ordinary_slot, ordinary_source_legal, payload, settle, source, take,
-                     valid_lanes)
+                     trip_count, valid_lanes)
 from .header import Header
 
 LAY = tables.TILE_LAYOUT_CODE
@@ -155,7 +155,7 @@ def _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln: _Lanes, cas_seed):
         win = jax.lax.dynamic_slice(gm, (a,), (min(8, n),))
         word = jax.lax.bitcast_convert_type(jnp.pad(win, (0, 8 - win.shape[0])), U64)
         value = (word >> shift) & low
-        run = ok & lane[k]
+        run = ok & lane[k] & (p < n_lanes)
         hit = run & (value == (expected[k] & low))
         new = (word & ~(low << shift)) | ((replacement[k] & low) << shift)
         new_win = jax.lax.bitcast_convert_type(jnp.where(hit, new, word), jnp.uint8)[: win.shape[0]]
@@ -163,7 +163,7 @@ def _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln: _Lanes, cas_seed):
         old = old.at[k].set(jnp.where(run, _extend(value, tbits, signed), old[k]))
         return gm, old
 
-    return jax.lax.fori_loop(0, n_lanes, lane_step, (state.gm, jnp.zeros(W, U64)))
+    return jax.lax.fori_loop(0, trip_count(n_lanes), lane_step, (state.gm, jnp.zeros(W, U64)))
 
 
 def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
