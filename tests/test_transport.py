@@ -196,3 +196,23 @@ def test_lane_divmod_is_exact_over_every_lane_index():
     q, r = (np.asarray(a) for a in f(big, ds[-300:]))
     d = np.maximum(ds[-300:], 1)[:, None]
     assert (q == big // d).all() and (r == big % d).all()
+
+
+def test_last_valid_element_has_the_largest_ordinary_index():
+    """ops.common.ordinary_source_legal checks only (VR-1, VC-1) against the payload:
+    in every ordinary layout whose rows/cols/fractal rules hold, no valid element
+    has a larger index (every region of every legal shape up to 64 x 128)."""
+    from ptojax.ops.common import ORDINARY_LAYOUTS, fractal_ok, ordinary_index
+    grid = [(layout, rows, cols, bits) for bits in (4, 8, 16, 32, 64)
+            for rows in (1, 2, 3, 16, 17, 32, 48, 64) for cols in (1, 2, 4, 8, 16, 32, 64, 128)
+            for layout in ORDINARY_LAYOUTS]
+    layout, rows, cols, bits = (np.array(v, np.int32) for v in zip(*grid))
+    legal = np.asarray(fractal_ok(layout, rows, cols, bits))
+    r, c = np.meshgrid(np.arange(64), np.arange(128), indexing="ij")
+    idx = np.asarray(jax.jit(jax.vmap(lambda *d: ordinary_index(*d, r, c)))(layout, rows, cols, bits))
+    assert legal.sum() > 300
+    for k in np.flatnonzero(legal):
+        sub = idx[k, :rows[k], :cols[k]]
+        # the largest index over every region [0, vr) x [0, vc) is at its corner
+        top = np.maximum.accumulate(np.maximum.accumulate(sub, 0), 1)
+        assert (top == sub).all(), grid[k]
