@@ -18,6 +18,7 @@ from PE to PE).
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -186,10 +187,11 @@ class Machine:
         self.shared = [SharedRecord(**{k: (bool(v[i]) if k in ("published", "contents_defined")
                                            else int(v[i])) for k, v in sh.items()})
                        for i in range(R)]
-        self._arrays = None          # numpy copies of Local words/defined, made on first use
-        self._shared_array = None    # numpy copy of the Shared words, made on first use
         self._payloads: list[dict] = [{} for _ in range(P)]
         self._shared_payload: dict[int, list] = {}
+        # rows as converted from the State: to_state writes back only rows that differ
+        self._loaded: dict[tuple, tuple] = {}
+        self._shared_loaded: dict[int, list] = {}
         self.cur = 0                 # the executing PE
         self.core = False            # run_core: completions are collectives
         self.block = self._block_from_state(state.block)
@@ -218,16 +220,11 @@ class Machine:
         pe = self.cur if pe is None else pe
         cache = self._payloads[pe]
         if slot not in cache:
-            words, defined = self._payload_arrays()
-            cache[slot] = ([int(x) for x in words[pe, slot].tolist()],
-                           [bool(x) for x in defined[pe, slot].tolist()])
+            if (pe, slot) not in self._loaded:
+                self._loaded[pe, slot] = (_row(self._state.tiles.words, (pe, slot), np.uint64),
+                                          _row(self._state.tiles.defined, (pe, slot), bool))
+            cache[slot] = tuple(list(x) for x in self._loaded[pe, slot])
         return cache[slot]
-
-    def _payload_arrays(self):
-        if self._arrays is None:
-            self._arrays = (np.asarray(self._state.tiles.words).astype(np.uint64),
-                            np.asarray(self._state.tiles.defined).astype(bool))
-        return self._arrays
 
     def local_charge(self, pe: Optional[int] = None) -> int:
         """Local pool of PE `pe` (default cur): sum over its allocated tiles of
@@ -267,9 +264,9 @@ class Machine:
     def shared_payload(self, record: int) -> list:
         """Payload Words of one record, converted on first use."""
         if record not in self._shared_payload:
-            if self._shared_array is None:
-                self._shared_array = np.asarray(self._state.shared.words).astype(np.uint64)
-            self._shared_payload[record] = [int(x) for x in self._shared_array[record].tolist()]
+            if record not in self._shared_loaded:
+                self._shared_loaded[record] = _row(self._state.shared.words, (record,), np.uint64)
+            self._shared_payload[record] = list(self._shared_loaded[record])
         return self._shared_payload[record]
 
     # ------------------------------------------------------------- collective rollback
@@ -312,83 +309,103 @@ class Machine:
     # ------------------------------------------------------------- write back
 
     def to_state(self) -> State:
-        """A new State holding this machine, same shapes and dtypes as ptojax/state.py."""
+        """A new State holding this machine, same shapes and dtypes as ptojax/state.py.
+        A leaf equal to the input State's is the input's own jax array (immutable,
+        so sharing it is safe): the cost follows what the run changed."""
         import jax
-        import jax.numpy as jnp
 
         with jax.enable_x64(True):
-            old = self._state.tiles
-            if any(self._payloads):     # only slots an operation touched were converted
-                words, defined = (a.copy() for a in self._payload_arrays())
-                for pe, cache in enumerate(self._payloads):
-                    for slot, (w, d) in cache.items():
-                        words[pe, slot] = np.array(w, dtype=np.uint64)
-                        defined[pe, slot] = np.array(d, dtype=bool)
-                words, defined = jnp.asarray(words), jnp.asarray(defined)
-            else:
-                words = jnp.asarray(old.words, jnp.uint64)
-                defined = jnp.asarray(old.defined, bool)
+            old = self._state
+            tiles = old.tiles.replace(
+                words=with_rows(old.tiles.words, np.uint64, self._written(0)),
+                defined=with_rows(old.tiles.defined, bool, self._written(1)),
+                **{k: same_or_new(getattr(old.tiles, k), np.array(
+                    [[getattr(t, k) for t in f] for f in self.files],
+                    bool if k == "allocated" else np.int32)) for k in TILE_FIELDS})
+            shared = old.shared.replace(
+                words=with_rows(old.shared.words, np.uint64,
+                                {(r,): w for r, w in self._shared_payload.items()
+                                 if w != self._shared_loaded[r]}),
+                **{k: same_or_new(getattr(old.shared, k), np.array(
+                    [getattr(r, k) for r in self.shared],
+                    bool if k in ("published", "contents_defined") else np.int32))
+                   for k in SHARED_FIELDS})
+            leaves = {"gm": np.frombuffer(self.gm, np.uint8).copy(),
+                      "gpr": np.array(self.gpr, np.uint64), "pc": np.uint64(self.pc),
+                      "fault": np.int32(self.fault),
+                      "fault_address": np.uint64(self.fault_address),
+                      "tile_capacity": np.uint64(self.tile_capacity)}
+            return old.replace(tiles=tiles, shared=shared, block=self._block_to_state(),
+                               **{k: same_or_new(old[k], np.asarray(v)) for k, v in leaves.items()})
 
-            def col(name, dt=np.int32):
-                return jnp.asarray(np.array([[getattr(t, name) for t in f] for f in self.files],
-                                            dtype=dt))
+    def _written(self, part: int) -> dict:
+        """(pe, slot) -> list of the Local rows (part 0 words, 1 defined) that differ
+        from the input State's."""
+        return {(pe, slot): row[part] for pe, cache in enumerate(self._payloads)
+                for slot, row in cache.items() if row[part] != self._loaded[pe, slot][part]}
 
-            tiles = self._state.tiles.replace(
-                allocated=col("allocated", bool), dtype=col("dtype"), layout=col("layout"),
-                location=col("location"), capacity=col("capacity"), rows=col("rows"),
-                cols=col("cols"), valid_rows=col("valid_rows"), valid_cols=col("valid_cols"),
-                k_repeat=col("k_repeat"), n_repeat=col("n_repeat"), cell_count=col("cell_count"),
-                storage_bytes=col("storage_bytes"), mask=col("mask"),
-                words=words, defined=defined,
-                defined_valid=col("defined_valid"))
-            shared = self._shared_to_state()
-            b = self.block
-            iot = np.zeros((MAX_IOT, 8), np.int32)
-            for i, binding in enumerate(b.iots):
-                iot[i] = binding.row()
-            ios = np.zeros((MAX_IOS, 3), np.int32)
-            for i, r in enumerate(b.ios):
-                ios[i] = r
-            block = self._state.block.replace(
-                active=jnp.asarray(b.active, bool), pc=jnp.asarray(b.pc, jnp.uint64),
-                op=jnp.asarray(b.op, jnp.int32), dtype=jnp.asarray(b.dtype, jnp.int32),
-                datr_present=jnp.asarray(b.datr_present, bool),
-                datr=jnp.asarray(np.array(b.datr, np.int32)),
-                lb=jnp.asarray(np.array(b.lb, np.int32)),
-                lb_present=jnp.asarray(np.array(b.lb_present, bool)),
-                ior_present=jnp.asarray(b.ior_present, bool),
-                ior=jnp.asarray(np.array(b.ior, np.int32)),
-                iot_count=jnp.asarray(len(b.iots), jnp.int32),
-                iot_closed=jnp.asarray(b.iot_closed, bool), iot=jnp.asarray(iot),
-                ios_count=jnp.asarray(len(b.ios), jnp.int32), ios=jnp.asarray(ios),
-                zero_seen=jnp.asarray(b.zero_seen, bool),
-                fpatr_present=jnp.asarray(b.fpatr_present, bool),
-                fpatr=jnp.asarray(b.fpatr & 0xFFFFFFFF, jnp.uint32),
-                catr_present=jnp.asarray(b.catr_present, bool),
-                catr=jnp.asarray(b.catr & 0xFFFFFFFF, jnp.uint32))
-            return self._state.replace(
-                gm=jnp.asarray(np.frombuffer(bytes(self.gm), np.uint8).copy()),
-                gpr=jnp.asarray(np.array(self.gpr, dtype=np.uint64)),
-                pc=jnp.asarray(self.pc, jnp.uint64),
-                fault=jnp.asarray(self.fault, jnp.int32),
-                fault_address=jnp.asarray(self.fault_address, jnp.uint64),
-                tile_capacity=jnp.asarray(self.tile_capacity, jnp.uint64),
-                tiles=tiles, shared=shared, block=block)
+    def _block_to_state(self):
+        b = self.block
+        iot = np.zeros((MAX_IOT, 8), np.int32)
+        for i, binding in enumerate(b.iots):
+            iot[i] = binding.row()
+        ios = np.zeros((MAX_IOS, 3), np.int32)
+        for i, r in enumerate(b.ios):
+            ios[i] = r
+        leaves = {"active": np.bool_(b.active), "pc": np.uint64(b.pc), "op": np.int32(b.op),
+                  "dtype": np.int32(b.dtype), "datr_present": np.bool_(b.datr_present),
+                  "datr": np.array(b.datr, np.int32), "lb": np.array(b.lb, np.int32),
+                  "lb_present": np.array(b.lb_present, bool),
+                  "ior_present": np.bool_(b.ior_present), "ior": np.array(b.ior, np.int32),
+                  "iot_count": np.int32(len(b.iots)), "iot_closed": np.bool_(b.iot_closed),
+                  "iot": iot, "ios_count": np.int32(len(b.ios)), "ios": ios,
+                  "zero_seen": np.bool_(b.zero_seen), "fpatr_present": np.bool_(b.fpatr_present),
+                  "fpatr": np.uint32(b.fpatr & 0xFFFFFFFF),
+                  "catr_present": np.bool_(b.catr_present),
+                  "catr": np.uint32(b.catr & 0xFFFFFFFF)}
+        old = self._state.block
+        return old.replace(**{k: same_or_new(old[k], np.asarray(v)) for k, v in leaves.items()})
 
-    def _shared_to_state(self):
-        import jax.numpy as jnp
 
-        old = self._state.shared
-        if self._shared_payload:
-            words = np.asarray(old.words).astype(np.uint64).copy()
-            for rec, w in self._shared_payload.items():
-                words[rec] = np.array(w, dtype=np.uint64)
-            words = jnp.asarray(words)
-        else:
-            words = jnp.asarray(old.words, jnp.uint64)
+def _row(leaf, index: tuple, dtype) -> list:
+    """One payload row of a State leaf as Python values. np.asarray of a CPU jax
+    array is a view, so only this row is converted."""
+    return np.asarray(leaf)[index].astype(dtype).tolist()
 
-        def col(name):
-            dt = bool if name in ("published", "contents_defined") else np.int32
-            return jnp.asarray(np.array([getattr(r, name) for r in self.shared], dtype=dt))
 
-        return old.replace(words=words, **{k: col(k) for k in SHARED_FIELDS})
+def same_or_new(old, new: np.ndarray):
+    """The input leaf `old` when it is a jax array equal to `new` (same dtype and
+    shape), else `new` (an array this module built and drops) as a jax array."""
+    import jax
+
+    if isinstance(old, jax.Array) and old.dtype == new.dtype and old.shape == new.shape \
+            and np.array_equal(np.asarray(old), new):
+        return old
+    return jax.device_put(new)
+
+
+@functools.cache
+def _scatter():
+    import jax
+    return jax.jit(lambda leaf, index, rows: leaf.at[index].set(rows))
+
+
+def with_rows(leaf, dtype, rows: dict):
+    """`leaf` as a jax array of `dtype` with `rows` (index tuple -> list) written:
+    the input's own jax array when there are none, else one scatter, which copies
+    the leaf once whatever the number of rows. Any other leaf is copied first: on
+    CPU, device_put may alias a numpy array even with may_alias=False, and the
+    caller's numpy State must never share memory with the result."""
+    import jax
+
+    if isinstance(leaf, jax.Array) and leaf.dtype == dtype:
+        base = leaf
+    else:
+        base = jax.device_put(np.array(leaf, dtype))
+    if not rows:
+        return base
+    keys = list(rows)
+    # repeat the last row up to a power of two: few scatter shapes get compiled
+    keys += keys[-1:] * ((1 << (len(keys) - 1).bit_length()) - len(keys))
+    index = tuple(np.array(i) for i in zip(*keys))
+    return _scatter()(base, index, np.array([rows[k] for k in keys], dtype))
