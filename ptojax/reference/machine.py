@@ -82,9 +82,7 @@ class SharedRecord:
 
 
 SHARED_FIELDS = tuple(f.name for f in fields(SharedRecord))
-TILE_FIELDS = ("allocated", "dtype", "layout", "location", "capacity", "rows", "cols",
-               "valid_rows", "valid_cols", "k_repeat", "n_repeat", "cell_count",
-               "storage_bytes", "mask", "defined_valid")
+TILE_FIELDS = tuple(f.name for f in fields(Tile))
 
 
 @dataclass
@@ -180,9 +178,9 @@ class Machine:
         self.fault_address = int(leaves["fault_address"]) & MASK64
         self.tile_capacity = int(leaves["tile_capacity"])
         self._state = state
-        t = {k: np.asarray(getattr(state.tiles, k)).tolist() for k in TILE_FIELDS}
-        self.files = [[Tile(**{k: (bool(v[p][i]) if k == "allocated" else int(v[p][i]))
-                               for k, v in t.items()}) for i in range(S)] for p in range(P)]
+        t = [np.asarray(getattr(state.tiles, k)).tolist() for k in TILE_FIELDS]
+        self.files = [[Tile(bool(allocated), *map(int, rest))     # TILE_FIELDS order
+                       for allocated, *rest in zip(*(v[p] for v in t))] for p in range(P)]
         sh = {k: np.asarray(getattr(state.shared, k)).tolist() for k in SHARED_FIELDS}
         self.shared = [SharedRecord(**{k: (bool(v[i]) if k in ("published", "contents_defined")
                                            else int(v[i])) for k, v in sh.items()})
@@ -272,9 +270,13 @@ class Machine:
     # ------------------------------------------------------------- collective rollback
 
     def snapshot(self):
-        """Everything a completing block can change (run_core's all-or-none)."""
-        return (bytes(self.gm), copy.deepcopy(self.files), copy.deepcopy(self._payloads),
-                copy.deepcopy(self.shared), copy.deepcopy(self._shared_payload))
+        """Everything a completing block can change (run_core's all-or-none). Tiles,
+        records and payload rows hold only ints and bools: one level of copying is a
+        full copy (deepcopy of 32,768-Word rows would cost more than the block)."""
+        return (bytes(self.gm), [[copy.copy(t) for t in f] for f in self.files],
+                [{s: (list(w), list(d)) for s, (w, d) in c.items()} for c in self._payloads],
+                [copy.copy(r) for r in self.shared],
+                {r: list(w) for r, w in self._shared_payload.items()})
 
     def restore(self, snap) -> None:
         gm, files, payloads, shared, shared_payload = snap
