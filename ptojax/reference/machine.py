@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import operator
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -318,27 +319,27 @@ class Machine:
 
         with jax.enable_x64(True):
             old = self._state
+            local = descriptor_columns([t for f in self.files for t in f],
+                                       (len(self.files), len(self.files[0])),
+                                       TILE_FIELDS, ("allocated",))
             tiles = old.tiles.replace(
                 words=with_rows(old.tiles.words, np.uint64, self._written(0)),
                 defined=with_rows(old.tiles.defined, bool, self._written(1)),
-                **{k: same_or_new(getattr(old.tiles, k), np.array(
-                    [[getattr(t, k) for t in f] for f in self.files],
-                    bool if k == "allocated" else np.int32)) for k in TILE_FIELDS})
+                **kept_or_put(old.tiles, local))
+            records = descriptor_columns(self.shared, (len(self.shared),), SHARED_FIELDS,
+                                         ("published", "contents_defined"))
             shared = old.shared.replace(
                 words=with_rows(old.shared.words, np.uint64,
                                 {(r,): w for r, w in self._shared_payload.items()
                                  if w != self._shared_loaded[r]}),
-                **{k: same_or_new(getattr(old.shared, k), np.array(
-                    [getattr(r, k) for r in self.shared],
-                    bool if k in ("published", "contents_defined") else np.int32))
-                   for k in SHARED_FIELDS})
+                **kept_or_put(old.shared, records))
             leaves = {"gm": np.frombuffer(self.gm, np.uint8).copy(),
                       "gpr": np.array(self.gpr, np.uint64), "pc": np.uint64(self.pc),
                       "fault": np.int32(self.fault),
                       "fault_address": np.uint64(self.fault_address),
                       "tile_capacity": np.uint64(self.tile_capacity)}
             return old.replace(tiles=tiles, shared=shared, block=self._block_to_state(),
-                               **{k: same_or_new(old[k], np.asarray(v)) for k, v in leaves.items()})
+                               **kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
 
     def _written(self, part: int) -> dict:
         """(pe, slot) -> list of the Local rows (part 0 words, 1 defined) that differ
@@ -366,7 +367,7 @@ class Machine:
                   "catr_present": np.bool_(b.catr_present),
                   "catr": np.uint32(b.catr & 0xFFFFFFFF)}
         old = self._state.block
-        return old.replace(**{k: same_or_new(old[k], np.asarray(v)) for k, v in leaves.items()})
+        return old.replace(**kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
 
 
 def _row(leaf, index: tuple, dtype) -> list:
@@ -375,15 +376,29 @@ def _row(leaf, index: tuple, dtype) -> list:
     return np.asarray(leaf)[index].astype(dtype).tolist()
 
 
-def same_or_new(old, new: np.ndarray):
-    """The input leaf `old` when it is a jax array equal to `new` (same dtype and
-    shape), else `new` (an array this module built and drops) as a jax array."""
+def descriptor_columns(items: list, shape: tuple, names: tuple, flags: tuple) -> dict:
+    """{field: numpy array of `shape`} of descriptor objects (Tiles or SharedRecords,
+    in row-major order): bool for the `flags`, int32 for the other fields."""
+    get = operator.attrgetter(*names)
+    a = np.array([get(x) for x in items], np.int64).reshape(*shape, len(names))
+    return {k: a[..., i].astype(bool if k in flags else np.int32) for i, k in enumerate(names)}
+
+
+def kept_or_put(old, new: dict) -> dict:
+    """{name: leaf}: old[name] where it is a jax array equal to new[name] (same dtype
+    and shape; sharing an immutable array is safe), else new[name] (an array this
+    module built and drops) on the device, all in one device_put."""
     import jax
 
-    if isinstance(old, jax.Array) and old.dtype == new.dtype and old.shape == new.shape \
-            and np.array_equal(np.asarray(old), new):
-        return old
-    return jax.device_put(new)
+    kept, put = {}, {}
+    for k, v in new.items():
+        o = old[k]
+        if isinstance(o, jax.Array) and o.dtype == v.dtype and o.shape == v.shape \
+                and np.array_equal(np.asarray(o), v):
+            kept[k] = o
+        else:
+            put[k] = v
+    return {**kept, **jax.device_put(put)}
 
 
 @functools.cache
