@@ -408,21 +408,23 @@ def _scatter():
 
 
 def with_rows(leaf, dtype, rows: dict):
-    """`leaf` as a jax array of `dtype` with `rows` (index tuple -> list) written:
-    the input's own jax array when there are none, else one scatter, which copies
-    the leaf once whatever the number of rows. Any other leaf is copied first: on
-    CPU, device_put may alias a numpy array even with may_alias=False, and the
-    caller's numpy State must never share memory with the result."""
+    """`leaf` as a jax array of `dtype` with `rows` (index tuple -> list) written.
+    A jax leaf of that dtype is returned as is when there are no rows, else
+    through one scatter, which copies it once whatever the number of rows. Any
+    other leaf (a numpy State's) is copied in numpy, written, then handed to jax:
+    on CPU, device_put may alias a numpy array even with may_alias=False, and
+    the caller's array must never share memory with the result."""
     import jax
 
-    if isinstance(leaf, jax.Array) and leaf.dtype == dtype:
-        base = leaf
-    else:
-        base = jax.device_put(np.array(leaf, dtype))
+    if not (isinstance(leaf, jax.Array) and leaf.dtype == dtype):
+        new = np.array(leaf, dtype)
+        for k, v in rows.items():
+            new[k] = np.array(v, dtype)
+        return jax.device_put(new)
     if not rows:
-        return base
+        return leaf
     keys = list(rows)
     # repeat the last row up to a power of two: few scatter shapes get compiled
     keys += keys[-1:] * ((1 << (len(keys) - 1).bit_length()) - len(keys))
     index = tuple(np.array(i) for i in zip(*keys))
-    return _scatter()(base, index, np.array([rows[k] for k in keys], dtype))
+    return _scatter()(leaf, index, np.array([rows[k] for k in keys], dtype))
