@@ -6,8 +6,11 @@ of every State.tiles leaf) and the Core's Shared tile records
 (docs/shared-decisions.md section 1). `Machine.to_state` writes the result
 back into a State with exactly the array layout and dtypes of
 ptojax/state.py. Payload rows (Local slots and Shared records) are converted
-lazily, only those an operation touches, so a default-sized State with
-4 x 64 x 32768 payload Words stays cheap to run.
+lazily, only those an operation touches, and to_state writes back only rows
+that changed; every leaf the run left equal is the input's own jax array. A
+default-sized State (4 x 64 x 32768 payload Words) then costs what the run
+touches, plus one copy of each payload leaf it changes (jax arrays are
+immutable and the input State stays valid).
 
 `Machine.cur` is the executing PE: `tiles`, `payload`, `tile_at` and the
 capacity helpers act on that PE's Local file, so the per-operation code reads
