@@ -6,8 +6,11 @@ of every State.tiles leaf) and the Core's Shared tile records
 (docs/shared-decisions.md section 1). `Machine.to_state` writes the result
 back into a State with exactly the array layout and dtypes of
 ptojax/state.py. Payload rows (Local slots and Shared records) are converted
-lazily, only those an operation touches, so a default-sized State with
-4 x 64 x 32768 payload Words stays cheap to run.
+lazily, only those an operation touches, and to_state writes back only rows
+that changed; every leaf the run left equal is the input's own jax array. A
+default-sized State (4 x 64 x 32768 payload Words) then costs what the run
+touches, plus one copy of each payload leaf it changes (jax arrays are
+immutable and the input State stays valid).
 
 `Machine.cur` is the executing PE: `tiles`, `payload`, `tile_at` and the
 capacity helpers act on that PE's Local file, so the per-operation code reads
@@ -18,6 +21,8 @@ from PE to PE).
 from __future__ import annotations
 
 import copy
+import functools
+import operator
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -81,9 +86,7 @@ class SharedRecord:
 
 
 SHARED_FIELDS = tuple(f.name for f in fields(SharedRecord))
-TILE_FIELDS = ("allocated", "dtype", "layout", "location", "capacity", "rows", "cols",
-               "valid_rows", "valid_cols", "k_repeat", "n_repeat", "cell_count",
-               "storage_bytes", "mask", "defined_valid")
+TILE_FIELDS = tuple(f.name for f in fields(Tile))
 
 
 @dataclass
@@ -179,17 +182,18 @@ class Machine:
         self.fault_address = int(leaves["fault_address"]) & MASK64
         self.tile_capacity = int(leaves["tile_capacity"])
         self._state = state
-        t = {k: np.asarray(getattr(state.tiles, k)).tolist() for k in TILE_FIELDS}
-        self.files = [[Tile(**{k: (bool(v[p][i]) if k == "allocated" else int(v[p][i]))
-                               for k, v in t.items()}) for i in range(S)] for p in range(P)]
+        t = [np.asarray(getattr(state.tiles, k)).tolist() for k in TILE_FIELDS]
+        self.files = [[Tile(bool(allocated), *map(int, rest))     # TILE_FIELDS order
+                       for allocated, *rest in zip(*(v[p] for v in t))] for p in range(P)]
         sh = {k: np.asarray(getattr(state.shared, k)).tolist() for k in SHARED_FIELDS}
         self.shared = [SharedRecord(**{k: (bool(v[i]) if k in ("published", "contents_defined")
                                            else int(v[i])) for k, v in sh.items()})
                        for i in range(R)]
-        self._arrays = None          # numpy copies of Local words/defined, made on first use
-        self._shared_array = None    # numpy copy of the Shared words, made on first use
         self._payloads: list[dict] = [{} for _ in range(P)]
         self._shared_payload: dict[int, list] = {}
+        # rows as converted from the State: to_state writes back only rows that differ
+        self._loaded: dict[tuple, tuple] = {}
+        self._shared_loaded: dict[int, list] = {}
         self.cur = 0                 # the executing PE
         self.core = False            # run_core: completions are collectives
         self.block = self._block_from_state(state.block)
@@ -218,16 +222,11 @@ class Machine:
         pe = self.cur if pe is None else pe
         cache = self._payloads[pe]
         if slot not in cache:
-            words, defined = self._payload_arrays()
-            cache[slot] = ([int(x) for x in words[pe, slot].tolist()],
-                           [bool(x) for x in defined[pe, slot].tolist()])
+            if (pe, slot) not in self._loaded:
+                self._loaded[pe, slot] = (_row(self._state.tiles.words, (pe, slot), np.uint64),
+                                          _row(self._state.tiles.defined, (pe, slot), bool))
+            cache[slot] = tuple(list(x) for x in self._loaded[pe, slot])
         return cache[slot]
-
-    def _payload_arrays(self):
-        if self._arrays is None:
-            self._arrays = (np.asarray(self._state.tiles.words).astype(np.uint64),
-                            np.asarray(self._state.tiles.defined).astype(bool))
-        return self._arrays
 
     def local_charge(self, pe: Optional[int] = None) -> int:
         """Local pool of PE `pe` (default cur): sum over its allocated tiles of
@@ -267,17 +266,21 @@ class Machine:
     def shared_payload(self, record: int) -> list:
         """Payload Words of one record, converted on first use."""
         if record not in self._shared_payload:
-            if self._shared_array is None:
-                self._shared_array = np.asarray(self._state.shared.words).astype(np.uint64)
-            self._shared_payload[record] = [int(x) for x in self._shared_array[record].tolist()]
+            if record not in self._shared_loaded:
+                self._shared_loaded[record] = _row(self._state.shared.words, (record,), np.uint64)
+            self._shared_payload[record] = list(self._shared_loaded[record])
         return self._shared_payload[record]
 
     # ------------------------------------------------------------- collective rollback
 
     def snapshot(self):
-        """Everything a completing block can change (run_core's all-or-none)."""
-        return (bytes(self.gm), copy.deepcopy(self.files), copy.deepcopy(self._payloads),
-                copy.deepcopy(self.shared), copy.deepcopy(self._shared_payload))
+        """Everything a completing block can change (run_core's all-or-none). Tiles,
+        records and payload rows hold only ints and bools: one level of copying is a
+        full copy (deepcopy of 32,768-Word rows would cost more than the block)."""
+        return (bytes(self.gm), [[copy.copy(t) for t in f] for f in self.files],
+                [{s: (list(w), list(d)) for s, (w, d) in c.items()} for c in self._payloads],
+                [copy.copy(r) for r in self.shared],
+                {r: list(w) for r, w in self._shared_payload.items()})
 
     def restore(self, snap) -> None:
         gm, files, payloads, shared, shared_payload = snap
@@ -312,83 +315,119 @@ class Machine:
     # ------------------------------------------------------------- write back
 
     def to_state(self) -> State:
-        """A new State holding this machine, same shapes and dtypes as ptojax/state.py."""
+        """A new State holding this machine, same shapes and dtypes as ptojax/state.py.
+        A leaf equal to the input State's is the input's own jax array (immutable,
+        so sharing it is safe): the cost follows what the run changed."""
         import jax
-        import jax.numpy as jnp
 
         with jax.enable_x64(True):
-            old = self._state.tiles
-            if any(self._payloads):     # only slots an operation touched were converted
-                words, defined = (a.copy() for a in self._payload_arrays())
-                for pe, cache in enumerate(self._payloads):
-                    for slot, (w, d) in cache.items():
-                        words[pe, slot] = np.array(w, dtype=np.uint64)
-                        defined[pe, slot] = np.array(d, dtype=bool)
-                words, defined = jnp.asarray(words), jnp.asarray(defined)
-            else:
-                words = jnp.asarray(old.words, jnp.uint64)
-                defined = jnp.asarray(old.defined, bool)
+            old = self._state
+            local = descriptor_columns([t for f in self.files for t in f],
+                                       (len(self.files), len(self.files[0])),
+                                       TILE_FIELDS, ("allocated",))
+            tiles = old.tiles.replace(
+                words=with_rows(old.tiles.words, np.uint64, self._written(0)),
+                defined=with_rows(old.tiles.defined, bool, self._written(1)),
+                **kept_or_put(old.tiles, local))
+            records = descriptor_columns(self.shared, (len(self.shared),), SHARED_FIELDS,
+                                         ("published", "contents_defined"))
+            shared = old.shared.replace(
+                words=with_rows(old.shared.words, np.uint64,
+                                {(r,): w for r, w in self._shared_payload.items()
+                                 if w != self._shared_loaded[r]}),
+                **kept_or_put(old.shared, records))
+            leaves = {"gm": np.frombuffer(self.gm, np.uint8).copy(),
+                      "gpr": np.array(self.gpr, np.uint64), "pc": np.uint64(self.pc),
+                      "fault": np.int32(self.fault),
+                      "fault_address": np.uint64(self.fault_address),
+                      "tile_capacity": np.uint64(self.tile_capacity)}
+            return old.replace(tiles=tiles, shared=shared, block=self._block_to_state(),
+                               **kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
 
-            def col(name, dt=np.int32):
-                return jnp.asarray(np.array([[getattr(t, name) for t in f] for f in self.files],
-                                            dtype=dt))
+    def _written(self, part: int) -> dict:
+        """(pe, slot) -> list of the Local rows (part 0 words, 1 defined) that differ
+        from the input State's."""
+        return {(pe, slot): row[part] for pe, cache in enumerate(self._payloads)
+                for slot, row in cache.items() if row[part] != self._loaded[pe, slot][part]}
 
-            tiles = self._state.tiles.replace(
-                allocated=col("allocated", bool), dtype=col("dtype"), layout=col("layout"),
-                location=col("location"), capacity=col("capacity"), rows=col("rows"),
-                cols=col("cols"), valid_rows=col("valid_rows"), valid_cols=col("valid_cols"),
-                k_repeat=col("k_repeat"), n_repeat=col("n_repeat"), cell_count=col("cell_count"),
-                storage_bytes=col("storage_bytes"), mask=col("mask"),
-                words=words, defined=defined,
-                defined_valid=col("defined_valid"))
-            shared = self._shared_to_state()
-            b = self.block
-            iot = np.zeros((MAX_IOT, 8), np.int32)
-            for i, binding in enumerate(b.iots):
-                iot[i] = binding.row()
-            ios = np.zeros((MAX_IOS, 3), np.int32)
-            for i, r in enumerate(b.ios):
-                ios[i] = r
-            block = self._state.block.replace(
-                active=jnp.asarray(b.active, bool), pc=jnp.asarray(b.pc, jnp.uint64),
-                op=jnp.asarray(b.op, jnp.int32), dtype=jnp.asarray(b.dtype, jnp.int32),
-                datr_present=jnp.asarray(b.datr_present, bool),
-                datr=jnp.asarray(np.array(b.datr, np.int32)),
-                lb=jnp.asarray(np.array(b.lb, np.int32)),
-                lb_present=jnp.asarray(np.array(b.lb_present, bool)),
-                ior_present=jnp.asarray(b.ior_present, bool),
-                ior=jnp.asarray(np.array(b.ior, np.int32)),
-                iot_count=jnp.asarray(len(b.iots), jnp.int32),
-                iot_closed=jnp.asarray(b.iot_closed, bool), iot=jnp.asarray(iot),
-                ios_count=jnp.asarray(len(b.ios), jnp.int32), ios=jnp.asarray(ios),
-                zero_seen=jnp.asarray(b.zero_seen, bool),
-                fpatr_present=jnp.asarray(b.fpatr_present, bool),
-                fpatr=jnp.asarray(b.fpatr & 0xFFFFFFFF, jnp.uint32),
-                catr_present=jnp.asarray(b.catr_present, bool),
-                catr=jnp.asarray(b.catr & 0xFFFFFFFF, jnp.uint32))
-            return self._state.replace(
-                gm=jnp.asarray(np.frombuffer(bytes(self.gm), np.uint8).copy()),
-                gpr=jnp.asarray(np.array(self.gpr, dtype=np.uint64)),
-                pc=jnp.asarray(self.pc, jnp.uint64),
-                fault=jnp.asarray(self.fault, jnp.int32),
-                fault_address=jnp.asarray(self.fault_address, jnp.uint64),
-                tile_capacity=jnp.asarray(self.tile_capacity, jnp.uint64),
-                tiles=tiles, shared=shared, block=block)
+    def _block_to_state(self):
+        b = self.block
+        iot = np.zeros((MAX_IOT, 8), np.int32)
+        for i, binding in enumerate(b.iots):
+            iot[i] = binding.row()
+        ios = np.zeros((MAX_IOS, 3), np.int32)
+        for i, r in enumerate(b.ios):
+            ios[i] = r
+        leaves = {"active": np.bool_(b.active), "pc": np.uint64(b.pc), "op": np.int32(b.op),
+                  "dtype": np.int32(b.dtype), "datr_present": np.bool_(b.datr_present),
+                  "datr": np.array(b.datr, np.int32), "lb": np.array(b.lb, np.int32),
+                  "lb_present": np.array(b.lb_present, bool),
+                  "ior_present": np.bool_(b.ior_present), "ior": np.array(b.ior, np.int32),
+                  "iot_count": np.int32(len(b.iots)), "iot_closed": np.bool_(b.iot_closed),
+                  "iot": iot, "ios_count": np.int32(len(b.ios)), "ios": ios,
+                  "zero_seen": np.bool_(b.zero_seen), "fpatr_present": np.bool_(b.fpatr_present),
+                  "fpatr": np.uint32(b.fpatr & 0xFFFFFFFF),
+                  "catr_present": np.bool_(b.catr_present),
+                  "catr": np.uint32(b.catr & 0xFFFFFFFF)}
+        old = self._state.block
+        return old.replace(**kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
 
-    def _shared_to_state(self):
-        import jax.numpy as jnp
 
-        old = self._state.shared
-        if self._shared_payload:
-            words = np.asarray(old.words).astype(np.uint64).copy()
-            for rec, w in self._shared_payload.items():
-                words[rec] = np.array(w, dtype=np.uint64)
-            words = jnp.asarray(words)
+def _row(leaf, index: tuple, dtype) -> list:
+    """One payload row of a State leaf as Python values. np.asarray of a CPU jax
+    array is a view, so only this row is converted."""
+    return np.asarray(leaf)[index].astype(dtype).tolist()
+
+
+def descriptor_columns(items: list, shape: tuple, names: tuple, flags: tuple) -> dict:
+    """{field: numpy array of `shape`} of descriptor objects (Tiles or SharedRecords,
+    in row-major order): bool for the `flags`, int32 for the other fields."""
+    get = operator.attrgetter(*names)
+    a = np.array([get(x) for x in items], np.int64).reshape(*shape, len(names))
+    return {k: a[..., i].astype(bool if k in flags else np.int32) for i, k in enumerate(names)}
+
+
+def kept_or_put(old, new: dict) -> dict:
+    """{name: leaf}: old[name] where it is a jax array equal to new[name] (same dtype
+    and shape; sharing an immutable array is safe), else new[name] (an array this
+    module built and drops) on the device, all in one device_put."""
+    import jax
+
+    kept, put = {}, {}
+    for k, v in new.items():
+        o = old[k]
+        if isinstance(o, jax.Array) and o.dtype == v.dtype and o.shape == v.shape \
+                and np.array_equal(np.asarray(o), v):
+            kept[k] = o
         else:
-            words = jnp.asarray(old.words, jnp.uint64)
+            put[k] = v
+    return {**kept, **jax.device_put(put)}
 
-        def col(name):
-            dt = bool if name in ("published", "contents_defined") else np.int32
-            return jnp.asarray(np.array([getattr(r, name) for r in self.shared], dtype=dt))
 
-        return old.replace(words=words, **{k: col(k) for k in SHARED_FIELDS})
+@functools.cache
+def _scatter():
+    import jax
+    return jax.jit(lambda leaf, index, rows: leaf.at[index].set(rows))
+
+
+def with_rows(leaf, dtype, rows: dict):
+    """`leaf` as a jax array of `dtype` with `rows` (index tuple -> list) written.
+    A jax leaf of that dtype is returned as is when there are no rows, else
+    through one scatter, which copies it once whatever the number of rows. Any
+    other leaf (a numpy State's) is copied in numpy, written, then handed to jax:
+    on CPU, device_put may alias a numpy array even with may_alias=False, and
+    the caller's array must never share memory with the result."""
+    import jax
+
+    if not (isinstance(leaf, jax.Array) and leaf.dtype == dtype):
+        new = np.array(leaf, dtype)
+        for k, v in rows.items():
+            new[k] = np.array(v, dtype)
+        return jax.device_put(new)
+    if not rows:
+        return leaf
+    keys = list(rows)
+    # repeat the last row up to a power of two: few scatter shapes get compiled
+    keys += keys[-1:] * ((1 << (len(keys) - 1).bit_length()) - len(keys))
+    index = tuple(np.array(i) for i in zip(*keys))
+    return _scatter()(leaf, index, np.array([rows[k] for k in keys], dtype))

@@ -17,6 +17,7 @@ Plain Python per-element loops: clarity over speed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -316,8 +317,9 @@ def cube_reader(m: Machine, index: int):
     """(row, col) -> the raw 64-bit Word of a CUBE source at logical (row, col)."""
     t = m.tile_at(index)
     words, _ = m.payload(m.slot_of(index))
-    at = layouts.index_function(t.layout_name, tables.DTYPE_BY_CODE[t.dtype],
-                                t.valid_rows, t.valid_cols)
+    # cached: a product reads each (row, col) once per output row or column
+    at = functools.cache(layouts.index_function(t.layout_name, tables.DTYPE_BY_CODE[t.dtype],
+                                                t.valid_rows, t.valid_cols))
     return lambda r, c: words[at(r, c)]
 
 

@@ -152,8 +152,7 @@ def allocate(m: Machine, slot: int, **descriptor) -> Tile:
     tile = Tile(allocated=True, **descriptor)
     m.tiles[slot] = tile
     _, defined = m.payload(slot)
-    for i in range(len(defined)):
-        defined[i] = False
+    defined[:] = [False] * len(defined)
     return tile
 
 
