@@ -305,13 +305,13 @@ def test_edge_kinds_match_oracle(n):
 
 
 def test_edge_kinds_cover_every_label():
-    assert set().union(*map(_edges, EDGE)) == set(G.EDGE_LABELS)
+    assert set().union(*map(_edges, EDGE)) == set(G.edge_labels(CFG))
     assert {c.kind for c in EDGE} == set(G.EDGE_KINDS) and not any(c.mutations for c in EDGE)
     assert all(len(c.words) <= GEN.max_words for c in EDGE)
     # tiny (tile_words 256): no tile holds more than 256 Words, so no large_tile
     tiny = G.GenConfig(machine=pj.preset("tiny"), edge_weight=1.0)
     assert {c.kind for c in G.random_cases(1, 30, tiny)} == {"budget_edge"}
-    assert G.edge_labels(tiny.machine) == [x for x in G.EDGE_LABELS if x.startswith("budget:")]
+    assert G.edge_labels(CFG) == list(G.LARGE_LABELS) + G.edge_labels(tiny.machine)
     with pytest.raises(ValueError, match="tile_words"):
         G.edge_case(G.case_rng(1, 0), tiny, kind="large_tile")
 

@@ -647,7 +647,13 @@ class Coverage:
                 + (list(G.edge_kinds(self.machine)) if self.edge_weight > 0 else []),
                 "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS", "MATMUL_MUTATIONS",
                                           "COOP_MUTATIONS"),
-                "edges": G.edge_labels(self.machine) if self.edge_weight > 0 else []}
+                "edges": G.edge_labels(self.machine, self._edge_families())
+                if self.edge_weight > 0 else []}
+
+    def _edge_families(self) -> tuple:
+        """The families whose budget edges an edge weight draws too."""
+        return tuple(f for f, w in (("cas", self.cas_weight), ("matmul", self.matmul_weight))
+                     if w > 0)
 
     def _labels(self, transport: str, cas: str, matmul: str, coop: str) -> list:
         """The labels the generator can draw with this campaign's CAS, matrix,
@@ -668,7 +674,7 @@ class Coverage:
             return {}
         m = self.machine
         return {"kinds": [k for k in G.EDGE_KINDS if k not in G.edge_kinds(m)],
-                "edges": [x for x in G.EDGE_LABELS if x not in G.edge_labels(m)]}
+                "edges": [] if G.large_ok(m) else list(G.LARGE_LABELS)}
 
     def to_json(self) -> dict:
         order = self.universe()

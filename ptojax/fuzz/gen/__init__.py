@@ -23,7 +23,8 @@ Case, the program builder, the draw-kind / draw-mutations loop):
 - edges.py: TLOAD/TSTORE of tiles past 256 payload Words up to and over
   tile_words, and allocations at the TILE_CAPACITY edge, `EDGE_KINDS` (those
   a machine allows: `edge_kinds`), the `edges` labels (`edge_labels`);
-  `GenConfig.edge_weight`.
+  `GenConfig.edge_weight`, which also puts some MGATHER.CAS and matrix
+  destinations at the TILE_CAPACITY edge (`edge_capacity`).
 
 Weights of zero (the default) leave random_case's draws unchanged; with
 several, one uniform draw picks CAS below cas_weight, matrix below cas_weight
@@ -49,7 +50,8 @@ from .driver import (Bundle, Case, GenConfig, gen_config, prepare_state, build_s
 from .matrix import (MATMUL_AIMS, MATMUL_FORMS, MATMUL_KINDS, MATMUL_MUTATIONS,  # noqa: F401
                      MatmulImpossible, mm_form_ok, mm_mutation_ok, matmul_possible,
                      random_matmul_case, random_matmul_cases)
-from .edges import EDGE_KINDS, EDGE_LABELS, edge_case, edge_kinds, edge_labels
+from .edges import (EDGE_KINDS, EDGE_LABELS, LARGE_LABELS, edge_case, edge_kinds, edge_labels,
+                    large_ok)
 from .mgather_cas import CAS_AIMS, CAS_KINDS, CAS_MUTATIONS, random_cas_case, random_cas_cases
 from .transport import PROGRAM_KINDS, transport_case, random_words_case
 from .transport_mutations import MUTATIONS, STREAM_MUTATIONS
@@ -83,5 +85,5 @@ __all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random
            "STREAM_MUTATIONS", "CAS_KINDS", "CAS_MUTATIONS", "CAS_AIMS", "MATMUL_FORMS",
            "MATMUL_KINDS", "MATMUL_MUTATIONS", "MATMUL_AIMS", "random_coop_case",
            "random_coop_cases", "COOP_FORMS", "COOP_MACHINE", "COOP_KINDS", "COOP_MUTATIONS",
-           "COOP_AIMS", "MatmulImpossible", "matmul_possible", "EDGE_KINDS", "EDGE_LABELS", "edge_case",
-           "edge_kinds", "edge_labels"]
+           "COOP_AIMS", "MatmulImpossible", "matmul_possible", "EDGE_KINDS", "EDGE_LABELS", "LARGE_LABELS",
+           "edge_case", "edge_kinds", "edge_labels", "large_ok"]

@@ -11,7 +11,8 @@ probability `GenConfig.edge_weight`:
 - `budget_edge`: up to two earlier 1x1 allocations, then a CUBE or ordinary
   TLOAD whose Core charge (popcount(mask) x TSize, A.5) plus theirs lands
   exactly at the Case's TILE_CAPACITY, a few bytes under it, or 1..128 bytes
-  over it (Fault_TileAllocation); every preset.
+  over it (Fault_TileAllocation); every preset. `edge_capacity` does the same
+  for MGATHER.CAS and matrix destinations.
 
 Edge cases carry no mutations; each notes what it covers as `edge:<label>`,
 the campaign's `edges` coverage axis (`edge_labels(machine)`).
@@ -38,7 +39,10 @@ LARGE_LABELS = ("large:TLOAD", "large:TSTORE", "large:M32", "large:M16", "large:
                 "large:store_over")
 BUDGET_LABELS = ("budget:exact", "budget:slack", "budget:over", "budget:prior", "budget:cube",
                  "budget:ordinary")
-EDGE_LABELS = LARGE_LABELS + BUDGET_LABELS
+# MGATHER.CAS / matrix cases with an edge weight (edge_capacity)
+FAMILY_BUDGET_LABELS = {"cas": ("budget:cas_exact", "budget:cas_over1"),
+                        "matmul": ("budget:matmul_exact", "budget:matmul_over1")}
+EDGE_LABELS = LARGE_LABELS + BUDGET_LABELS + sum(FAMILY_BUDGET_LABELS.values(), ())
 
 _FAMILY = Family("edge", EDGE_KINDS, {}, "", lambda m, kind, drawn: False)
 
@@ -53,9 +57,11 @@ def edge_kinds(machine: MachineConfig) -> dict:
     return {k: w for k, w in EDGE_KINDS.items() if k != "large_tile" or large_ok(machine)}
 
 
-def edge_labels(machine: MachineConfig) -> list:
-    """The `edges` axis labels this machine can draw."""
-    return (list(LARGE_LABELS) if large_ok(machine) else []) + list(BUDGET_LABELS)
+def edge_labels(machine: MachineConfig, families=()) -> list:
+    """The `edges` axis labels this machine can draw, with those of the
+    `families` ("cas", "matmul") drawn too."""
+    return ((list(LARGE_LABELS) if large_ok(machine) else []) + list(BUDGET_LABELS)
+            + [x for f in families for x in FAMILY_BUDGET_LABELS[f]])
 
 
 def _mark(b: Builder, *labels):
@@ -161,6 +167,20 @@ def _prog_budget_edge(b: Builder) -> list:
     b.notes.append(f"tile_capacity:{b.tile_capacity} (charge {total})")
     _mark(b, f"budget:{place}", *(["budget:prior"] if len(out) > 1 else []))
     return out
+
+
+def edge_capacity(b: Builder, family: str, in_use: int, charge: int, budget: bool):
+    """TILE_CAPACITY of an MGATHER.CAS / matrix case whose destination charges
+    `charge` on top of `in_use`: with its budget mutation `charge` + `in_use`
+    less 1..charge bytes, else None (the config's). With an edge weight, half
+    the budget mutations fall exactly 1 byte short, and a quarter of the other
+    cases get exactly what they charge (noted `edge:budget:<family>_over1` /
+    `_exact`)."""
+    rng = b.rng
+    if b.g.edge_weight > 0 and rng.random() < (0.5 if budget else 0.25):
+        _mark(b, FAMILY_BUDGET_LABELS[family][int(budget)])
+        return in_use + charge - int(budget)
+    return in_use + charge - int(rng.integers(1, charge + 1)) if budget else None
 
 
 EDGES = {"large_tile": _prog_large_tile, "budget_edge": _prog_budget_edge}
