@@ -602,7 +602,8 @@ class Coverage:
         self.matmul_weight = matmul_weight
         self.coop_weight = coop_weight
         self.edge_weight = edge_weight
-        self.machine = machine or G.GenConfig().machine
+        self.edge = G.edge_coverage(machine or G.GenConfig().machine, edge_weight, cas_weight > 0,
+                                    matmul_weight > 0)
         self.counts = {a: collections.Counter() for a in self.AXES}
         self.fault_by_label = collections.defaultdict(collections.Counter)
 
@@ -644,16 +645,10 @@ class Coverage:
                 "layouts": list(tables.LAYOUT_CODES.values()),
                 "faults": list(tables.FAULTS),
                 "kinds": self._labels("PROGRAM_KINDS", "CAS_KINDS", "MATMUL_KINDS", "COOP_KINDS")
-                + (list(G.edge_kinds(self.machine)) if self.edge_weight > 0 else []),
+                + self.edge["kinds"],
                 "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS", "MATMUL_MUTATIONS",
                                           "COOP_MUTATIONS"),
-                "edges": G.edge_labels(self.machine, self._edge_families())
-                if self.edge_weight > 0 else []}
-
-    def _edge_families(self) -> tuple:
-        """The families whose budget edges an edge weight draws too."""
-        return tuple(f for f, w in (("cas", self.cas_weight), ("matmul", self.matmul_weight))
-                     if w > 0)
+                "edges": self.edge["edges"]}
 
     def _labels(self, transport: str, cas: str, matmul: str, coop: str) -> list:
         """The labels the generator can draw with this campaign's CAS, matrix,
@@ -668,13 +663,8 @@ class Coverage:
         return {a: [v for v in vals if self.counts[a][v] == 0] for a, vals in self.universe().items()}
 
     def not_applicable(self) -> dict:
-        """Edge kinds and labels this campaign's machine cannot draw (no tile
-        there holds more than 256 Words): neither counted nor never hit."""
-        if self.edge_weight <= 0:
-            return {}
-        m = self.machine
-        return {"kinds": [k for k in G.EDGE_KINDS if k not in G.edge_kinds(m)],
-                "edges": [] if G.large_ok(m) else list(G.LARGE_LABELS)}
+        """Edge kinds and labels the machine cannot draw: neither counted nor never hit."""
+        return self.edge["not_applicable"]
 
     def to_json(self) -> dict:
         order = self.universe()

@@ -50,8 +50,8 @@ from .driver import (Bundle, Case, GenConfig, gen_config, prepare_state, build_s
 from .matrix import (MATMUL_AIMS, MATMUL_FORMS, MATMUL_KINDS, MATMUL_MUTATIONS,  # noqa: F401
                      MatmulImpossible, mm_form_ok, mm_mutation_ok, matmul_possible,
                      random_matmul_case, random_matmul_cases)
-from .edges import (EDGE_KINDS, EDGE_LABELS, LARGE_LABELS, edge_case, edge_kinds, edge_labels,
-                    large_ok)
+from .edges import (EDGE_KINDS, EDGE_LABELS, LARGE_LABELS, edge_case, edge_coverage, edge_kinds,
+                    edge_labels, large_ok)
 from .mgather_cas import CAS_AIMS, CAS_KINDS, CAS_MUTATIONS, random_cas_case, random_cas_cases
 from .transport import PROGRAM_KINDS, transport_case, random_words_case
 from .transport_mutations import MUTATIONS, STREAM_MUTATIONS
@@ -86,4 +86,4 @@ __all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random
            "MATMUL_KINDS", "MATMUL_MUTATIONS", "MATMUL_AIMS", "random_coop_case",
            "random_coop_cases", "COOP_FORMS", "COOP_MACHINE", "COOP_KINDS", "COOP_MUTATIONS",
            "COOP_AIMS", "MatmulImpossible", "matmul_possible", "EDGE_KINDS", "EDGE_LABELS", "LARGE_LABELS",
-           "edge_case", "edge_kinds", "edge_labels", "large_ok"]
+           "edge_case", "edge_coverage", "edge_kinds", "edge_labels", "large_ok"]

@@ -64,6 +64,21 @@ def edge_labels(machine: MachineConfig, families=()) -> list:
             + [x for f in families for x in FAMILY_BUDGET_LABELS[f]])
 
 
+def edge_coverage(machine: MachineConfig, edge_weight: float, cas: bool = False,
+                  matmul: bool = False) -> dict:
+    """With an edge weight, the edge kinds and `edges` labels a campaign on this
+    machine draws (with those of the CAS / matrix kinds when drawn too), and
+    under "not_applicable" those it cannot (no tile holds more than
+    LARGE_WORDS); without one, none."""
+    if edge_weight <= 0:
+        return {"kinds": [], "edges": [], "not_applicable": {}}
+    kinds = list(edge_kinds(machine))
+    families = [f for f, on in (("cas", cas), ("matmul", matmul)) if on]
+    return {"kinds": kinds, "edges": edge_labels(machine, families),
+            "not_applicable": {"kinds": [k for k in EDGE_KINDS if k not in kinds],
+                               "edges": [] if large_ok(machine) else list(LARGE_LABELS)}}
+
+
 def _mark(b: Builder, *labels):
     b.notes.extend(f"edge:{x}" for x in labels)
 
