@@ -12,6 +12,9 @@ compiled function.
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import numpy as np
 
 import ptojax as pj
@@ -86,3 +89,35 @@ def run_batch(states, streams, on_fault: str, pe: int = 0, *, cfg, filler, B: in
 
 def run_reference(state, words, on_fault: str, pe: int = 0, *, cfg) -> Outcome:
     return Outcome.of(pj.reference.run(state, words, pe, on_fault=on_fault, cfg=cfg))
+
+
+class CapacityEdges:
+    """(case, aimed fault) pairs with an edge weight (gen/edges.py edge_capacity):
+    the first n draws `draw(rng, mutations)` (seed `seed`) whose TILE_CAPACITY
+    is exactly the destination's charge on top of what is in use (unmutated:
+    Fault_None), then the first n with it 1 byte short (`budget_mutation`:
+    Fault_TileAllocation). `run(states, cases)` is the file's pj.batch.run
+    call; `check(n)` compares row n with the oracle and its aim."""
+
+    def __init__(self, draw, family: str, budget_mutation: str, seed: int, *, cfg, run, n=3):
+        from ptojax.fuzz import gen as G
+        self.cfg, self.run, self.pairs = cfg, run, []
+        for label, muts, aim in (("exact", [], "Fault_None"),
+                                 ("over1", [budget_mutation], "Fault_TileAllocation")):
+            cases = (draw(G.case_rng(seed, k), muts) for k in range(1000))
+            hits = (c for c in cases if f"edge:budget:{family}_{label}" in c.notes
+                    and list(c.mutations) == muts)
+            self.pairs += [(c, aim) for c in itertools.islice(hits, n)]
+
+    @functools.cached_property
+    def rows(self) -> tuple:
+        from ptojax.fuzz import gen as G
+        states = [G.build_state(c, self.cfg) for c, _ in self.pairs]
+        return states, self.run(states, [c for c, _ in self.pairs])
+
+    def check(self, n: int):
+        states, got = self.rows
+        case, aim = self.pairs[n]
+        want = run_reference(states[n], case.words, "abandon", case.pe, cfg=self.cfg)
+        assert want.fault == aim, case.describe()
+        assert_same("pj.batch.run", case.describe(), got[n], want)

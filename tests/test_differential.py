@@ -270,6 +270,52 @@ def test_sample_covers_every_transport_fault():
     assert len(muts) >= 0.8 * len(G.MUTATIONS), sorted(set(G.MUTATIONS) - set(muts))
 
 
+# ----------------------------------------------------------------- (d) edge kinds
+
+EDGE = G.random_cases(SEED, ROWS, G.GenConfig(machine=CFG, max_words=16, edge_weight=1.0))
+
+
+def _edges(case) -> set:
+    return {n[len("edge:"):] for n in case.notes if n.startswith("edge:")}
+
+
+@functools.lru_cache(maxsize=None)
+def _edge_batch():
+    states = [G.build_state(c, CFG) for c in EDGE]
+    return states, run_batch(states, [c.words for c in EDGE], "abandon")
+
+
+@pytest.mark.parametrize("n", range(ROWS))
+def test_edge_kinds_match_oracle(n):
+    """Tiles past 256 payload Words up to and over tile_words (512 here), and
+    allocations at, under and over TILE_CAPACITY: both models agree, and the
+    oracle's fault is the one each label aims at."""
+    case = EDGE[n]
+    states, got = _edge_batch()
+    want = run_reference(states[n], case.words, "abandon")
+    assert_same("pj.batch.run (edge kind)", case.describe(), got[n], want)
+    labels = _edges(case)
+    if labels & {"large:over_bound", "budget:over"}:
+        assert want.fault == "Fault_TileAllocation", case.describe()
+    within = labels & {"large:within", "large:at_bound"}
+    if labels & {"budget:exact", "budget:slack"} or within and "large:TSTORE" not in labels:
+        assert want.fault == "Fault_None", case.describe()
+    if within:                          # a store back may fail its own checks
+        assert want.fault != "Fault_TileAllocation", case.describe()
+
+
+def test_edge_kinds_cover_every_label():
+    assert set().union(*map(_edges, EDGE)) == set(G.edge_labels(CFG))
+    assert {c.kind for c in EDGE} == set(G.EDGE_KINDS) and not any(c.mutations for c in EDGE)
+    assert all(len(c.words) <= GEN.max_words for c in EDGE)
+    # tiny (tile_words 256): no tile holds more than 256 Words, so no large_tile
+    tiny = G.GenConfig(machine=pj.preset("tiny"), edge_weight=1.0)
+    assert {c.kind for c in G.random_cases(1, 30, tiny)} == {"budget_edge"}
+    assert G.edge_labels(CFG) == list(G.LARGE_LABELS) + G.edge_labels(tiny.machine)
+    with pytest.raises(ValueError, match="tile_words"):
+        G.edge_case(G.case_rng(1, 0), tiny, kind="large_tile")
+
+
 # ----------------------------------------------------------------- regressions (shrunk former mismatches)
 
 

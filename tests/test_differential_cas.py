@@ -38,7 +38,8 @@ from ptojax.reference import cas_check
 from ptojax.reference.machine import Machine
 from ptojax.reference.run import run_machine
 
-from _differential import Outcome, assert_same, diff, run_batch, run_reference
+from _differential import (CapacityEdges, Outcome, assert_same, diff, run_batch,
+                           run_reference)
 
 CFG = pj.MachineConfig(tile_words=512, hand_slots=2)
 ORDERS = {"row-major": CFG, "reverse": CFG.replace(cas_lane_order="reverse"),
@@ -227,6 +228,18 @@ def test_forced_labels(n):
     aim = G.CAS_AIMS[c.mutations[0]] if c.mutations else "Fault_None"
     assert want.fault == aim, c.describe()
     assert_same("pj.batch.run", c.describe(), got[n], want)
+
+
+EDGE = CapacityEdges(lambda rng, muts: G.random_cas_case(rng, G.GenConfig(
+    machine=CFG, max_words=16, edge_weight=1.0), kind="cas_legal", mutations=muts),
+    "cas", "cas_budget", SEED + 9, cfg=CFG, run=lambda st, cs: batch(st, cs, "row-major"))
+
+
+@pytest.mark.parametrize("n", range(len(EDGE.pairs)))
+def test_destination_at_the_capacity_edge(n):
+    """TILE_CAPACITY exactly the sources' and the destination's charge (succeeds)
+    or 1 byte less (Fault_TileAllocation)."""
+    EDGE.check(n)
 
 
 # ----------------------------------------------------------------- (b) any serialization

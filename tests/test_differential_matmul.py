@@ -36,7 +36,7 @@ from ptojax import tables
 from ptojax.fuzz import gen as G
 from ptojax.machine import commit_capable
 
-from _differential import assert_same, run_batch, run_reference
+from _differential import CapacityEdges, assert_same, run_batch, run_reference
 
 CFG = pj.MachineConfig(tile_words=1024, hand_slots=2)
 PROFILES = {"portable": CFG, "ieee": CFG.replace(profile="ieee")}
@@ -236,6 +236,18 @@ def test_forced_labels(profile, n):
     aim = G.MATMUL_AIMS[c.mutations[0]] if c.mutations else "Fault_None"
     assert want.fault == aim, c.describe()
     assert_same(f"pj.batch.run ({profile})", c.describe(), got[n], want)
+
+
+EDGE = CapacityEdges(lambda rng, muts: G.random_matmul_case(rng, G.GenConfig(
+    machine=CFG, max_words=16, edge_weight=1.0), kind="mm_float", mutations=muts),
+    "matmul", "mm_budget", SEED + 9, cfg=CFG, run=lambda st, cs: batch(st, cs, "portable"))
+
+
+@pytest.mark.parametrize("n", range(len(EDGE.pairs)))
+def test_d_at_the_capacity_edge(n):
+    """TILE_CAPACITY exactly the charge of the tiles in use and D (succeeds) or
+    1 byte less (Fault_TileAllocation)."""
+    EDGE.check(n)
 
 
 def test_profiles_differ_on_floating_results():

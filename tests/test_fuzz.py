@@ -212,6 +212,33 @@ def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
     assert again.same(want)
 
 
+def test_edge_weight_campaign(capsys):
+    """--edge-weight draws the edge kinds (gen/edges.py); on tiny only the budget
+    edge: large tiles are reported as not applicable, never as never hit."""
+    rc, rep, err = fuzz_json(capsys, "--ops", "tload,tstore", "--edge-weight", "0.5",
+                             "--count", str(2 * (ROWS - 1)), "--seed", "3")
+    assert rc == 0, err
+    assert rep["mismatches"] == 0 and rep["compared"] == rep["cases"] and rep["edge_weight"] == 0.5
+    budget = G.edge_labels(CFG)                     # the budget edge alone on tiny
+    large = [x for x in G.EDGE_LABELS if x.startswith("large:")]
+    assert rep["coverage"]["kinds"]["budget_edge"] > 0 and "large_tile" not in rep["coverage"]["kinds"]
+    assert list(rep["coverage"]["edges"]) == budget and rep["never_hit"]["edges"] == []
+    assert "large_tile" not in rep["never_hit"]["kinds"]
+    assert rep["not_applicable"] == {"kinds": ["large_tile"], "edges": large}
+    assert {"Fault_None", "Fault_TileAllocation"} <= set(rep["fault_by_label"]["budget_edge"])
+    # where tiles are larger every edge kind and label is in the universe (the CAS
+    # and matrix budget edges with those families)
+    small = C.Coverage(None, 1 / 3, 0.25, 0.0, 0.1, pj.preset("small"))
+    assert set(G.EDGE_KINDS) <= set(small.universe()["kinds"])
+    assert small.universe()["edges"] == list(G.EDGE_LABELS)
+    assert small.not_applicable() == {"kinds": [], "edges": []}
+    assert not any("cas" in x or "matmul" in x
+                   for x in C.Coverage(None, 0.0, 0.0, 0.0, 0.1, CFG).universe()["edges"])
+    assert C.Coverage(None, 1 / 3).universe()["edges"] == [] and not C.Coverage().not_applicable()
+    assert fuzz(capsys, "--edge-weight", "1.5")[0] == 2
+    assert fuzz(capsys, "--edge-weight", "0.8", "--cas-weight", "0.5")[0] == 2
+
+
 def test_fuzz_options_reach_the_campaign(capsys, monkeypatch):
     seen = {}
 

@@ -10,7 +10,7 @@
     ptojax fuzz [--ops LIST] [--count N] [--seed S] [--batch B] [--sample F]
                 [--config tiny|small|asl] [--profile portable|ieee] [--on-fault abandon|hold]
                 [--cas-weight P] [--matmul-weight P] [--core] [--coop-weight P]
-                [--json] [--out DIR]
+                [--edge-weight P] [--json] [--out DIR]
                 [--export DIR] [--against CMD] [--shard I/N | --distributed] ...
     ptojax replay FILE [--against CMD | --reference] [--json]
     ptojax warmup [--config NAME]... [--profile portable|ieee]... [--json]

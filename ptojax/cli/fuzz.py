@@ -78,6 +78,8 @@ def _check(args):
         raise CliError(f"--coop-weight {args.coop_weight}: expected a probability in 0..1")
     if args.coop_weight and not args.core:
         raise CliError("--coop-weight: cooperative kinds run on the Core; add --core")
+    if not 0.0 <= args.edge_weight <= 1.0:
+        raise CliError(f"--edge-weight {args.edge_weight}: expected a probability in 0..1")
     if args.core and args.pe != 0:
         raise CliError("--core runs every PE; leave --pe at 0")
     if args.core and args.against:
@@ -105,10 +107,10 @@ def _campaign_config(args, C):
                           sample=args.sample, on_fault=args.on_fault, pe=args.pe, ops=ops,
                           kinds=kinds, jobs=jobs, shard=shard, cas_weight=args.cas_weight,
                           matmul_weight=args.matmul_weight, profile=args.profile, core=args.core,
-                          coop_weight=args.coop_weight)
-    if cc.cas + cc.matmul + cc.coop > 1.0 + 1e-12:
-        raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}) and cooperative "
-                       f"({cc.coop:g}) shares sum past 1")
+                          coop_weight=args.coop_weight, edge_weight=args.edge_weight)
+    if cc.cas + cc.matmul + cc.coop + cc.edge_weight > 1.0 + 1e-12:
+        raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}), cooperative "
+                       f"({cc.coop:g}) and edge ({cc.edge_weight:g}) shares sum past 1")
     return cc
 
 
@@ -246,9 +248,12 @@ def print_fuzz_report(rep: dict, con=None):
     c.add_column("axis", style="bold", no_wrap=True)
     c.add_column("counts")
     c.add_column("never hit", style="yellow")
-    for axis in ("operations", "dtypes", "layouts", "faults", "kinds", "mutations"):
+    for axis in ("operations", "dtypes", "layouts", "faults", "kinds", "mutations", "edges"):
         c.add_row(axis, _counts_text(rep["coverage"][axis]),
                   ", ".join(rep["never_hit"][axis]) or "-")
+    for axis, vals in rep.get("not_applicable", {}).items():
+        if vals:
+            c.add_row(f"{axis} (n/a)", f"not drawn on config {rep['config']}: {', '.join(vals)}", "-")
     con.print(c)
     for f in rep.get("mismatch_files", []):
         con.print(f"mismatch written: {f}  (ptojax replay {f})", markup=False, soft_wrap=True)

@@ -138,6 +138,10 @@ def _add_fuzz(sub, configs: str):
     f.add_argument("--coop-weight", type=float, metavar="P",
                    help="with --core: probability that a drawn case is a cooperative / Shared kind "
                         "(default 1/3 when --ops includes a TMATMUL form or is all, else 0)")
+    f.add_argument("--edge-weight", type=float, default=0.0, metavar="P",
+                   help="probability that a drawn case is an edge kind: a tile past 256 payload "
+                        "Words up to and over the config's tile_words (not on tiny), or an "
+                        "allocation at the TILE_CAPACITY edge (default 0)")
     f.add_argument("--count", type=int, default=1000, help="cases to run (default 1000)")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
     f.add_argument("--batch", type=int, default=256,

@@ -589,16 +589,21 @@ def _layout_label(code: int) -> str:
 
 class Coverage:
     """Counts per operation (cases with a BSTART of it), BSTART dtype, B.DATR
-    Layout code, final fault, and the generator's kind / mutation labels."""
+    Layout code, final fault, the generator's kind / mutation labels, and the
+    edge kinds' `edge:` notes (large tiles, the budget edge)."""
 
-    AXES = ("operations", "dtypes", "layouts", "faults", "kinds", "mutations")
+    AXES = ("operations", "dtypes", "layouts", "faults", "kinds", "mutations", "edges")
 
     def __init__(self, selected_ops: Optional[frozenset] = None, cas_weight: float = 0.0,
-                 matmul_weight: float = 0.0, coop_weight: float = 0.0):
+                 matmul_weight: float = 0.0, coop_weight: float = 0.0, edge_weight: float = 0.0,
+                 machine: Optional[MachineConfig] = None):
         self.selected_ops = selected_ops
         self.cas_weight = cas_weight
         self.matmul_weight = matmul_weight
         self.coop_weight = coop_weight
+        self.edge_weight = edge_weight
+        self.edge = G.edge_coverage(machine or G.GenConfig().machine, edge_weight, cas_weight > 0,
+                                    matmul_weight > 0)
         self.counts = {a: collections.Counter() for a in self.AXES}
         self.fault_by_label = collections.defaultdict(collections.Counter)
 
@@ -618,6 +623,7 @@ class Coverage:
         c["faults"][fault] += 1
         c["kinds"][case.kind] += 1
         c["mutations"].update(case.mutations)
+        c["edges"].update(n[len("edge:"):] for n in case.notes if n.startswith("edge:"))
         for label in case.labels:
             self.fault_by_label[label][fault] += 1
 
@@ -638,14 +644,16 @@ class Coverage:
                 "dtypes": [d.name for d in tables.DATATYPES],
                 "layouts": list(tables.LAYOUT_CODES.values()),
                 "faults": list(tables.FAULTS),
-                "kinds": self._labels("PROGRAM_KINDS", "CAS_KINDS", "MATMUL_KINDS", "COOP_KINDS"),
+                "kinds": self._labels("PROGRAM_KINDS", "CAS_KINDS", "MATMUL_KINDS", "COOP_KINDS")
+                + self.edge["kinds"],
                 "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS", "MATMUL_MUTATIONS",
-                                          "COOP_MUTATIONS")}
+                                          "COOP_MUTATIONS"),
+                "edges": self.edge["edges"]}
 
     def _labels(self, transport: str, cas: str, matmul: str, coop: str) -> list:
-        """The labels the generator can draw with this campaign's CAS, matrix and
-        cooperative weights."""
-        rest = self.cas_weight + self.matmul_weight + self.coop_weight
+        """The labels the generator can draw with this campaign's CAS, matrix,
+        cooperative and edge weights (edge kinds: those the machine allows)."""
+        rest = self.cas_weight + self.matmul_weight + self.coop_weight + self.edge_weight
         out = list(getattr(G, transport)) if rest < 1 else []
         out += list(getattr(G, cas, {})) if self.cas_weight > 0 else []
         out += list(getattr(G, matmul, {})) if self.matmul_weight > 0 else []
@@ -653,6 +661,10 @@ class Coverage:
 
     def never_hit(self) -> dict:
         return {a: [v for v in vals if self.counts[a][v] == 0] for a, vals in self.universe().items()}
+
+    def not_applicable(self) -> dict:
+        """Edge kinds and labels the machine cannot draw: neither counted nor never hit."""
+        return self.edge["not_applicable"]
 
     def to_json(self) -> dict:
         order = self.universe()
@@ -703,6 +715,7 @@ class CampaignConfig:
     profile: str = "portable"       # MachineConfig.profile of both models
     core: bool = False              # every case on the Core: pj.batch.run(core=True) / run_core
     coop_weight: Optional[float] = None    # share of cooperative / Shared kinds (core only)
+    edge_weight: float = 0.0        # share of large-tile / budget-edge kinds (gen/edges.py)
     keep_mismatches: int = 50       # Mismatch records kept (all are counted)
 
     @property
@@ -770,6 +783,8 @@ class CampaignConfig:
             kw.update(matmul_weight=self.matmul)
         if self.core:
             kw.update(core=True, coop_weight=self.coop)
+        if self.edge_weight > 0:
+            kw.update(edge_weight=self.edge_weight)
         return G.GenConfig(machine=self.machine, max_words=WORDS, pe=self.pe, **kw)
 
 
@@ -808,7 +823,8 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
     runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault, core=cc.core)
     own_oracle = oracle is None
     oracle = oracle or Oracle(mcfg, cc.on_fault, cc.jobs)
-    res = CampaignResult(cc, coverage=Coverage(cc.ops, cc.cas, cc.matmul, cc.coop),
+    res = CampaignResult(cc, coverage=Coverage(cc.ops, cc.cas, cc.matmul, cc.coop,
+                                                       cc.edge_weight, mcfg),
                          devices=jax.local_device_count())
     me, n_shards = cc.shard
     total = len(range(me, cc.count, n_shards))
@@ -940,6 +956,7 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "kinds": list(cc.kinds) if cc.kinds else "all",
         "sample": cc.sample, "cas_weight": round(cc.cas, 4), "matmul_weight": round(cc.matmul, 4),
         "core": cc.core, "coop_weight": round(cc.coop, 4),
+        "edge_weight": round(cc.edge_weight, 4),
         "profile": cc.profile, "shard": list(cc.shard),
         "devices": res.devices, "jobs": cc.jobs,
         "cases": res.cases, "compared": res.compared, "mismatches": res.mismatches,
@@ -948,6 +965,7 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "steady_cases_per_s": round((res.cases - first_cases) / steady, 1) if steady > 0 else None,
         "coverage": res.coverage.to_json(),
         "never_hit": res.coverage.never_hit(),
+        "not_applicable": res.coverage.not_applicable(),
         "fault_by_label": {k: dict(v) for k, v in sorted(res.coverage.fault_by_label.items())},
         "interrupted": res.interrupted,
     }

@@ -20,10 +20,16 @@ Case, the program builder, the draw-kind / draw-mutations loop):
 - cooperative.py (+ shared_transport.py): cooperative TMATMUL* and Shared TLSU on
   the Core, `COOP_KINDS`, `COOP_MUTATIONS`, `COOP_AIMS`;
   `GenConfig.coop_weight` (with core).
+- edges.py: TLOAD/TSTORE of tiles past 256 payload Words up to and over
+  tile_words, and allocations at the TILE_CAPACITY edge, `EDGE_KINDS` (those
+  a machine allows: `edge_kinds`), the `edges` labels (`edge_labels`);
+  `GenConfig.edge_weight`, which also puts some MGATHER.CAS and matrix
+  destinations at the TILE_CAPACITY edge (`edge_capacity`).
 
 Weights of zero (the default) leave random_case's draws unchanged; with
 several, one uniform draw picks CAS below cas_weight, matrix below cas_weight
-+ matmul_weight, cooperative below cas + matmul + coop weight.
++ matmul_weight, cooperative below cas + matmul + coop weight, edge below
+that + edge_weight.
 `GenConfig.core` makes every Case `core=True` (run with pj.run_core /
 pj.batch.run(core=True); its setup with pj.reference.run_core).
 
@@ -44,6 +50,8 @@ from .driver import (Bundle, Case, GenConfig, gen_config, prepare_state, build_s
 from .matrix import (MATMUL_AIMS, MATMUL_FORMS, MATMUL_KINDS, MATMUL_MUTATIONS,  # noqa: F401
                      MatmulImpossible, mm_form_ok, mm_mutation_ok, matmul_possible,
                      random_matmul_case, random_matmul_cases)
+from .edges import (EDGE_KINDS, EDGE_LABELS, LARGE_LABELS, edge_case, edge_coverage, edge_kinds,
+                    edge_labels, large_ok)
 from .mgather_cas import CAS_AIMS, CAS_KINDS, CAS_MUTATIONS, random_cas_case, random_cas_cases
 from .transport import PROGRAM_KINDS, transport_case, random_words_case
 from .transport_mutations import MUTATIONS, STREAM_MUTATIONS
@@ -53,7 +61,7 @@ def random_case(rng: np.random.Generator, cfg=None) -> Case:
     """One random Case: a TLOAD/TSTORE program, or with GenConfig's weights
     another family's case (see the module docstring)."""
     g = gen_config(cfg)
-    if g.cas_weight > 0 or g.matmul_weight > 0 or g.coop_weight > 0:
+    if g.cas_weight > 0 or g.matmul_weight > 0 or g.coop_weight > 0 or g.edge_weight > 0:
         u = rng.random()              # one draw: cas_weight alone leaves the old draws as they were
         if u < g.cas_weight:
             return random_cas_case(rng, g)
@@ -61,6 +69,8 @@ def random_case(rng: np.random.Generator, cfg=None) -> Case:
             return random_matmul_case(rng, g)
         if u < g.cas_weight + g.matmul_weight + g.coop_weight:
             return random_coop_case(rng, g)
+        if u < g.cas_weight + g.matmul_weight + g.coop_weight + g.edge_weight:
+            return edge_case(rng, g)
     return transport_case(rng, g)
 
 
@@ -75,4 +85,5 @@ __all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random
            "STREAM_MUTATIONS", "CAS_KINDS", "CAS_MUTATIONS", "CAS_AIMS", "MATMUL_FORMS",
            "MATMUL_KINDS", "MATMUL_MUTATIONS", "MATMUL_AIMS", "random_coop_case",
            "random_coop_cases", "COOP_FORMS", "COOP_MACHINE", "COOP_KINDS", "COOP_MUTATIONS",
-           "COOP_AIMS", "MatmulImpossible", "matmul_possible"]
+           "COOP_AIMS", "MatmulImpossible", "matmul_possible", "EDGE_KINDS", "EDGE_LABELS", "LARGE_LABELS",
+           "edge_case", "edge_coverage", "edge_kinds", "edge_labels", "large_ok"]

@@ -39,14 +39,15 @@ class GenConfig:
     matmul_forms: tuple = ()       # matrix kinds draw these operations (empty: all 12)
     core: bool = False             # every case runs on the Core (pj.run_core; Case.core)
     coop_weight: float = 0.0       # random_case: probability of a cooperative / Shared kind
+    edge_weight: float = 0.0       # random_case: probability of a large-tile / budget-edge kind
 
     def __post_init__(self):
-        if not (0.0 <= self.cas_weight <= 1.0 and 0.0 <= self.matmul_weight <= 1.0
-                and 0.0 <= self.coop_weight <= 1.0
-                and self.cas_weight + self.matmul_weight + self.coop_weight <= 1.0 + 1e-12):
+        weights = (self.cas_weight, self.matmul_weight, self.coop_weight, self.edge_weight)
+        if not (all(0.0 <= w <= 1.0 for w in weights) and sum(weights) <= 1.0 + 1e-12):
             raise ValueError(f"GenConfig: cas_weight {self.cas_weight}, matmul_weight "
-                             f"{self.matmul_weight} and coop_weight {self.coop_weight} must be "
-                             f"probabilities summing to at most 1")
+                             f"{self.matmul_weight}, coop_weight {self.coop_weight} and "
+                             f"edge_weight {self.edge_weight} must be probabilities summing "
+                             f"to at most 1")
         if self.coop_weight > 0 and not self.core:
             raise ValueError("GenConfig: coop_weight > 0 needs core=True (cooperative kinds run "
                              "on the Core)")
@@ -387,6 +388,12 @@ class Builder:
             base = aligned_base(0, n - span)
             return base, stride, mode
         raise ValueError(mode)
+
+    def fitting_mode(self, vr: int, vc: int, bits: int) -> str:
+        """An addressing mode whose accesses stay inside GM: "dense" (60%) when
+        the dense rows fit, else "zero" (every row at one base)."""
+        fits = vr * rowbytes(vc, bits) <= self.gm_bytes
+        return "dense" if fits and self.rng.random() < 0.6 else "zero"
 
     def ior_items(self, vr, vc, bits, p=0.6, mode=None, aligned_to=None):
         """[] (no B.IOR: base 0, dense stride) or [("ior", word)] with base/stride GPRs."""

@@ -31,6 +31,7 @@ from ... import tables
 from ...isa.encode import FPATR0, bstart, datr, dim, ior, iot_dst, iot_src
 from .driver import (Bundle, Case, Family, Builder, core_setup, flatten, gen_config, tload_items,
                      draw_kind, draw_many, draw_mutations, finish_case)
+from .edges import edge_capacity
 from .matrix_bundle import (MM_ITEM_MUTATIONS, MM_SPEC_MUTATIONS, mi_zero_mask_block, mm_bundle,
                             mm_zero_mask_junk)
 from .matrix_tiles import (E8M0, MM_LOAD_CODE, MM_MX_SCALED, MM_STORE_CODE, cube_fits, cube_min_size,
@@ -708,13 +709,15 @@ def _mm_words(b: Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: lis
 
 
 def _mm_capacity(b: Builder, plan: _MmPlan, loads: list) -> Optional[int]:
-    """mm_budget: a TILE_CAPACITY the tiles in use fit and D does not."""
-    if not plan.budget:
+    """mm_budget: a TILE_CAPACITY the tiles in use fit and D does not; with an
+    edge weight, sometimes one at the edge (edges.edge_capacity)."""
+    if not plan.budget and b.g.edge_weight <= 0:
         return None
     charge = sum(4 * (128 << (t.size - 1)) if b.g.core else t.charge for t in loads) \
         + (plan.d_charge if plan.chain else 0)          # core: mask 1111 (core_setup)
-    cap = charge + plan.d_charge - int(b.rng.integers(1, plan.d_charge + 1))
-    b.notes.append(f"tile_capacity:{cap} (in use {charge}, D {plan.d_charge})")
+    cap = edge_capacity(b, "matmul", charge, plan.d_charge, plan.budget)
+    if cap is not None:
+        b.notes.append(f"tile_capacity:{cap} (in use {charge}, D {plan.d_charge})")
     return cap
 
 

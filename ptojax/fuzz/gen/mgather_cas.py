@@ -29,6 +29,7 @@ from ... import tables
 from ...isa.encode import bstart, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2, iot_src_dst
 from .driver import (Bundle, Case, Family, Builder, core_setup, flatten, gen_config, tload_items,
                      compatible, draw_kind, draw_many, draw_mutations, finish_case)
+from .edges import edge_capacity
 from .mgather_cas_plan import CAS_PLAN_MUTATIONS, CasPlan, CasSource, cas_draw, cas_plan_mutate
 from .transport_mutations import m_shuffle, set_datr
 from .values import (BITS, DTYPES, LOAD_CODES, PACKED_DTYPES, PEMODE_MASK,
@@ -453,15 +454,17 @@ def _cas_words(b: Builder, bundles: list, cas: Bundle, tail: list) -> tuple:
 
 
 def _cas_capacity(b: Builder, plan: CasPlan, loads: list) -> Optional[int]:
-    """cas_budget: a TILE_CAPACITY the sources fit and the destination does not."""
-    if not plan.budget:
+    """cas_budget: a TILE_CAPACITY the sources fit and the destination does not;
+    with an edge weight, sometimes one at the edge (edges.edge_capacity)."""
+    if not plan.budget and b.g.edge_weight <= 0:
         return None
     # core: the setup's bindings are mask 1111 (core_setup), each PE charges 4 x TSize
     charge = sum((4 if b.g.core else bin(PEMODE_MASK[s.pemode]).count("1")) * s.capacity
                  for s in loads)
     dest = bin(PEMODE_MASK[plan.pemode]).count("1") * (128 << (plan.size - 1))
-    cap = charge + dest - int(b.rng.integers(1, dest + 1))
-    b.notes.append(f"tile_capacity:{cap} (sources {charge}, destination {dest})")
+    cap = edge_capacity(b, "cas", charge, dest, plan.budget)
+    if cap is not None:
+        b.notes.append(f"tile_capacity:{cap} (sources {charge}, destination {dest})")
     return cap
 
 

@@ -22,6 +22,8 @@ from .transport_mutations import (BUNDLE_MUTATIONS, MUTATIONS, STREAM_MUTATIONS,
 from .values import (BITS, CELL, CODE_LAYOUT, CUBE_DTYPES, DTYPES, LOAD_CODES, MASK64, PEMODE_MASK,
                      STORE_CODES, STORE_OF, elem_bytes, pick_one, size_for_bytes, weighted_key)
 
+LARGE_WORDS = 256        # a "large" tile's payload needs more Words than this
+
 PROGRAM_KINDS = {
     # kind: weight
     "cube_load": 12,
@@ -43,7 +45,9 @@ PROGRAM_KINDS = {
 
 
 def _cube_shape(rng, lay: str, bits: int, tile_words: int, mode: str):
-    """(vr, vc, cells) for a CUBE layout; mode fit/exact/short/big."""
+    """(vr, vc, cells) for a CUBE layout; mode fit/exact/short/big, or (the
+    large_tile kind) large: past LARGE_WORDS payload Words and under the
+    tile_words bound, at_bound: exactly tile_words, over_bound: one CELL more."""
     cr, cc = CELL[(lay, bits)]
     per = cr * cc
     max_cells = max(1, tile_words // per)
@@ -70,6 +74,13 @@ def _cube_shape(rng, lay: str, bits: int, tile_words: int, mode: str):
         cells = pick_one(rng, opts)
     elif mode == "big":
         cells = max_cells + int(rng.integers(1, 4))
+    elif mode == "at_bound":
+        cells = max_cells
+    elif mode == "over_bound":
+        cells = max_cells + 1
+    elif mode == "within":
+        lo = min(LARGE_WORDS // per + 1, max_cells)
+        cells = int(rng.integers(lo, max(lo, max_cells - 1) + 1))
     else:
         cells = int(rng.integers(1, max_cells + 1))
         # keep shapes mostly within ~40 x 40
@@ -85,7 +96,9 @@ def _cube_dtype(rng) -> int:
     return pick_one(rng, [0, 14, 16, 24])                  # FP64, HiF4X2, S64, U64: no CELL class
 
 
-def cube_tload(b: Builder, *, dt=None, code=None, shape_mode=None) -> Bundle:
+def cube_tload(b: Builder, *, dt=None, code=None, shape_mode=None, hand=None,
+               fits=False) -> Bundle:
+    """A CUBE TLOAD; `fits`: addressing that stays inside GM (Builder.fitting_mode)."""
     rng = b.rng
     dt = _cube_dtype(rng) if dt is None else dt
     code = pick_one(rng, LOAD_CODES) if code is None else code
@@ -106,11 +119,12 @@ def cube_tload(b: Builder, *, dt=None, code=None, shape_mode=None) -> Bundle:
     size = max(1, min(size, 10))
     b.notes.append(f"cube:{lay}/{tables.DTYPE_BY_CODE[dt].name}/{vr}x{vc}/cells{cells}/"
                    f"size{size}/{shape_mode}")
-    hand = int(rng.integers(0, 4))
+    hand = int(rng.integers(0, 4)) if hand is None else hand
     pemode = int(rng.integers(1, 8))
     pad = int(rng.integers(0, 4))
     items = [("datr", datr(code, 31, pad)), ("dim0", b.dim_word(0, vc)), ("dim1", b.dim_word(1, vr))]
-    items += b.ior_items(vr, vc, bits if bits else 16)[0]
+    abits = bits if bits else 16
+    items += b.ior_items(vr, vc, abits, mode=b.fitting_mode(vr, vc, abits) if fits else None)[0]
     items.append(("iot", iot_dst(hand, size, pemode, 1)))
     info = dict(op="TLOAD", cube=True, code=code, dt=dt, vr=vr, vc=vc, hand=hand,
                 mask=PEMODE_MASK[pemode], pemode=pemode, size=size, index=b.next_index(hand))
@@ -163,8 +177,9 @@ def ord_tload(b: Builder, *, dt=None) -> Bundle:
     return Bundle(bstart("TLOAD", dt), items, True, info)
 
 
-def cube_tstore(b: Builder, src: dict) -> Bundle:
-    """CUBE TSTORE of a loaded tile: matching codes/shape/dtype, or mismatched."""
+def cube_tstore(b: Builder, src: dict, *, fits=False) -> Bundle:
+    """CUBE TSTORE of a loaded tile: matching codes/shape/dtype, or mismatched;
+    `fits`: addressing inside GM."""
     rng = b.rng
     code = STORE_OF.get(src.get("code"), pick_one(rng, STORE_CODES))
     dt, vr, vc = src["dt"], src["vr"], src["vc"]
@@ -189,15 +204,16 @@ def cube_tstore(b: Builder, src: dict) -> Bundle:
         subs = [p for p in range(1, 8) if PEMODE_MASK[p] & src.get("mask", 15) == PEMODE_MASK[p]]
         pemode = pick_one(rng, subs) if subs else pemode
     items = [("datr", datr(code, 31, pad)), ("dim0", b.dim_word(0, vc)), ("dim1", b.dim_word(1, vr))]
-    items += b.ior_items(vr, vc, bits)[0]
+    items += b.ior_items(vr, vc, bits, mode=b.fitting_mode(vr, vc, bits) if fits else None)[0]
     items.append(("iot", iot_src(src["index"], pemode, 1)))
     info = dict(op="TSTORE", cube=True, code=code, dt=dt, vr=vr, vc=vc, src=src["index"],
                 pemode=pemode, mask=PEMODE_MASK[pemode])
     return Bundle(bstart("TSTORE", dt), items, True, info)
 
 
-def ord_tstore(b: Builder, src: dict) -> Bundle:
-    """Ordinary TSTORE of a loaded tile; stride aliasing, nibble stores, LB2 default."""
+def ord_tstore(b: Builder, src: dict, *, fits=False) -> Bundle:
+    """Ordinary TSTORE of a loaded tile; stride aliasing, nibble stores, LB2 default;
+    `fits`: addressing inside GM."""
     rng = b.rng
     tdt = src["dt"]
     bits = BITS[tdt]
@@ -212,8 +228,8 @@ def ord_tstore(b: Builder, src: dict) -> Bundle:
         items.append(("dim1", b.dim_word(1, int(rng.integers(0, 50)))))
     if rng.random() < 0.3:
         items.append(("dim2", b.dim_word(2, pick_one(rng, [1, 2, 4, 8, 16, 3, 0]))))
-    mode = None
-    if rng.random() < 0.5:
+    mode = b.fitting_mode(vr, vc, bits) if fits else None
+    if not fits and rng.random() < 0.5:
         mode = weighted_key(rng, {"zero": 3, "short": 3, "negative": 2, "dense": 2, "gap": 1,
                                "misaligned_base": 1, "past_end": 1, "wrap": 1})
     items += b.ior_items(vr, vc, bits, mode=mode)[0]
