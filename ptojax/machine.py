@@ -14,7 +14,7 @@ import numpy as np
 
 from . import tables
 from ._x64 import x64
-from .indexing import row, set_row
+from .indexing import row
 from .isa.decode_array import K, decode
 from .isa.forms import ENCODINGS
 from .ops import dispatch, header
@@ -149,14 +149,15 @@ def apply_header(packed, update, applies):
 def _latch_tables():
     """Per packed Block entry: the command kind that writes it, its row group and
     row (B.DIM target, B.IOT or B.IOS row; -1 none), whether it is written only
-    by a recorded (nonzero PEMode) binding, whether it is zero_seen, and whether
-    a BSTART sets it."""
+    by a recorded (nonzero PEMode) binding, whether it is zero_seen, whether a
+    BSTART sets it, and where `_latch`'s one-row-per-group block holds its value."""
     writer = {"datr_present": "B.DATR", "datr": "B.DATR", "lb": "B.DIM", "lb_present": "B.DIM",
               "ior_present": "B.IOR", "ior": "B.IOR", "iot_count": "B.IOT", "iot_closed": "B.IOT",
               "iot": "B.IOT", "ios_count": "B.IOS", "ios": "B.IOS", "fpatr_present": "B.FPATR",
               "fpatr": "B.FPATR", "catr_present": "B.CATR", "catr": "B.CATR"}
     groups = {"lb": _G_LB, "lb_present": _G_LB, "iot": _G_IOT, "ios": _G_IOS}
     kind, group, rows, records, zero, opened = [], [], [], [], [], []
+    written_from, at = [], 0    # position of each entry in the block packed with one row per group
     for name, shape, dtype in BLOCK_FIELDS:
         n = packed_width(shape, dtype)
         kind += [K[writer[name]] if name in writer else -1] * n
@@ -165,10 +166,6 @@ def _latch_tables():
         records += [writer.get(name) in ("B.IOT", "B.IOS")] * n
         zero += [name == "zero_seen"] * n
         opened += [name in ("active", "pc", "op", "dtype")] * n
-    # the packed block with one row per row group -> each entry's position in it
-    written_from, at = [], 0
-    for name, shape, dtype in BLOCK_FIELDS:
-        n = packed_width(shape, dtype)
         width = n // shape[0] if name in groups else n
         written_from += [at + k % width for k in range(n)]
         at += width

@@ -264,7 +264,6 @@ def packed_width(shape, dtype) -> int:
     return int(np.prod(shape)) * (2 if dtype == np.uint64 else 1)
 
 
-BLOCK_WORDS = sum(packed_width(shape, dtype) for _, shape, dtype in BLOCK_FIELDS)
 BLOCK_ELEMENTS = sum(int(np.prod(shape)) for _, shape, _ in BLOCK_FIELDS)
 
 
