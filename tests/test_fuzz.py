@@ -27,6 +27,7 @@ import ptojax as pj
 from ptojax import cli, tables
 from ptojax.fuzz import campaign as C
 from ptojax.fuzz import casefile, shrink
+from ptojax.fuzz import coverage as V
 from ptojax.fuzz import gen as G
 from ptojax.interop import from_arch_state, validate
 from ptojax.state import state_differences
@@ -40,7 +41,7 @@ GEN = G.GenConfig(machine=CFG, max_words=C.WORDS)
 
 CI_COUNT = 20 * (ROWS - 1)                  # 1260 cases
 CI_SEED = 7
-MATRIX_TOKENS = ",".join(C.op_token(o) for o in C.MATRIX_OPS)     # tmatmul,...,tgemvmx_acc
+MATRIX_TOKENS = ",".join(V.op_token(o) for o in V.MATRIX_OPS)     # tmatmul,...,tgemvmx_acc
 
 
 def fuzz(capsys, *argv):
@@ -91,8 +92,8 @@ def test_case_numbering_and_shards():
 def test_initial_state_is_build_state():
     """The campaign's numpy initial States equal gen.build_state's, also for
     MGATHER.CAS cases whose sources come from setup words and undefined Words."""
-    cc = C.CampaignConfig(config="tiny", ops=C.parse_ops("tload,mgather_cas"))
-    assert 0 < cc.cas < 1 and C.CampaignConfig(config="tiny", ops=C.parse_ops("tload")).cas == 0
+    cc = C.CampaignConfig(config="tiny", ops=V.parse_ops("tload,mgather_cas"))
+    assert 0 < cc.cas < 1 and C.CampaignConfig(config="tiny", ops=V.parse_ops("tload")).cas == 0
     prepared = 0
     for _, _, c in C.draw_cases(1, 24, cc.gen, C.Selection(cc.ops)):
         a, b = C.state_leaves(C.initial_state(c, CFG)), C.state_leaves(G.build_state(c, CFG))
@@ -104,11 +105,11 @@ def test_initial_state_is_build_state():
 
 
 def test_ops_selection():
-    sel = C.Selection(ops=C.parse_ops("mgather_cas"))
+    sel = C.Selection(ops=V.parse_ops("mgather_cas"))
     drawn = list(C.draw_cases(3, 40, GEN, sel))
     assert len(drawn) == 40
     for k, j, c in drawn:
-        named = C.case_ops(c)
+        named = V.case_ops(c)
         assert not named or "MGATHER.CAS" in named
     # the draw index is kept, so case k replays from (seed, index)
     k, j, c = drawn[-1]
@@ -118,17 +119,17 @@ def test_ops_selection():
     assert sorted((k, j) for p in parts for k, j, _ in p) == [(k, j) for k, j, _ in drawn]
     kinds = C.Selection(kinds=("cube_*",))
     assert all(c.kind.startswith("cube_") for _, _, c in C.draw_cases(3, 20, GEN, kinds))
-    assert C.parse_ops("all") is None and C.parse_ops("TLOAD,tstore") == {"TLOAD", "TSTORE"}
+    assert V.parse_ops("all") is None and V.parse_ops("TLOAD,tstore") == {"TLOAD", "TSTORE"}
     with pytest.raises(ValueError, match="unknown operation"):
-        C.parse_ops("tload,tfoo")
+        V.parse_ops("tload,tfoo")
 
 
 def test_matrix_ops_selection_and_weights():
     """Matrix tokens select the TMATMUL/TGEMV kinds of those forms; the weights'
     defaults keep "all" and the non-matrix selections at their old mix."""
-    assert C.parse_ops("tmatmul,tgemvmx_acc") == {"TMATMUL", "TGEMVMX.ACC"}
-    assert len(C.MATRIX_OPS) == 12 and set(C.MATRIX_OPS) <= set(C.IMPLEMENTED_OPS)
-    cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=C.parse_ops(ops), **kw)
+    assert V.parse_ops("tmatmul,tgemvmx_acc") == {"TMATMUL", "TGEMVMX.ACC"}
+    assert len(V.MATRIX_OPS) == 12 and set(V.MATRIX_OPS) <= set(V.IMPLEMENTED_OPS)
+    cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=V.parse_ops(ops), **kw)
     assert (cfg("all").cas, cfg("all").matmul) == (1 / 3, 0.0)
     assert (cfg("tload,mgather_cas").cas, cfg("tload,mgather_cas").matmul) == (1 / 3, 0.0)
     assert (cfg("tmatmul,tgemv").cas, cfg("tmatmul,tgemv").matmul) == (0.0, 1.0)
@@ -137,19 +138,19 @@ def test_matrix_ops_selection_and_weights():
     assert cfg("mgather_cas,tmatmul", matmul_weight=0.9).cas == pytest.approx(0.1)
     assert cfg("all").gen == G.GenConfig(machine=CFG, max_words=C.WORDS, cas_weight=1 / 3)
     assert cfg("tmatmul,tgemv").gen.matmul_forms == ("TMATMUL", "TGEMV")
-    sel = C.Selection(ops=C.parse_ops("tmatmul,tgemv"))
+    sel = C.Selection(ops=V.parse_ops("tmatmul,tgemv"))
     drawn = list(C.draw_cases(3, 30, cfg("tmatmul,tgemv").gen, sel))
     assert all(c.kind in G.MATMUL_KINDS for _, _, c in drawn)
-    assert all(C.case_ops(c) & {"TMATMUL", "TGEMV"} for _, _, c in drawn)
+    assert all(V.case_ops(c) & {"TMATMUL", "TGEMV"} for _, _, c in drawn)
     assert all(j == k for k, j, _ in drawn)          # the generator draws only those forms
     # the profile reaches the machine config of both models
     assert cfg("all", profile="ieee").machine == CFG.replace(profile="ieee")
     assert cfg("all").machine is CFG
     # coverage: the matrix kinds and mutations join the universe with their weight
-    cov = C.Coverage(None, 1 / 3, 0.25).universe()
-    assert set(G.MATMUL_KINDS) <= set(cov["kinds"]) and set(C.MATRIX_OPS) <= set(cov["operations"])
-    old = C.Coverage(None, 1 / 3).universe()
-    assert not set(G.MATMUL_KINDS) & set(old["kinds"]) and not set(C.MATRIX_OPS) & set(old["operations"])
+    cov = V.Coverage(None, 1 / 3, 0.25).universe()
+    assert set(G.MATMUL_KINDS) <= set(cov["kinds"]) and set(V.MATRIX_OPS) <= set(cov["operations"])
+    old = V.Coverage(None, 1 / 3).universe()
+    assert not set(G.MATMUL_KINDS) & set(old["kinds"]) and not set(V.MATRIX_OPS) & set(old["operations"])
     # every filler row starts a block of each effect group
     from ptojax.machine import possible_effects
     assert possible_effects(C.filler_words()) == {"TLOAD", "TSTORE", "MGATHER.CAS", "MATMUL"}
@@ -160,7 +161,7 @@ def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
     drawn with coop_weight (1/3 by default with a TMATMUL form or all ops), their
     labels in the coverage universe, the options reach the campaign (faked here:
     test_core_campaign_on_jax runs a real one), the flag in case files."""
-    cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=C.parse_ops(ops), **kw)
+    cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=V.parse_ops(ops), **kw)
     assert cfg("all").coop == 0.0 and cfg("tload").coop == 0.0
     assert (cfg("all", core=True).cas, cfg("all", core=True).matmul,
             cfg("all", core=True).coop) == (1 / 3, 0.0, 1 / 3)
@@ -172,10 +173,10 @@ def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
     assert gen.core and gen.coop_weight == 1 / 3
     drawn = [c for _, _, c in C.draw_cases(4, 40, gen)]
     assert all(c.core for c in drawn) and any(c.kind in G.COOP_KINDS for c in drawn)
-    cov = C.Coverage(None, 1 / 3, 0.0, 1 / 3).universe()
+    cov = V.Coverage(None, 1 / 3, 0.0, 1 / 3).universe()
     assert set(G.COOP_KINDS) <= set(cov["kinds"]) and set(G.COOP_MUTATIONS) <= set(cov["mutations"])
     assert "TSTORE.SPART" in cov["operations"] and "TMATMUL" in cov["operations"]
-    assert not set(G.COOP_KINDS) & set(C.Coverage(None, 1 / 3).universe()["kinds"])
+    assert not set(G.COOP_KINDS) & set(V.Coverage(None, 1 / 3).universe()["kinds"])
     from ptojax.machine import possible_effects
     assert "SHARED" in possible_effects(C.filler_words(core=True))
     assert "SHARED" not in possible_effects(C.filler_words())
@@ -228,13 +229,13 @@ def test_edge_weight_campaign(capsys):
     assert {"Fault_None", "Fault_TileAllocation"} <= set(rep["fault_by_label"]["budget_edge"])
     # where tiles are larger every edge kind and label is in the universe (the CAS
     # and matrix budget edges with those families)
-    small = C.Coverage(None, 1 / 3, 0.25, 0.0, 0.1, pj.preset("small"))
+    small = V.Coverage(None, 1 / 3, 0.25, 0.0, 0.1, pj.preset("small"))
     assert set(G.EDGE_KINDS) <= set(small.universe()["kinds"])
     assert small.universe()["edges"] == list(G.EDGE_LABELS)
     assert small.not_applicable() == {"kinds": [], "edges": []}
     assert not any("cas" in x or "matmul" in x
-                   for x in C.Coverage(None, 0.0, 0.0, 0.0, 0.1, CFG).universe()["edges"])
-    assert C.Coverage(None, 1 / 3).universe()["edges"] == [] and not C.Coverage().not_applicable()
+                   for x in V.Coverage(None, 0.0, 0.0, 0.0, 0.1, CFG).universe()["edges"])
+    assert V.Coverage(None, 1 / 3).universe()["edges"] == [] and not V.Coverage().not_applicable()
     assert fuzz(capsys, "--edge-weight", "1.5")[0] == 2
     assert fuzz(capsys, "--edge-weight", "0.8", "--cas-weight", "0.5")[0] == 2
 
@@ -361,7 +362,7 @@ def test_ci_campaign_every_op_every_fault(capsys, tmp_path):
     assert rep["ops"] == sorted(["mgather_cas", "tload", "tstore"] + MATRIX_TOKENS.split(","))
     assert (rep["cas_weight"], rep["matmul_weight"], rep["profile"]) == (0.25, 0.25, "portable")
     cov = rep["coverage"]
-    for op in C.IMPLEMENTED_OPS:
+    for op in V.IMPLEMENTED_OPS:
         assert cov["operations"].get(op, 0) > 0, op
     assert rep["never_hit"]["faults"] == [], rep["never_hit"]["faults"]
     assert set(cov["faults"]) == set(tables.FAULTS)

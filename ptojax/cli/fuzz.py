@@ -91,8 +91,9 @@ def _check(args):
 def _campaign_config(args, C):
     """The CampaignConfig of the options (C: ptojax.fuzz.campaign); this process's share
     of it with --shard or --distributed."""
+    from ptojax.fuzz.coverage import parse_ops
     try:
-        ops = C.parse_ops(args.ops)
+        ops = parse_ops(args.ops)
     except ValueError as e:
         raise CliError(f"--ops: {e}") from None
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip()) if args.kinds else None
