@@ -21,7 +21,7 @@ from .ops import dispatch, header
 from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
 from .result import RunResult
 from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, check_block,
-                    config_of, empty_block, pack_block, pack_tiles, packed_width, unpack_block,
+                    check_pool, config_of, empty_block, pack_block, pack_tiles, packed_width, unpack_block,
                     unpack_tiles)
 
 ON_FAULT = ("abandon", "hold")
@@ -453,6 +453,7 @@ def _run(state, words, pe, on_fault, cfg, core):
     w = as_words(words)
     cfg = check_config(state, cfg)
     check_block(state.block)
+    check_pool(state)
     # the families the words can reach, and generous bounds: a first call
     # compiles only what it uses (a few seconds), and few variants in all
     padded = np.zeros(bucket(len(w), low=16), np.uint32)

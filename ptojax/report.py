@@ -12,6 +12,7 @@ import numpy as np
 
 from . import tables
 from .isa import asm
+from .state import own_words
 from .tileview import TileView, read_shared, read_tile
 
 
@@ -21,9 +22,13 @@ def changed_tiles(before, after) -> list[tuple[int, int]]:
     hand_slots = S // 4
     diff = np.zeros((P, S), bool)
     for name in after.tiles.keys():
+        if name in ("words", "defined"):
+            continue
         a, b = np.asarray(getattr(before.tiles, name)), np.asarray(getattr(after.tiles, name))
-        ne = a != b
-        diff |= ne.reshape(P, S, -1).any(axis=2)
+        diff |= (a != b).reshape(P, S, -1).any(axis=2)
+    for pe, slot in np.argwhere(~diff & np.asarray(after.tiles.allocated)):   # its own Words
+        diff[pe, slot] = any(not np.array_equal(x, y) for x, y in
+                             zip(own_words(before.tiles, pe, slot), own_words(after.tiles, pe, slot)))
     return [(int(pe), int((slot // hand_slots) * tables.HAND_SLOTS + slot % hand_slots))
             for pe, slot in np.argwhere(diff)]
 

@@ -97,12 +97,90 @@ class MachineConfig:
         return hand * self.hand_slots + k if k < self.hand_slots else None
 
     @property
+    def pool_pages(self) -> int:
+        """Pages of tile_words Words in each PE's Local payload pool (tiles.words[pe]):
+        room for every allocation the budget admits (pool_pages_for)."""
+        return pool_pages_for(self.tile_capacity, self.local_slots, self.tile_words)
+
+    @property
     def state_bytes(self) -> int:
         """Bytes one State occupies (all leaves), for sizing batches."""
         return _state_bytes(self)
 
     def replace(self, **kw) -> "MachineConfig":
         return dataclasses.replace(self, **kw)
+
+
+# ----------------------------------------------------------------- payload pool
+#
+# Each PE's Local payload is one pool of pool_pages x W Words (W = tile_words),
+# not one W-Word row per slot: a slot's storage is the W Words from its `base`,
+# of which the first pool_extent(capacity) are its own. Tiles are only ever
+# allocated (a block allocates a fresh slot; nothing in this slice releases
+# one but a rollback, which leaves the State unchanged, and reset), so a new
+# tile is placed at its PE's pool top (pool_top): the end of the highest
+# storage placed so far. A PE's Local charge (A.5, popcount(mask) x TSize per
+# tile) is at most TILE_CAPACITY and a tile of TSize bytes holds at most
+# 2 x TSize elements (4-bit ones), so a pool of 2 x TILE_CAPACITY Words (or of
+# every slot at its largest, when that is less) holds whatever the budget admits.
+# A fresh tile's stale Words are the pool's Words there, never written since
+# reset: zero, as in the model's own never-used slot storage.
+
+
+def _window_slack(W: int) -> int:
+    """Pool Words past the last tile's own that its W-Word window may reach: a
+    tile owns at least min(256, W) Words (the least capacity is 128 bytes)."""
+    return W - min(256, W)
+
+
+def pool_pages_for(tile_capacity: int, slots: int, W: int) -> int:
+    """Pool pages (of W Words) for a TILE_CAPACITY: room for 2 x TILE_CAPACITY
+    Words or for every slot at W Words, whichever is less, and the last
+    window's slack."""
+    return -(-(min(2 * tile_capacity, slots * W) + _window_slack(W)) // W)
+
+
+def pool_capacity(pages: int, slots: int, W: int) -> Optional[int]:
+    """The largest TILE_CAPACITY register a pool of `pages` holds every allocation
+    for; None when it holds every slot at its largest (any register)."""
+    usable = pages * W - _window_slack(W)
+    return None if usable >= slots * W else usable // 2
+
+
+def pool_extent(capacity, W: int, xp=jnp):
+    """Pool Words a tile of `capacity` (TSize) bytes owns: 2 x TSize (its most
+    elements, at 4 bits each), at most W (the model's per-tile bound)."""
+    return xp.clip(2 * capacity.astype(xp.int64), 0, W)
+
+
+def pool_top(allocated, capacity, base, W: int, xp=jnp):
+    """Where a PE's next tile is placed: the end of its highest placed storage
+    (0 with none), over descriptors along the last axis (any leading axes)."""
+    ends = xp.asarray(base).astype(xp.int64) + pool_extent(xp.asarray(capacity), W, xp)
+    return xp.max(xp.where(xp.asarray(allocated) != 0, ends, 0), axis=-1)
+
+
+def pool_start(base, pool_words: int, W: int, xp=jnp):
+    """First pool Word of a slot's W-Word window: its base clamped into the pool
+    (as XLA's dynamic slices clamp; a base only a hand-made State can hold)."""
+    return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_words - W)
+
+
+def slot_window(tiles, pe: int, slot: int):
+    """(words, defined): numpy views of the W-Word window of PE `pe`'s slot `slot`
+    in a State's Tiles (or a dict of its numpy leaves, which the views then
+    edit; words or defined missing from the dict come back as None). A free
+    slot's window is where it would be placed, as the executor reads it."""
+    K, W = np.shape(tiles["defined"])[-2:]
+    allocated, base = np.asarray(tiles["allocated"])[pe], np.asarray(tiles["base"])[pe]
+    if not allocated[slot]:
+        base = np.minimum(pool_top(allocated, np.asarray(tiles["capacity"])[pe], base, W, np),
+                          K * W - W)
+    else:
+        base = base[slot]
+    at = int(pool_start(base, K * W, W, np))
+    return tuple(np.asarray(tiles[k][pe]).reshape(-1)[at:at + W] if k in tiles else None
+                 for k in ("words", "defined"))
 
 
 PRESETS: dict[str, MachineConfig] = {
@@ -142,15 +220,16 @@ class Tiles:
     cell_count: jax.Array
     storage_bytes: jax.Array
     mask: jax.Array             # int32[S] 4-bit allocation PE mask, 0 when free
-    words: jax.Array            # uint64[S, W] payload carriers
-    defined: jax.Array          # bool[S, W] per-slot definedness
+    words: jax.Array            # uint64[K, W] the PE's payload pool (pool_pages(cfg) x W)
+    defined: jax.Array          # bool[K, W] definedness of each pool Word
     defined_valid: jax.Array    # int32[S] defined elements inside the valid region
+    base: jax.Array             # int32[S] first pool Word of the slot's storage
 
 
 # Tiles' descriptor leaves, in the column order of LocalFile.desc
 TILE_FIELDS = ("allocated", "dtype", "layout", "location", "capacity", "rows", "cols",
                "valid_rows", "valid_cols", "k_repeat", "n_repeat", "cell_count", "storage_bytes",
-               "mask", "defined_valid")
+               "mask", "defined_valid", "base")
 TILE_COLUMN = {name: i for i, name in enumerate(TILE_FIELDS)}
 
 
@@ -160,8 +239,8 @@ class LocalFile:
     fields as columns of one int32 array, so that reading a descriptor,
     publishing one or projecting a PE's file is one operation, not fifteen."""
     desc: jax.Array             # int32[4, S, len(TILE_FIELDS)]
-    words: jax.Array            # uint64[4, S, W]
-    defined: jax.Array          # bool[4, S, W]
+    words: jax.Array            # uint64[4, K, W]
+    defined: jax.Array          # bool[4, K, W]
 
 
 def pack_tiles(t: Tiles) -> LocalFile:
@@ -309,8 +388,9 @@ def _reset(cfg: MachineConfig) -> State:
         capacity=_i32((P, S)), rows=_i32((P, S)), cols=_i32((P, S)), valid_rows=_i32((P, S)),
         valid_cols=_i32((P, S)), k_repeat=_i32((P, S)), n_repeat=_i32((P, S)),
         cell_count=_i32((P, S)), storage_bytes=_i32((P, S)), mask=_i32((P, S)),
-        words=jnp.zeros((P, S, W), jnp.uint64), defined=jnp.zeros((P, S, W), bool),
-        defined_valid=_i32((P, S)))
+        words=jnp.zeros((P, cfg.pool_pages, W), jnp.uint64),
+        defined=jnp.zeros((P, cfg.pool_pages, W), bool),
+        defined_valid=_i32((P, S)), base=_i32((P, S)))
     R = cfg.shared_slots
     shared = SharedTiles(
         sid=jnp.full(R, -1, jnp.int32), allocation_mask=_i32(R), initialized_mask=_i32(R),
@@ -349,10 +429,13 @@ def reset(cfg: MachineConfig = None) -> State:
 
 def config_of(s: State) -> MachineConfig:
     """Recover the sizes a State (or a batch of States) was built with."""
-    S, W = s.tiles.words.shape[-2:]
+    K, W = s.tiles.words.shape[-2:]
+    S = s.tiles.base.shape[-1]
     R, WS = s.shared.words.shape[-2:]
+    cap = pool_capacity(int(K), int(S), int(W))
     return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4,
-                         shared_slots=int(R), shared_words=int(WS))
+                         shared_slots=int(R), shared_words=int(WS),
+                         **({} if cap is None else {"tile_capacity": cap}))
 
 
 @chex.dataclass
@@ -572,6 +655,21 @@ def block_domain_errors(block, limit: int = 3) -> list:
     return out
 
 
+def tile_leaves(leaves: dict) -> dict:
+    """{".tiles.words": ..., ...} (state_leaves) as {"words": ..., ...}, the form
+    slot_window and own_words read."""
+    return {k[len(".tiles."):]: v for k, v in leaves.items() if k.startswith(".tiles.")}
+
+
+def own_words(tiles, pe: int, slot: int):
+    """(words, defined) of the Words PE `pe`'s allocated slot `slot` owns (the
+    first pool_extent of its window), as slot_window; empty for a free slot."""
+    W = np.shape(tiles["defined"])[-1]
+    n = int(pool_extent(np.asarray(tiles["capacity"])[pe, slot], W, np)) \
+        if np.asarray(tiles["allocated"])[pe, slot] else 0
+    return tuple(None if x is None else x[:n] for x in slot_window(tiles, pe, slot))
+
+
 def check_block(block):
     """ValueError when a State's open-block fields are outside what header
     processing can produce (block_domain_errors): pj.run and pj.reference.run
@@ -579,6 +677,20 @@ def check_block(block):
     errors = block_domain_errors(block)
     if errors:
         raise ValueError("not a State the model can be in: " + "; ".join(errors))
+
+
+def check_pool(s):
+    """ValueError when a State's (or a batch's) TILE_CAPACITY register admits
+    more Local allocations than its payload pool holds (pool_capacity): build
+    the State with pj.reset(cfg) for the register value wanted."""
+    K, W = s.tiles.words.shape[-2:]
+    cap = pool_capacity(int(K), int(s.tiles.base.shape[-1]), int(W))
+    if cap is not None:
+        reg = np.asarray(s.tile_capacity).astype(np.uint64)
+        if reg.size and int(reg.max()) > cap:
+            raise ValueError(f"TILE_CAPACITY register {int(reg.max())} exceeds {cap}, the most "
+                             f"this State's Local payload pool ({K} x {W} Words per PE) holds; "
+                             "build it with pj.reset(cfg.replace(tile_capacity=...))")
 
 
 def check_int(name, v, lo, hi):

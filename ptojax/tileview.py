@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import tables
-from .state import State, check_int, check_state
+from .state import State, check_int, check_state, slot_window
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,7 @@ def read_tile(s: State, index: int, pe: int = 0) -> TileView:
         "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask", "defined_valid")}
     alloc = bool(np.asarray(t.allocated[pe, i]))
     n = min(g["rows"] * g["cols"], t.words.shape[-1]) if alloc else 0
+    window = slot_window(t, pe, i)
     return TileView(
         index=index, allocated=alloc, layout=tables.TILE_LAYOUTS[g["layout"]],
         dtype=tables.DTYPE_BY_CODE[g["dtype"]].name, rows=g["rows"], columns=g["cols"],
@@ -134,8 +135,7 @@ def read_tile(s: State, index: int, pe: int = 0) -> TileView:
         pe_mask=g["mask"], k_repeat=g["k_repeat"], n_repeat=g["n_repeat"],
         cell_count=g["cell_count"], storage_bytes=g["storage_bytes"],
         defined_valid_elements=g["defined_valid"],
-        words=np.asarray(t.words[pe, i, :n]).astype(np.uint64),
-        defined=np.asarray(t.defined[pe, i, :n]).astype(bool))
+        words=window[0][:n].astype(np.uint64), defined=window[1][:n].astype(bool))
 
 
 @dataclass(frozen=True)

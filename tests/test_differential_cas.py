@@ -32,6 +32,7 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
+from ptojax.state import slot_window
 from ptojax.fuzz import gen as G
 from ptojax.machine import commit_capable
 from ptojax.reference import cas_check
@@ -267,9 +268,9 @@ def _tampered(state, rec, where: str, rng):
             gm = np.array(state.gm)
             gm[address:address + n] = np.frombuffer(v.to_bytes(n, "little"), np.uint8)
             return state.replace(gm=jax.numpy.asarray(gm)), address
-        words = np.array(state.tiles.words)
-        words[rec.pe, rec.slot, lanes[0].slot_word] = np.uint64(v)
-        return state.replace(tiles=state.tiles.replace(words=jax.numpy.asarray(words))), address
+        t = {**state.tiles, "words": np.array(state.tiles.words)}
+        slot_window(t, rec.pe, rec.slot)[0][lanes[0].slot_word] = np.uint64(v)
+        return state.replace(tiles=state.tiles.replace(words=jax.numpy.asarray(t["words"]))), address
 
 
 @pytest.mark.parametrize("order", list(ORDERS))

@@ -35,6 +35,7 @@ import ptojax as pj
 from ptojax import tables
 from ptojax.fuzz import gen as G
 from ptojax.machine import commit_capable
+from ptojax.state import own_words, tile_leaves
 
 from _differential import CapacityEdges, assert_same, run_batch, run_reference
 
@@ -279,11 +280,10 @@ def test_subnormal_results_agree():
         want = oracle(i, "ieee")
         if want.fault != "Fault_None" or c.kind not in ("mm_mx", "mm_mx_blocks", "mm_float", "mm_specials"):
             continue
-        leaves = dict(want.leaves)
-        fp32 = (leaves[".tiles.dtype"] == tables.DTYPE_BY_NAME["FP32"].code) & leaves[".tiles.allocated"]
-        words = leaves[".tiles.words"]
-        sub = ((words > 0) & (words < 0x00800000)) | ((words > 0x80000000) & (words < 0x80800000))
-        if np.any(sub & leaves[".tiles.defined"] & fp32[..., None]):
+        t = tile_leaves(dict(want.leaves))
+        fp32 = (t["dtype"] == tables.DTYPE_BY_NAME["FP32"].code) & t["allocated"]
+        sub = lambda w: ((w > 0) & (w < 0x00800000)) | ((w > 0x80000000) & (w < 0x80800000))
+        if any(np.any(sub(w) & d) for w, d in (own_words(t, *at) for at in zip(*np.nonzero(fp32)))):
             hits.append(i)
             assert_same("pj.batch.run (ieee)", c.describe(), main_batch(i // ROWS, "ieee")[i % ROWS], want)
     assert len(hits) >= 3, hits

@@ -304,7 +304,8 @@ def test_differences_field_by_field():
     leaves[".gpr"][1, 2] = 0x10
     leaves[".fault"] = np.int32(tables.FAULTS.index("Fault_DataPage"))
     leaves[".tiles.allocated"][0, 5] = True
-    leaves[".tiles.words"][0, 5, 7] = 9
+    leaves[".tiles.capacity"][0, 5] = 128      # owns 256 pool Words from its base, 0
+    leaves[".tiles.words"][0, 0, 7] = 9
     leaves[".block.lb"][1] = 4
     b = C.Outcome(leaves, 2)
     d = {x["field"]: x for x in C.differences(a, b)}

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import ptojax as pj
 from ptojax import tables
 from ptojax.interop import SCHEMA_ID, from_arch_state, schema, to_arch_state
-from ptojax.state import MAX_IOS, MAX_IOT, MachineConfig, state_leaves
+from ptojax.state import MAX_IOS, MAX_IOT, MachineConfig, own_words, pool_top, slot_window, state_leaves
 
 try:
     import jsonschema
@@ -150,22 +150,20 @@ def states():
     assert bool(np.asarray(ob.block.active))
     out["open_block"] = ob
 
-    # stale state: a free slot with leftover descriptor/payload, an allocated
-    # tile with nonzero Words past its storage region, TILE_CAPACITY changed
+    # stale state: a free slot with a leftover descriptor (a free slot owns no
+    # payload Words), an allocated tile with nonzero Words past its storage
+    # region (but inside its own pool Words), TILE_CAPACITY changed
     st_ = out["cube_load_store"]
-    words = np.asarray(st_.tiles.words).copy()
-    defined = np.asarray(st_.tiles.defined).copy()
-    rows = np.asarray(st_.tiles.rows).copy()
-    layout = np.asarray(st_.tiles.layout).copy()
-    words[0, 1, 5] = 0xDEADBEEF                               # PE0's file
-    defined[0, 1, 7] = True
-    rows[0, 1] = 9
-    layout[0, 1] = tables.TILE_LAYOUT_CODE["CUBE_N8"]
+    t = {k: np.asarray(v).copy() for k, v in st_.tiles.items()}
+    t["rows"][0, 1] = 9                                       # PE0's file
+    t["layout"][0, 1] = tables.TILE_LAYOUT_CODE["CUBE_N8"]
     hs = SMALL.hand_slots
     m1 = 2 * hs                                               # slot of M#1
-    words[0, m1, 100] = (1 << 64) - 1
-    defined[0, m1, 200] = True
-    st_ = poke_sub(st_, "tiles", words=words, defined=defined, rows=rows, layout=layout)
+    words, defined = slot_window(t, 0, m1)
+    assert own_words(t, 0, m1)[0].size > 200
+    words[100] = (1 << 64) - 1
+    defined[200] = True
+    st_ = poke_sub(st_, "tiles", **{k: t[k] for k in ("words", "defined", "rows", "layout")})
     out["stale"] = poke(st_, tile_capacity=4096, pc=0xFFFF_FFFF_FFFF_FFFC)
 
     out["multi_pe"] = multi_pe_state()
@@ -176,17 +174,15 @@ def states():
 
 def multi_pe_state():
     """Distinct Local files: PE0 M#1 (CUBE TLOAD on PE0), PE2 T#1 (TLOAD run on PE2),
-    PE1 reset, PE3 a free slot with stale Words and a stale descriptor field."""
+    PE1 reset, PE3 a free slot with a stale descriptor field."""
     s = ok(fp16_input(), CUBE_LOAD)
     s = pj.write_memory(s, 0x400, bytes([9, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 6, 0, 0, 0]))
     for name, v in (("x2", 0x400), ("x3", 12), ("a3", 0x500)):
         s = pj.write_gpr(s, name, v, pe=2)
     s = ok(s, ORDINARY, pe=2)
-    words = np.asarray(s.tiles.words).copy()
     cols = np.asarray(s.tiles.cols).copy()
-    words[3, 0, 3] = 0xABC
     cols[3, 0] = 4
-    return poke_sub(s, "tiles", words=words, cols=cols)
+    return poke_sub(s, "tiles", cols=cols)
 
 
 # Shared records written as leaves (the Shared TLOAD is tested elsewhere):
@@ -309,7 +305,7 @@ def test_local_tile_registers(envelopes):
         "extensions": {"ptojax": {"location": "Matrix", "capacity_bytes": 128,
                                   "allocation_mask": 0b1000, "cube_k_repeat": 1,
                                   "cube_n_repeat": 1, "cube_cell_count": 1,
-                                  "cube_storage_bytes": 128}}}
+                                  "cube_storage_bytes": 128, "pool_base": 0}}}
     assert len(m1["data"]) == len(m1["defined"]) == 64 and all(m1["defined"])
     assert [m1["data"][i] for i in (0, 1, 2, 4, 5, 6)] == [0x3C00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600]
     assert m1["data"][3] == 0x7BFF and m1["generation"] == 0
@@ -325,10 +321,19 @@ def test_stale_payload_and_free_slots_travel_in_extensions(envelopes):
     tile = envelopes["stale"]["state"]["tile"]
     free = tile["extensions"]["ptojax"]["free_slots"]
     assert free == {"T#2": {"fields": {"layout": tables.TILE_LAYOUT_CODE["CUBE_N8"], "rows": 9},
-                            "words": [[5, 0xDEADBEEF]], "defined": [7]}}
+                            "words": [], "defined": []}}
     ext = tile["registers"]["M#1"]["extensions"]["ptojax"]
     assert ext["words_tail"] == [[100, (1 << 64) - 1]] and ext["defined_tail"] == [200]
     assert envelopes["stale"]["state"]["scalar"]["registers"]["TILE_CAPACITY"] == 4096
+
+
+def test_free_slot_payload_is_rejected(envelopes):
+    """A free slot owns no pool Words in ptojax's State: stale Words given for one
+    are refused, with where they were."""
+    d = copy.deepcopy(envelopes["stale"])
+    d["state"]["tile"]["extensions"]["ptojax"]["free_slots"]["T#2"]["words"] = [[5, 0xDEADBEEF]]
+    with pytest.raises(ValueError, match="free slot T#2 of PE 0.*owns no storage"):
+        from_arch_state(d)
 
 
 def test_local_files_of_every_pe(states):
@@ -341,7 +346,7 @@ def test_local_files_of_every_pe(states):
     assert t1["data"][:4] == [9, 8, 7, 6]
     assert t1["descriptor"]["extensions"]["ptojax"]["allocation_mask"] == 0b1111
     assert envs[3]["state"]["tile"]["extensions"]["ptojax"]["free_slots"] == {
-        "T#1": {"fields": {"cols": 4}, "words": [[3, 0xABC]], "defined": []}}
+        "T#1": {"fields": {"cols": 4}, "words": [], "defined": []}}
     for p, d in enumerate(envs):
         check_schema(d)
         lf = d["state"]["tile"]["extensions"]["ptojax"]["local_files"]
@@ -551,7 +556,8 @@ def random_shared(s, rng):
 
 
 def random_tiles_and_block(s, rng):
-    P, S, W = np.asarray(s.tiles.words).shape
+    P, S = np.asarray(s.tiles.base).shape
+    W = np.asarray(s.tiles.words).shape[-1]
     codes = sorted(tables.DTYPE_BY_CODE)
     t = {k: np.asarray(v).copy() for k, v in s.tiles.items()}
     t["allocated"] = rng.random((P, S)) < 0.5
@@ -562,8 +568,16 @@ def random_tiles_and_block(s, rng):
               "cell_count", "storage_bytes", "defined_valid"):
         t[k] = rng.integers(0, 40, (P, S)).astype(np.int32)
     t["mask"] = rng.integers(0, 16, (P, S)).astype(np.int32)
-    t["words"] = random_words(rng, (P, S, W))
-    t["defined"] = rng.random((P, S, W)) < 0.5
+    # payload only in the allocated tiles' own pool Words, placed as allocation
+    # places them (a free slot owns none)
+    t["words"], t["defined"] = np.zeros_like(t["words"]), np.zeros_like(t["defined"])
+    for p in range(P):
+        for slot in np.flatnonzero(t["allocated"][p]):
+            t["base"][p, slot] = pool_top(t["allocated"][p] & (np.arange(S) < slot),
+                                          t["capacity"][p], t["base"][p], W, np)
+            words, defined = own_words(t, p, slot)
+            words[:] = random_words(rng, words.shape)
+            defined[:] = rng.random(defined.shape) < 0.5
     b = {k: np.asarray(v).copy() for k, v in s.block.items()}
     b["active"] = np.asarray(rng.random() < 0.5)
     b["pc"] = np.asarray(rng.integers(0, 1 << 63, dtype=np.uint64) * np.uint64(2))

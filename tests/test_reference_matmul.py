@@ -149,7 +149,7 @@ class Setup:
 
 
 def allocated_indices(s, pe=0):
-    hs = s.tiles.words.shape[1] // 4
+    hs = s.tiles.base.shape[1] // 4
     return [(slot // hs) * 16 + slot % hs
             for slot in np.flatnonzero(np.asarray(s.tiles.allocated)[pe])]
 
@@ -279,7 +279,7 @@ def padding_state(pad=3):
 def poison(s, index, layout, dt, vr, vc, r, c):
     """Set the padding slot (r, c) of a CUBE tile to all ones, defined."""
     slot = ref_layouts.payload_index(layout, tables.dtype(dt), vr, vc, r, c)
-    hs = s.tiles.words.shape[1] // 4
+    hs = s.tiles.base.shape[1] // 4
     sl = (index // 16) * hs + index % 16
     s = poke_tiles(s, "words", (sl, slot), np.uint64(MASK64))
     return poke_tiles(s, "defined", (sl, slot), True)
@@ -300,7 +300,7 @@ def test_e1_padding_never_read():
 def undefine(s, index, layout, dt, vr, vc, r, c):
     """Mark one valid element undefined (defined flag and defined_valid)."""
     slot = ref_layouts.payload_index(layout, tables.dtype(dt), vr, vc, r, c)
-    hs = s.tiles.words.shape[1] // 4
+    hs = s.tiles.base.shape[1] // 4
     sl = (index // 16) * hs + index % 16
     s = poke_tiles(s, "defined", (sl, slot), False)
     return poke_tiles(s, "defined_valid", sl, vr * vc - 1)

@@ -24,7 +24,7 @@ from ptojax import cas_order, tables
 from ptojax.isa import encode
 from ptojax.reference import cas_check, run
 from ptojax.reference.decode import decode
-from ptojax.state import state_differences
+from ptojax.state import slot_window, state_differences
 
 _spec = importlib.util.spec_from_file_location(
     "_transport_helpers", pathlib.Path(__file__).with_name("test_reference_transport.py"))
@@ -661,7 +661,7 @@ def test_checker_rejects_tampered_results():
     bad_mem = write_memory(good, 0x180, bytes([77]))
     assert not cas_check.explains(s, words, bad_mem).ok
     # a value no order produces for the destination's carrier (upper bits set)
-    w = int(np.asarray(good.tiles.words)[0, 3, 0])
+    w = int(slot_window(good.tiles, 0, 3)[0][0])
     res = cas_check.explains(s, words, poke_tiles(good, "words", (3, 0), w | 1 << 40))
     assert not res.ok and "tiles.words" in res.reason
     # anything else must match the oracle's run

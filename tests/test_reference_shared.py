@@ -22,7 +22,7 @@ import ptojax as pj
 from ptojax import tables
 from ptojax.reference import layouts as ref_layouts
 from ptojax.reference import run, run_core
-from ptojax.state import state_leaves
+from ptojax.state import own_words, slot_window, state_leaves
 from test_reference_matmul import FPATR0, dims, fpatr, iot, mstart, pack, row_bytes
 from test_reference_transport import (BSTOP, X2, X3, bstart, datr, dim, ior, ios, poke,
                                       same_except)
@@ -45,13 +45,15 @@ def bit(pe):
 
 def local(s, index, pe):
     """Descriptor and payload of TileIndex `index` in PE `pe`'s Local file."""
-    hs = s.tiles.words.shape[1] // 4
+    hs = s.tiles.base.shape[1] // 4
     slot = (index // 16) * hs + index % 16
-    return {k: np.asarray(v)[pe, slot] for k, v in s.tiles.items()}
+    out = {k: np.asarray(v)[pe, slot] for k, v in s.tiles.items() if k not in ("words", "defined")}
+    out["words"], out["defined"] = own_words(s.tiles, pe, slot)     # its own pool Words
+    return out
 
 
 def allocated(s, pe):
-    hs = s.tiles.words.shape[1] // 4
+    hs = s.tiles.base.shape[1] // 4
     return [(slot // hs) * 16 + slot % hs
             for slot in np.flatnonzero(np.asarray(s.tiles.allocated)[pe])]
 
@@ -93,13 +95,15 @@ def poke_shared(s, sid, **fields):
 
 def poke_local(s, pe, index, **fields):
     """Edit descriptor fields / whole payload rows of one Local slot of PE `pe`."""
-    hs = s.tiles.words.shape[1] // 4
+    hs = s.tiles.base.shape[1] // 4
     slot = (index // 16) * hs + index % 16
-    new = {}
+    t = {k: np.asarray(v).copy() for k, v in s.tiles.items()}
     for k, v in fields.items():
-        a = np.asarray(getattr(s.tiles, k)).copy()
-        a[pe, slot] = v
-        new[k] = a
+        if k in ("words", "defined"):      # the slot's W-Word payload window
+            slot_window(t, pe, slot)[("words", "defined").index(k)][:] = v
+        else:
+            t[k][pe, slot] = v
+    new = {k: t[k] for k in fields}
     with jax.enable_x64(True):
         return s.replace(tiles=s.tiles.replace(**{k: jax.numpy.asarray(v) for k, v in new.items()}))
 
@@ -108,7 +112,7 @@ def garbage(s, pe, index, seed):
     """A garbage Local descriptor and payload at (pe, index): allocated, with
     nonsense layout/dtype/shape fields and random Words, partly defined."""
     rng = np.random.default_rng(seed)
-    W = s.tiles.words.shape[2]
+    W = s.tiles.words.shape[-1]
     return poke_local(s, pe, index, allocated=True, dtype=int(rng.choice([4, 17, 99, -3])),
                       layout=int(rng.choice([4, 5, 6, 0, 42])), location=int(rng.integers(0, 9)),
                       capacity=int(rng.choice([0, 100, 128, 1 << 20])),

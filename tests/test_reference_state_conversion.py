@@ -1,7 +1,7 @@
 """Reference model: State conversion costs what a run touches, and only that.
 
-reference/machine.py converts a Local slot's or Shared record's payload on
-first use and writes back only rows that changed; every other leaf of the
+reference/machine.py converts a Local slot's payload window or a Shared
+record's payload on first use and writes back only the Words that changed; every other leaf of the
 result is the input's own (immutable) jax array. These tests fill every
 payload row of a many-slot State with random bits and check that a run leaves
 untouched rows bit-identical, that a run which changes no payload returns the
@@ -49,21 +49,25 @@ def random_state(seed=0):
     return s
 
 
-def changed_rows(a, b):
-    """(pe, slot) / (record,) rows where two payload leaves differ."""
-    a, b = np.asarray(a), np.asarray(b)
-    return sorted(map(tuple, np.argwhere((a != b).any(axis=-1)).tolist()))
+def changed_words(a, b):
+    """(pe, pool Word) where two [4, K, W] payload pools differ."""
+    a, b = (np.asarray(x).reshape(x.shape[0], -1) for x in (a, b))
+    return [tuple(x) for x in np.argwhere(a != b).tolist()]
 
 
 def test_tload_writes_only_its_slot():
     s = random_state()
     r = pj.reference.run(s, bundle("TLOAD", "N"), cfg=CFG)   # hand N (3): slot 48 of PE 0
     assert r.fault == "Fault_None"
-    assert changed_rows(s.tiles.words, r.state.tiles.words) == [(0, 48)]
-    assert changed_rows(s.tiles.defined, r.state.tiles.defined) == [(0, 48)]
+    base = int(np.asarray(r.state.tiles.base)[0, 48])
+    assert base == 0        # the PE's first tile: its pool top is 0
+    for leaf in ("words", "defined"):
+        changed = changed_words(getattr(s.tiles, leaf), getattr(r.state.tiles, leaf))
+        assert changed and {pe for pe, _ in changed} == {0}
+        assert all(base <= at < base + 2 * 1024 for _, at in changed)   # its own Words only
     assert r.state.shared.words is s.shared.words
     assert state_differences(s, r.state, skip=("pc", "tiles")) == []
-    row = np.asarray(r.state.tiles.words)[0, 48, :256]
+    row = np.asarray(r.state.tiles.words)[0].reshape(-1)[base:base + 256]
     assert row.view(np.uint32)[::2].tobytes() == np.asarray(s.gm)[SRC:SRC + 1024].tobytes()
 
 

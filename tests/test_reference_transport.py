@@ -15,7 +15,7 @@ from ptojax.isa import encode
 from ptojax.isa.encode import (BSTOP, FPATR0, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
                                iot_src_dst)
 from ptojax.reference import run
-from ptojax.state import state_differences
+from ptojax.state import own_words, slot_window, state_differences
 
 # ----------------------------------------------------------------- encoders (ptojax.isa.encode)
 
@@ -60,11 +60,17 @@ def poke(s, **fields):
 
 
 def poke_tiles(s, field, index, value, pe=0):
-    """Set one entry of PE `pe`'s Tiles array (index: a slot, or (slot, word))."""
-    a = np.asarray(getattr(s.tiles, field)).copy()
-    a[pe][index] = value
+    """Set one entry of PE `pe`'s Tiles array (index: a slot, or (slot, word):
+    word of the slot's payload window, for words/defined)."""
+    t = {k: np.asarray(v) for k, v in s.tiles.items()}
+    t[field] = t[field].copy()
+    if field in ("words", "defined"):
+        slot, word = index
+        slot_window(t, pe, slot)[("words", "defined").index(field)][word] = value
+    else:
+        t[field][pe][index] = value
     with jax.enable_x64(True):
-        return s.replace(tiles=s.tiles.replace(**{field: jax.numpy.asarray(a)}))
+        return s.replace(tiles=s.tiles.replace(**{field: jax.numpy.asarray(t[field])}))
 
 
 def write_memory(s, addr, data):
@@ -98,13 +104,15 @@ def u16_at(s, addr):
 def tile(s, index, pe=0):
     """Descriptor and payload of TileIndex `index` in PE `pe`'s Local file
     (own slot mapping, state.py: leaves are [PE, slot, ...])."""
-    hs = s.tiles.words.shape[1] // 4
+    hs = s.tiles.base.shape[1] // 4
     slot = (index // 16) * hs + index % 16
-    return {k: np.asarray(v)[pe, slot] for k, v in s.tiles.items()}
+    out = {k: np.asarray(v)[pe, slot] for k, v in s.tiles.items() if k not in ("words", "defined")}
+    out["words"], out["defined"] = own_words(s.tiles, pe, slot)    # its own pool Words
+    return out
 
 
 def allocated(s, pe=0):
-    hs = s.tiles.words.shape[1] // 4
+    hs = s.tiles.base.shape[1] // 4
     return [(slot // hs) * 16 + slot % hs
             for slot in np.flatnonzero(np.asarray(s.tiles.allocated)[pe])]
 

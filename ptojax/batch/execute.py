@@ -25,7 +25,7 @@ from ..ops.common import BATCH_AXIS
 from ..machine import (bucket, check_config, check_on_fault, check_pe, commit_capable,
                        open_block_ops, possible_effects, STREAM_STATIC, stream)
 from ..result import RunResult
-from ..state import MachineConfig, State, check_block
+from ..state import MachineConfig, State, check_block, check_pool
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,7 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
         raise ValueError(f"{states.gm.shape[0]} states but {B} word streams")
     cfg = check_config(states, cfg)      # sizes come from the trailing axes
     check_block(states.block)
+    check_pool(states)
     Lb = bucket(w.shape[1])
     K = bucket(int(np.max(commit_capable(w, np.asarray(states.block.active)), initial=1)), low=1)
     effects = possible_effects(w, open_block_ops(states))

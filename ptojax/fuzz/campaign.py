@@ -34,7 +34,8 @@ import numpy as np
 
 from .. import tables
 from ..report import index_ranges
-from ..state import MachineConfig, State, leaf_differences, state_leaves
+from ..state import (MachineConfig, State, leaf_differences, own_words, slot_window, state_leaves,
+                     tile_leaves as tile_leaves_of)
 from . import gen as G
 from .coverage import MATRIX_OPS, Coverage, case_ops, op_token
 
@@ -415,14 +416,22 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
     if la[".tile_capacity"] is not None and int(la[".tile_capacity"]) != int(lb[".tile_capacity"]):
         add("tile_capacity", int(la[".tile_capacity"]), int(lb[".tile_capacity"]))
     tile_leaves = [k for k in la if k.startswith(".tiles.") and la[k] is not None]
-    hs = (la[tile_leaves[0]].shape[1] // 4) if tile_leaves else 0
+    ta, tb = tile_leaves_of(la), tile_leaves_of(lb)
+    hs = (la[".tiles.base"].shape[1] // 4) if ".tiles.base" in tile_leaves else 0
+    pool_reported = set()
     for pe, slot in ((p, q) for p in range(tables.NUM_PES) for q in range(hs * 4)):
         name = f"PE{pe} {_tile_name(slot, hs)}"
         for k in tile_leaves:
             leaf = k[len(".tiles."):]
-            va, vb = la[k][pe, slot], lb[k][pe, slot]
+            if leaf in ("words", "defined"):     # the Words the slot owns on either side
+                part = ("words", "defined").index(leaf)
+                n = max(own_words(t, pe, slot)[part].size for t in (ta, tb))
+                va, vb = (slot_window(t, pe, slot)[part][:n] for t in (ta, tb))
+            else:
+                va, vb = la[k][pe, slot], lb[k][pe, slot]
             if np.array_equal(va, vb):
                 continue
+            pool_reported.add(k)
             if va.ndim == 0:
                 add(f"tile {name} {leaf}", _code_name(leaf, int(va)), _code_name(leaf, int(vb)))
             else:
@@ -431,6 +440,11 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
                 fmt = (lambda v: bool(v)) if va.dtype == bool else (lambda v: f"0x{int(v):016x}")
                 add(f"tile {name} {leaf}", [fmt(va[i]) for i in shown], [fmt(vb[i]) for i in shown],
                     slots=shown, count=int(where.size))
+    for k in (".tiles.words", ".tiles.defined"):     # pool Words no tile owns
+        if k in tile_leaves and k not in pool_reported and not np.array_equal(la[k], lb[k]):
+            where = np.argwhere(la[k] != lb[k])
+            add(f"tile pool {k[len('.tiles.'):]}", f"{len(where)} Words differ",
+                f"first at PE{where[0][0]} Word {where[0][1] * la[k].shape[-1] + where[0][2]}")
     for k in la:
         if k.startswith(".shared.") and la[k] is not None and not np.array_equal(la[k], lb[k]):
             rec = np.flatnonzero((la[k] != lb[k]).reshape(la[k].shape[0], -1).any(axis=1))

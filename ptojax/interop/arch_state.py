@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, check_state, empty_block,
-                     config_of)
+from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, check_state, config_of,
+                     empty_block, pool_extent, pool_top, slot_window)
 
 SCHEMA_ID = "pto.asl-model.arch-state.v1"
 KINDS = ("initial_state", "state_snapshot")
@@ -52,7 +52,10 @@ _DESC_EXT = (("location", "location"), ("capacity", "capacity_bytes"),
              ("storage_bytes", "cube_storage_bytes"))
 _TILE_SCALARS = ("allocated", "dtype", "layout", "location", "capacity", "rows", "cols",
                  "valid_rows", "valid_cols", "k_repeat", "n_repeat", "cell_count",
-                 "storage_bytes", "mask", "defined_valid")
+                 "storage_bytes", "mask", "defined_valid", "base")
+# an allocated tile's place in its PE's payload pool (state.py): optional, as
+# an envelope the model wrote has none (its tiles are then placed in slot order)
+_POOL_BASE = "pool_base"
 _FREE_DEFAULTS = {"allocated": False, "dtype": tables.DTYPE_BY_NAME["U64"].code,
                   "layout": tables.TILE_LAYOUT_CODE["RowMajor"],
                   "location": tables.TILE_LOCATION_CODE["Any"]}
@@ -206,6 +209,7 @@ def _export_local(t: dict, pe: int, S: int, W: int, hs: int) -> tuple[dict, dict
             n = min(f["rows"] * f["cols"], W)
             dext = {ext: (tables.TILE_LOCATIONS[f[leaf]] if leaf == "location" else f[leaf])
                     for leaf, ext in _DESC_EXT}
+            dext[_POOL_BASE] = f["base"]
             vext = {"defined_valid_elements": f["defined_valid"],
                     "words_tail": _sparse(words[slot], n),
                     "defined_tail": [int(i) for i in np.flatnonzero(defined[slot, n:]) + n]}
@@ -338,6 +342,44 @@ def _export_fault(fault: int, fault_address: int) -> dict:
             "extensions": {EXT: {"trap_number": tables.TRAP_NUMBER.get(fname)}}}
 
 
+def _slot_rows(t: dict) -> dict:
+    """Tiles leaves with words/defined as [4, S, W] slot rows: an allocated slot's
+    own pool Words (state.pool_extent) then zeros; a free slot, which owns none,
+    all zeros."""
+    P, S = t["base"].shape
+    W = t["words"].shape[-1]
+    rows = {k: np.zeros((P, S, W), t[k].dtype) for k in ("words", "defined")}
+    for p in range(P):
+        for slot in np.flatnonzero(t["allocated"][p]):
+            n = int(pool_extent(t["capacity"][p, slot], W, np))
+            for k, window in zip(("words", "defined"), slot_window(t, p, slot)):
+                rows[k][p, slot, :n] = window[:n]
+    return {**t, **rows}
+
+
+def _pool_rows(t: dict, K: int) -> dict:
+    """Inverse of _slot_rows for an envelope read into slot rows: each PE's
+    allocated tiles at their recorded pool_base (base >= 0), the others placed in
+    slot order after them, as allocation places them (state.pool_top)."""
+    P, S, W = t["words"].shape
+    pool = {k: np.zeros((P, K, W), t[k].dtype) for k in ("words", "defined")}
+    for p in range(P):
+        for slot in range(S):
+            if not t["allocated"][p, slot] and (t["words"][p, slot].any() or t["defined"][p, slot].any()):
+                _fail(f"free slot {tables.tile_name(_index_of_slot(slot, S // 4))} of PE {p}",
+                      "holds payload Words, but a free slot owns no storage in ptojax's pooled "
+                      "State (its stale Words are undefined)")
+        for slot in np.flatnonzero(t["allocated"][p] & (t["base"][p] < 0)):
+            t["base"][p, slot] = min(int(pool_top(t["allocated"][p] & (t["base"][p] >= 0),
+                                                  t["capacity"][p], t["base"][p], W, np)),
+                                     K * W - W)
+        for slot in np.flatnonzero(t["allocated"][p]):
+            n = int(pool_extent(t["capacity"][p, slot], W, np))
+            for k, window in zip(("words", "defined"), slot_window({**t, **pool}, p, slot)):
+                window[:n] = t[k][p, slot, :n]
+    return {**t, **pool}
+
+
 def _export_tile(t: dict, pe: int, S: int, W: int, hs: int) -> dict:
     """state.tile: PE pe's Local file as registers; the other PEs' files in extensions."""
     files = [_export_local(t, p, S, W, hs) for p in range(tables.NUM_PES)]
@@ -371,7 +413,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     sizes; it is recorded in `metadata`.
     """
     pe, cfg = _export_args(state, cfg, pe, kind)
-    _, S, W = state.tiles.words.shape
+    S, W = state.tiles.base.shape[-1], state.tiles.words.shape[-1]
     R, WS = state.shared.words.shape
     hs = S // 4
 
@@ -381,7 +423,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     fault = int(np.asarray(state.fault))
     fault_address = int(np.asarray(state.fault_address))
     tile_capacity = int(np.asarray(state.tile_capacity))
-    t = {k: np.asarray(v) for k, v in state.tiles.items()}
+    t = _slot_rows({k: np.asarray(v) for k, v in state.tiles.items()})
     sh = {k: np.asarray(v) for k, v in state.shared.items()}
     b = {k: np.asarray(v) for k, v in state.block.items()}
 
@@ -405,7 +447,8 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
             "pe_id": pe, "thread_id": 0, "cycle": 0,
             "extensions": {EXT: {"format": EXT_FORMAT, "gm_bytes": int(gm.shape[0]),
                                  "hand_slots": hs, "tile_words": int(W),
-                                 "shared_slots": int(R), "shared_words": int(WS)}},
+                                 "shared_slots": int(R), "shared_words": int(WS),
+                                 "pool_pages": int(state.tiles.words.shape[-2])}},
         },
         "artifact": {"model": "ptojax", "version": __version__, "semantics": cfg.semantics,
                      "profile": cfg.profile},
@@ -552,9 +595,10 @@ def _read_tile(v, name: str, label: str, cfg: MachineConfig, t: dict):
         _fail(f"{dl}.extensions", f"needs a {EXT!r} entry: the schema has no place for the "
               "tile's location, capacity, allocation mask and CUBE geometry")
     el = f"{dl}.extensions.{EXT}"
-    _obj(dext, el, [ext for _, ext in _DESC_EXT])
+    _obj(dext, el, [ext for _, ext in _DESC_EXT], (_POOL_BASE,))
     fields = {"allocated": True, "dtype": dtype, "layout": layout, "rows": rows, "cols": cols,
-              "valid_rows": vrows, "valid_cols": vcols}
+              "valid_rows": vrows, "valid_cols": vcols,
+              "base": _int(dext.get(_POOL_BASE, -1), f"{el}.{_POOL_BASE}", -1, _I32[1])}
     for leaf, ext in _DESC_EXT:
         if leaf == "location":
             fields[leaf] = _location_code(dext[ext], f"{el}.{ext}")
@@ -798,7 +842,7 @@ def _read_config(st: dict, cfg: Optional[MachineConfig]) -> MachineConfig:
         keys = ("format", "gm_bytes", "hand_slots", "tile_words")
         if fmt >= 2:
             keys += ("shared_slots", "shared_words")
-        _obj(top, tl, keys)
+        _obj(top, tl, keys, ("pool_pages",))
         src = {k: _int(top[k], f"{tl}.{k}", 1, 1 << 30) for k in keys[1:]}
     else:
         src = None
@@ -810,6 +854,15 @@ def _read_config(st: dict, cfg: Optional[MachineConfig]) -> MachineConfig:
     elif not isinstance(cfg, MachineConfig):
         raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
     return cfg
+
+
+def _pool_pages(st: dict, cfg: MachineConfig) -> int:
+    """Pages of each PE's payload pool: as recorded (an envelope ptojax wrote),
+    else those of `cfg` (pool_pages_for its TILE_CAPACITY)."""
+    top = _ext(st["extensions"], "state.extensions") or {}
+    if "pool_pages" not in top:
+        return cfg.pool_pages
+    return _int(top["pool_pages"], f"state.extensions.{EXT}.pool_pages", 1, 1 << 30)
 
 
 def _read_scalar(v, pe: int, cfg: MachineConfig) -> tuple[np.ndarray, int, int]:
@@ -962,7 +1015,7 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     gpr, tpc, tile_capacity = _read_scalar(st["scalar"], pe, cfg)
     gm = _read_memory(st["memory"], cfg.gm_bytes)
     code, fault_address = _read_fault(st["fault"])
-    t = _read_local_files(st["tile"], pe, cfg)
+    t = _pool_rows(_read_local_files(st["tile"], pe, cfg), _pool_pages(st, cfg))
     # ---- Shared tiles: the Core's records
     sh = _read_shared(st["shared"], "state.shared", cfg)
 

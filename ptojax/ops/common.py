@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..indexing import cell, row, set_cell, set_row
+from ..indexing import cell, row, set_row
 from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
-from ..state import TILE_COLUMN as COL, TILE_FIELDS
+from ..state import TILE_COLUMN as COL, TILE_FIELDS, pool_extent, pool_top
 
 F = tables.FAULT_CODE
 U64 = jnp.uint64
@@ -220,7 +220,7 @@ def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
 
 # ---------------------------------------------------------------- Local tiles
 
-DESCRIPTOR_FIELDS = TILE_FIELDS[1:]
+DESCRIPTOR_FIELDS = TILE_FIELDS[1:-1]   # what install publishes; it places "base"
 _ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 _COL_MAJOR = tables.TILE_LAYOUT_CODE["ColumnMajor"]
 
@@ -334,22 +334,63 @@ def destination(state, hand, size_code, mask, cfg):
     return slot, found, tsize, charge <= capacity_register(state.tile_capacity)
 
 
+def _pool(a):
+    """A [4, K, W] pool leaf as [4, K*W] (a bitcast) and W."""
+    return a.reshape(a.shape[0], -1), a.shape[-1]
+
+
+def _window(a, pe, start):
+    """The W Words of PE `pe`'s pool from `start` (clamped into the pool)."""
+    flat, W = _pool(a)
+    return jax.lax.dynamic_slice(flat, (pe.astype(jnp.int32), start.astype(jnp.int32)),
+                                 (1, W)).reshape(W)
+
+
+def _next_base(tiles):
+    """Where the PE's next tile is placed: its pool top (state.pool_top),
+    clamped as a window start."""
+    W, pool_words = tiles.words.shape[-1], tiles.words.shape[-2] * tiles.words.shape[-1]
+    d = tiles.desc
+    top = pool_top(d[:, COL["allocated"]], d[:, COL["capacity"]], d[:, COL["base"]], W)
+    return jnp.minimum(top, pool_words - W).astype(jnp.int32)
+
+
 def payload(tiles, slot):
-    """The payload Words of slot `slot` of a PE's file (a state.PeFile)."""
-    return cell(tiles.words, tiles.pe, slot)
+    """The W payload Words of slot `slot` of a PE's file (a state.PeFile): the
+    pool Words from its base, its own the first pool_extent (state.py). A free
+    slot reads where it would be placed (the Words an operation allocating it
+    leaves unwritten are those)."""
+    slot = jnp.asarray(slot)
+    if slot.ndim:
+        return jax.vmap(lambda k: payload(tiles, k))(slot.reshape(-1)).reshape(
+            slot.shape + tiles.words.shape[-1:])
+    d = row(tiles.desc, slot)
+    return _window(tiles.words, tiles.pe,
+                   jnp.where(d[COL["allocated"]] != 0, d[COL["base"]], _next_base(tiles)))
 
 
 def install(tiles, slot, do, fields: dict, words, defined):
-    """Publish a new descriptor (every field of DESCRIPTOR_FIELDS) and payload
-    row at `slot` of a PE's file (a state.PeFile) when `do`, else leave the
-    file unchanged. The payload row is written in the Core's arrays in place."""
+    """Allocate free slot `slot` of a PE's file (a state.PeFile) when `do`:
+    publish its descriptor (every field of DESCRIPTOR_FIELDS), place its
+    storage at the PE's pool top (state.pool_top) and write its own Words of
+    `words` and `defined` there, in the Core's arrays in place. Else the file
+    is unchanged."""
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
-    # column 0 is "allocated" (TILE_FIELDS)
+    W = tiles.words.shape[-1]
+    base = _next_base(tiles)
+    # column 0 is "allocated", the last "base" (TILE_FIELDS)
     desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
-                                      for k in DESCRIPTOR_FIELDS])
-    slot, do, desc = settle((slot, do, desc))
+                                      for k in DESCRIPTOR_FIELDS] + [base])
+    own = jnp.arange(W) < pool_extent(jnp.asarray(fields["capacity"]), W)
+    slot, do, desc, own = settle((slot, do, desc, own))
     pe = tiles.pe
-    put = lambda a, new: set_cell(a, pe, slot, jnp.where(do, new, cell(a, pe, slot)))
+
+    def put(a, new):
+        flat, _ = _pool(a)
+        old = _window(a, pe, base)
+        at = (pe, base)
+        return jax.lax.dynamic_update_slice(flat, jnp.where(do & own, new, old)[None], at
+                                            ).reshape(a.shape)
     return tiles.replace(desc=set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))),
                          words=put(tiles.words, words), defined=put(tiles.defined, defined))
 

@@ -53,6 +53,7 @@ class Tile:
     storage_bytes: int = 0
     mask: int = 0
     defined_valid: int = 0
+    base: int = 0               # first Word of its storage in the PE's payload pool
 
     @property
     def layout_name(self) -> Optional[str]:
@@ -142,9 +143,11 @@ class Machine:
                   if k not in ("tiles", "shared", "block")}
         if leaves["gm"].ndim != 1:
             raise ValueError("reference.run takes one State, not a batch")
-        P, S, W = state.tiles.words.shape
+        P, K, W = state.tiles.words.shape
+        S = state.tiles.base.shape[-1]
         if P != tables.NUM_PES:
             raise ValueError(f"State has {P} Local register files, expected {tables.NUM_PES}")
+        self.pool_words = K * W
         if S % 4:
             raise ValueError(f"State has {S} tile slots, not a multiple of 4")
         R, WS = state.shared.words.shape
@@ -189,9 +192,11 @@ class Machine:
         self.shared = [SharedRecord(**{k: (bool(v[i]) if k in ("published", "contents_defined")
                                            else int(v[i])) for k, v in sh.items()})
                        for i in range(R)]
+        # per PE: slot -> (window start, words, defined) as the run has them
         self._payloads: list[dict] = [{} for _ in range(P)]
         self._shared_payload: dict[int, list] = {}
-        # rows as converted from the State: to_state writes back only rows that differ
+        # (pe, window start) -> the State's (words, defined) there: to_state writes
+        # back only a tile's own Words that differ
         self._loaded: dict[tuple, tuple] = {}
         self._shared_loaded: dict[int, list] = {}
         self.cur = 0                 # the executing PE
@@ -217,16 +222,51 @@ class Machine:
         slot = self.slot_of(index)
         return self.tiles[slot] if slot is not None else Tile()
 
+    # ------------------------------------------------------------- payload pool
+    # A State keeps each PE's Local payload as one pool (ptojax/state.py,
+    # "payload pool"): a slot's storage is the W Words from its base, the first
+    # min(2 x capacity, W) its own, and a new tile is placed where the PE's
+    # highest placed storage ends. This is how the State lays the payload out,
+    # not machine behaviour: every slot reads as a W-Word row here.
+
+    def extent(self, tile: Tile) -> int:
+        """Pool Words a tile owns: 2 per capacity byte (4-bit elements), at most W."""
+        return min(max(2 * tile.capacity, 0), self.array_words)
+
+    def next_base(self, pe: int) -> int:
+        """Where PE `pe`'s next tile goes: the end of its highest placed storage."""
+        top = max([0] + [t.base + self.extent(t) for t in self.files[pe] if t.allocated])
+        return min(top, self.pool_words - self.array_words)
+
+    def window(self, pe: int, tile: Tile) -> int:
+        """Start of a tile's W-Word window: its base clamped into the pool; a free
+        slot's is where it would be placed."""
+        if not tile.allocated:
+            return self.next_base(pe)
+        return min(max(tile.base, 0), self.pool_words - self.array_words)
+
+    def place(self, slot: int) -> None:
+        """Put a slot of PE cur that is being allocated at its pool top."""
+        tile = self.tiles[slot]
+        tile.allocated = False
+        tile.base = self.next_base(self.cur)
+        tile.allocated = True
+        self._payloads[self.cur].pop(slot, None)
+
     def payload(self, slot: int, pe: Optional[int] = None) -> tuple[list, list]:
-        """(words, defined) lists of one slot of PE `pe` (default cur), converted on first use."""
+        """(words, defined) lists of one slot of PE `pe` (default cur): its W-Word
+        window, converted on first use."""
         pe = self.cur if pe is None else pe
         cache = self._payloads[pe]
         if slot not in cache:
-            if (pe, slot) not in self._loaded:
-                self._loaded[pe, slot] = (_row(self._state.tiles.words, (pe, slot), np.uint64),
-                                          _row(self._state.tiles.defined, (pe, slot), bool))
-            cache[slot] = tuple(list(x) for x in self._loaded[pe, slot])
-        return cache[slot]
+            at = self.window(pe, self.files[pe][slot])
+            if (pe, at) not in self._loaded:
+                self._loaded[pe, at] = tuple(
+                    np.asarray(leaf)[pe].reshape(-1)[at:at + self.array_words].astype(dtype).tolist()
+                    for leaf, dtype in ((self._state.tiles.words, np.uint64),
+                                        (self._state.tiles.defined, bool)))
+            cache[slot] = (at, *(list(x) for x in self._loaded[pe, at]))
+        return cache[slot][1:]
 
     def local_charge(self, pe: Optional[int] = None) -> int:
         """Local pool of PE `pe` (default cur): sum over its allocated tiles of
@@ -278,7 +318,7 @@ class Machine:
         records and payload rows hold only ints and bools: one level of copying is a
         full copy (deepcopy of 32,768-Word rows would cost more than the block)."""
         return (bytes(self.gm), [[copy.copy(t) for t in f] for f in self.files],
-                [{s: (list(w), list(d)) for s, (w, d) in c.items()} for c in self._payloads],
+                [{s: (at, list(w), list(d)) for s, (at, w, d) in c.items()} for c in self._payloads],
                 [copy.copy(r) for r in self.shared],
                 {r: list(w) for r, w in self._shared_payload.items()})
 
@@ -326,8 +366,8 @@ class Machine:
                                        (len(self.files), len(self.files[0])),
                                        TILE_FIELDS, ("allocated",))
             tiles = old.tiles.replace(
-                words=with_rows(old.tiles.words, np.uint64, self._written(0)),
-                defined=with_rows(old.tiles.defined, bool, self._written(1)),
+                words=with_words(old.tiles.words, np.uint64, self._written(0)),
+                defined=with_words(old.tiles.defined, bool, self._written(1)),
                 **kept_or_put(old.tiles, local))
             records = descriptor_columns(self.shared, (len(self.shared),), SHARED_FIELDS,
                                          ("published", "contents_defined"))
@@ -345,10 +385,18 @@ class Machine:
                                **kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
 
     def _written(self, part: int) -> dict:
-        """(pe, slot) -> list of the Local rows (part 0 words, 1 defined) that differ
-        from the input State's."""
-        return {(pe, slot): row[part] for pe, cache in enumerate(self._payloads)
-                for slot, row in cache.items() if row[part] != self._loaded[pe, slot][part]}
+        """(pe, pool Word) -> value of the allocated tiles' own Words (part 0 words,
+        1 defined) that differ from the input State's."""
+        out = {}
+        for pe, cache in enumerate(self._payloads):
+            for slot, (at, *rows) in cache.items():
+                tile = self.files[pe][slot]
+                if not tile.allocated or self.window(pe, tile) != at:
+                    continue            # a free slot owns no Words
+                new, old = rows[part], self._loaded[pe, at][part]
+                out.update({(pe, at + j): new[j] for j in range(self.extent(tile))
+                            if new[j] != old[j]})
+        return out
 
     def _block_to_state(self):
         b = self.block
@@ -408,6 +456,17 @@ def kept_or_put(old, new: dict) -> dict:
 def _scatter():
     import jax
     return jax.jit(lambda leaf, index, rows: leaf.at[index].set(rows))
+
+
+def with_words(leaf, dtype, words: dict):
+    """A [4, K, W] pool leaf with `words` ((pe, Word of the PE's pool) -> value)
+    written: with_rows over the leaf seen as [4 * K * W]."""
+    import jax
+
+    flat = {(pe * leaf.shape[1] * leaf.shape[2] + at,): v for (pe, at), v in words.items()}
+    if not flat and isinstance(leaf, jax.Array) and leaf.dtype == dtype:
+        return leaf
+    return with_rows(leaf.reshape(-1), dtype, flat).reshape(leaf.shape)
 
 
 def with_rows(leaf, dtype, rows: dict):

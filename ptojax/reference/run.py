@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import tables
 from ..result import RunResult
-from ..state import MAX_IOS, MAX_IOT, MachineConfig, State, check_block
+from ..state import MAX_IOS, MAX_IOT, MachineConfig, State, check_block, check_pool
 from . import matrix, mgather_cas, shared_transport, transport
 from .decode import Decoded, decode
 from .machine import MASK64, Binding, Block, Machine
@@ -85,6 +85,7 @@ def check_args(state, pe, on_fault) -> None:
     if on_fault not in ON_FAULT:
         raise ValueError(f"on_fault must be one of {ON_FAULT}, got {on_fault!r}")
     check_block(state.block)
+    check_pool(state)
 
 
 def word_list(words) -> list[int]:

@@ -151,6 +151,7 @@ def allocate(m: Machine, slot: int, **descriptor) -> Tile:
     """B.7: install a fresh descriptor; definedness cleared, payload Words kept."""
     tile = Tile(allocated=True, **descriptor)
     m.tiles[slot] = tile
+    m.place(slot)
     _, defined = m.payload(slot)
     defined[:] = [False] * len(defined)
     return tile
