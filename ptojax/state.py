@@ -98,7 +98,7 @@ class MachineConfig:
 
     @property
     def pool_pages(self) -> int:
-        """Pages of tile_words Words in each PE's Local payload pool (tiles.words[pe]):
+        """Pages of tile_words slots in each PE's Local payload pool (tiles.words[pe]):
         room for every allocation the budget admits (pool_pages_for)."""
         return pool_pages_for(self.tile_capacity, self.local_slots, self.tile_words)
 
@@ -113,74 +113,158 @@ class MachineConfig:
 
 # ----------------------------------------------------------------- payload pool
 #
-# Each PE's Local payload is one pool of pool_pages x W Words (W = tile_words),
-# not one W-Word row per slot: a slot's storage is the W Words from its `base`,
-# of which the first pool_extent(capacity) are its own. Tiles are only ever
-# allocated (a block allocates a fresh slot; nothing in this slice releases
-# one but a rollback, which leaves the State unchanged, and reset), so a new
-# tile is placed at its PE's pool top (pool_top): the end of the highest
-# storage placed so far. A PE's Local charge (A.5, popcount(mask) x TSize per
-# tile) is at most TILE_CAPACITY and a tile of TSize bytes holds at most
-# 2 x TSize elements (4-bit ones), so a pool of 2 x TILE_CAPACITY Words (or of
-# every slot at its largest, when that is less) holds whatever the budget admits.
-# A fresh tile's stale Words are the pool's Words there, never written since
-# reset: zero, as in the model's own never-used slot storage.
+# Each PE's Local payload is one pool of pool_pages x W 32-bit slots (W =
+# tile_words), not one W-Word row per slot. A tile's storage is the window of
+# window_slots(W) slots from its `base`, of which the first pool_extent are its
+# own. Carriers: a tile of a 32- or 64-bit type keeps each 64-bit Word whole in
+# two slots (low, high), since a portable matrix D keeps 64-bit raw sums in its
+# FP32/S32/U32 Words and 64-bit types use every bit; any other tile keeps one
+# slot per Word, the Word being that slot sign-extended, which is exactly its
+# carrier (a 4..16-bit value zero-extended, S8/S16 sign-extended: A.4), or
+# 2^63 for the slot 2^31: the PadValue Min the model writes for a type without
+# a minimum of its own (tables.pad_word), where -2^31 is no such carrier.
+# Tiles are only ever allocated (a block allocates a fresh slot; nothing in this
+# slice releases one but a rollback, which leaves the State unchanged, and
+# reset), so a new tile is placed at its PE's pool top (pool_top): the end of
+# the highest storage placed so far. A PE's Local charge (A.5, popcount(mask)
+# x TSize per tile) is at most TILE_CAPACITY and a tile of TSize bytes needs at
+# most 2 x TSize slots (4-bit elements one slot each; 32-bit ones two, but four
+# bytes each), so a pool of 2 x TILE_CAPACITY slots (or every slot at its
+# largest, when that is less) holds whatever the budget admits. A fresh tile's
+# stale Words are the pool's there, never written since reset: zero, as in the
+# model's own never-used slot storage.
+
+_MAX_TSIZE = 65536          # the largest legal Local capacity (A.3)
+_TOP32, _TOP64 = 1 << 31, 1 << 63
+WIDE_CODES = tuple(sorted(d.code for d in tables.DATATYPES if d.bits >= 32))
+_WIDE = np.zeros(32, bool)
+_WIDE[list(WIDE_CODES)] = True
+
+
+def window_slots(W: int) -> int:
+    """Slots of a tile's window: W narrow Words, or the two slots of each of the
+    most Words a wide tile can have (W, and _MAX_TSIZE / 4 bytes)."""
+    return min(2 * W, 2 * (_MAX_TSIZE // 4))
 
 
 def _window_slack(W: int) -> int:
-    """Pool Words past the last tile's own that its W-Word window may reach: a
-    tile owns at least min(256, W) Words (the least capacity is 128 bytes)."""
-    return W - min(256, W)
+    """Pool slots past the last tile's own that its window may reach: a tile
+    owns at least min(256, W) slots (the least capacity is 128 bytes)."""
+    return window_slots(W) - min(256, W)
 
 
 def pool_pages_for(tile_capacity: int, slots: int, W: int) -> int:
-    """Pool pages (of W Words) for a TILE_CAPACITY: room for 2 x TILE_CAPACITY
-    Words or for every slot at W Words, whichever is less, and the last
+    """Pool pages (of W slots) for a TILE_CAPACITY: room for 2 x TILE_CAPACITY
+    slots or for every tile slot at its largest, whichever is less, and the last
     window's slack."""
-    return -(-(min(2 * tile_capacity, slots * W) + _window_slack(W)) // W)
+    need = min(2 * tile_capacity, slots * window_slots(W)) + _window_slack(W)
+    return -(-need // W)
 
 
 def pool_capacity(pages: int, slots: int, W: int) -> Optional[int]:
     """The largest TILE_CAPACITY register a pool of `pages` holds every allocation
-    for; None when it holds every slot at its largest (any register)."""
+    for; None when it holds every tile slot at its largest (any register)."""
     usable = pages * W - _window_slack(W)
-    return None if usable >= slots * W else usable // 2
+    return None if usable >= slots * window_slots(W) else usable // 2
 
 
-def pool_extent(capacity, W: int, xp=jnp):
-    """Pool Words a tile of `capacity` (TSize) bytes owns: 2 x TSize (its most
-    elements, at 4 bits each), at most W (the model's per-tile bound)."""
-    return xp.clip(2 * capacity.astype(xp.int64), 0, W)
+def is_wide(dtype, xp=jnp):
+    """Whether a tile of this DataType code keeps whole 64-bit Words (two slots each)."""
+    dtype = xp.asarray(dtype)
+    return (dtype >= 0) & (dtype < 32) & xp.asarray(_WIDE)[xp.clip(dtype, 0, 31)]
 
 
-def pool_top(allocated, capacity, base, W: int, xp=jnp):
+def pool_extent(capacity, dtype, W: int, xp=jnp):
+    """Pool slots a tile of `capacity` (TSize) bytes owns: 2 x TSize, at most its window
+    (W narrow Words, or two slots per Word of a wide tile)."""
+    room = xp.where(is_wide(dtype, xp), window_slots(W), W)
+    return xp.clip(2 * xp.asarray(capacity).astype(xp.int64), 0, room)
+
+
+def pool_top(allocated, capacity, dtype, base, W: int, xp=jnp):
     """Where a PE's next tile is placed: the end of its highest placed storage
     (0 with none), over descriptors along the last axis (any leading axes)."""
-    ends = xp.asarray(base).astype(xp.int64) + pool_extent(xp.asarray(capacity), W, xp)
+    ends = xp.asarray(base).astype(xp.int64) + pool_extent(capacity, dtype, W, xp)
     return xp.max(xp.where(xp.asarray(allocated) != 0, ends, 0), axis=-1)
 
 
-def pool_start(base, pool_words: int, W: int, xp=jnp):
-    """First pool Word of a slot's W-Word window: its base clamped into the pool
-    (as XLA's dynamic slices clamp; a base only a hand-made State can hold)."""
-    return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_words - W)
+def pool_start(base, pool_slots: int, W: int, xp=jnp):
+    """First pool slot of a tile's window: its base clamped into the pool (as XLA's
+    dynamic slices clamp; a base only a hand-made State can hold)."""
+    return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_slots - window_slots(W))
+
+
+def decode_window(slots, defined, wide, W: int, xp=jnp):
+    """A tile's W Words (uint64) and their definedness from its window's slots."""
+    u = xp.asarray(slots).astype(xp.uint64)
+    narrow = xp.where(u >= 1 << 31, u | xp.uint64(0xFFFFFFFF00000000), u)
+    narrow = xp.where(u == _TOP32, xp.uint64(_TOP64), narrow)[:W]
+    pairs = u[: 2 * (u.shape[0] // 2)].reshape(-1, 2)
+    whole = pairs[:, 0] | (pairs[:, 1] << xp.uint64(32))
+    pad = W - min(W, whole.shape[0])
+    whole = xp.concatenate([whole[:W], xp.zeros(pad, xp.uint64)])
+    d = xp.asarray(defined)
+    whole_d = xp.concatenate([d[0::2][:W], xp.zeros(pad, bool)])
+    return xp.where(wide, whole, narrow), xp.where(wide, whole_d, d[:W])
+
+
+def encode_window(words, defined, wide, W: int, xp=jnp):
+    """Inverse of decode_window: the window's slots (uint32) and definedness for a
+    tile's W Words (a narrow tile's Words past W, and a wide tile's past half
+    the window, do not fit and are not kept)."""
+    n = window_slots(W)
+    w = xp.asarray(words).astype(xp.uint64)
+    d = xp.asarray(defined)
+    lo = (w & xp.uint64(0xFFFFFFFF)).astype(xp.uint32)
+    hi = (w >> xp.uint64(32)).astype(xp.uint32)
+    narrow_lo = xp.where(w == xp.uint64(_TOP64), xp.uint32(_TOP32), lo)
+    k = n // 2
+    whole = xp.stack([lo[:k], hi[:k]], axis=-1).reshape(-1)
+    whole_d = xp.stack([d[:k], d[:k]], axis=-1).reshape(-1)
+    pad = n - whole.shape[0]
+    whole = xp.concatenate([whole, xp.zeros(pad, xp.uint32)])
+    whole_d = xp.concatenate([whole_d, xp.zeros(pad, bool)])
+    narrow = xp.concatenate([narrow_lo, xp.zeros(n - W, xp.uint32)])
+    narrow_d = xp.concatenate([d, xp.zeros(n - W, bool)])
+    return xp.where(wide, whole, narrow), xp.where(wide, whole_d, narrow_d)
 
 
 def slot_window(tiles, pe: int, slot: int):
-    """(words, defined): numpy views of the W-Word window of PE `pe`'s slot `slot`
-    in a State's Tiles (or a dict of its numpy leaves, which the views then
-    edit; words or defined missing from the dict come back as None). A free
-    slot's window is where it would be placed, as the executor reads it."""
+    """(slots, defined): numpy views of the window of PE `pe`'s slot `slot` in a
+    State's Tiles (or a dict of its numpy leaves, which the views then edit;
+    words or defined missing from the dict come back as None). A free slot's
+    window is where it would be placed, as the executor reads it."""
     K, W = np.shape(tiles["defined"])[-2:]
-    allocated, base = np.asarray(tiles["allocated"])[pe], np.asarray(tiles["base"])[pe]
-    if not allocated[slot]:
-        base = np.minimum(pool_top(allocated, np.asarray(tiles["capacity"])[pe], base, W, np),
-                          K * W - W)
+    t = {k: np.asarray(tiles[k])[pe] for k in ("allocated", "capacity", "dtype", "base")}
+    if not t["allocated"][slot]:
+        base = np.minimum(pool_top(t["allocated"], t["capacity"], t["dtype"], t["base"], W, np),
+                          K * W - window_slots(W))
     else:
-        base = base[slot]
+        base = t["base"][slot]
     at = int(pool_start(base, K * W, W, np))
-    return tuple(np.asarray(tiles[k][pe]).reshape(-1)[at:at + W] if k in tiles else None
+    n = window_slots(W)
+    return tuple(np.asarray(tiles[k][pe]).reshape(-1)[at:at + n] if k in tiles else None
                  for k in ("words", "defined"))
+
+
+def write_tile_words(tiles, pe: int, slot: int, words, defined) -> None:
+    """Write a slot's W Words and definedness into the pool of `tiles`, a dict of
+    numpy leaves (edited in place), as install does: its own slots only."""
+    W = np.shape(tiles["defined"])[-1]
+    t = {k: np.asarray(tiles[k])[pe, slot] for k in ("capacity", "dtype")}
+    n = int(pool_extent(t["capacity"], t["dtype"], W, np))
+    wide = bool(is_wide(t["dtype"], np))
+    for view, new in zip(slot_window(tiles, pe, slot), encode_window(words, defined, wide, W, np)):
+        view[:n] = new[:n]
+
+
+def tile_words(tiles, pe: int, slot: int):
+    """(words uint64[W], defined bool[W]) of PE `pe`'s slot `slot`, as the
+    executor reads them (decode_window over slot_window)."""
+    W = np.shape(tiles["defined"])[-1]
+    slots, defined = slot_window(tiles, pe, slot)
+    return decode_window(slots, defined, bool(is_wide(np.asarray(tiles["dtype"])[pe, slot], np)),
+                         W, np)
 
 
 PRESETS: dict[str, MachineConfig] = {
@@ -220,8 +304,8 @@ class Tiles:
     cell_count: jax.Array
     storage_bytes: jax.Array
     mask: jax.Array             # int32[S] 4-bit allocation PE mask, 0 when free
-    words: jax.Array            # uint64[K, W] the PE's payload pool (pool_pages(cfg) x W)
-    defined: jax.Array          # bool[K, W] definedness of each pool Word
+    words: jax.Array            # uint32[K, W] the PE's payload pool (pool_pages x W slots)
+    defined: jax.Array          # bool[K, W] definedness of each pool slot's Word
     defined_valid: jax.Array    # int32[S] defined elements inside the valid region
     base: jax.Array             # int32[S] first pool Word of the slot's storage
 
@@ -239,7 +323,7 @@ class LocalFile:
     fields as columns of one int32 array, so that reading a descriptor,
     publishing one or projecting a PE's file is one operation, not fifteen."""
     desc: jax.Array             # int32[4, S, len(TILE_FIELDS)]
-    words: jax.Array            # uint64[4, K, W]
+    words: jax.Array            # uint32[4, K, W]
     defined: jax.Array          # bool[4, K, W]
 
 
@@ -388,7 +472,7 @@ def _reset(cfg: MachineConfig) -> State:
         capacity=_i32((P, S)), rows=_i32((P, S)), cols=_i32((P, S)), valid_rows=_i32((P, S)),
         valid_cols=_i32((P, S)), k_repeat=_i32((P, S)), n_repeat=_i32((P, S)),
         cell_count=_i32((P, S)), storage_bytes=_i32((P, S)), mask=_i32((P, S)),
-        words=jnp.zeros((P, cfg.pool_pages, W), jnp.uint64),
+        words=jnp.zeros((P, cfg.pool_pages, W), jnp.uint32),
         defined=jnp.zeros((P, cfg.pool_pages, W), bool),
         defined_valid=_i32((P, S)), base=_i32((P, S)))
     R = cfg.shared_slots
@@ -662,12 +746,13 @@ def tile_leaves(leaves: dict) -> dict:
 
 
 def own_words(tiles, pe: int, slot: int):
-    """(words, defined) of the Words PE `pe`'s allocated slot `slot` owns (the
-    first pool_extent of its window), as slot_window; empty for a free slot."""
+    """(words uint64, defined) of the Words PE `pe`'s allocated slot `slot` owns
+    (its pool_extent slots' worth), as tile_words reads them; empty for a free slot."""
     W = np.shape(tiles["defined"])[-1]
-    n = int(pool_extent(np.asarray(tiles["capacity"])[pe, slot], W, np)) \
-        if np.asarray(tiles["allocated"])[pe, slot] else 0
-    return tuple(None if x is None else x[:n] for x in slot_window(tiles, pe, slot))
+    t = {k: np.asarray(tiles[k])[pe, slot] for k in ("allocated", "capacity", "dtype")}
+    n = int(pool_extent(t["capacity"], t["dtype"], W, np)) if t["allocated"] else 0
+    n = n // 2 if is_wide(t["dtype"], np) else n
+    return tuple(x[:n] for x in tile_words(tiles, pe, slot))
 
 
 def check_block(block):
@@ -689,7 +774,7 @@ def check_pool(s):
         reg = np.asarray(s.tile_capacity).astype(np.uint64)
         if reg.size and int(reg.max()) > cap:
             raise ValueError(f"TILE_CAPACITY register {int(reg.max())} exceeds {cap}, the most "
-                             f"this State's Local payload pool ({K} x {W} Words per PE) holds; "
+                             f"this State's Local payload pool ({K} x {W} slots per PE) holds; "
                              "build it with pj.reset(cfg.replace(tile_capacity=...))")
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import tables
-from .state import State, check_int, check_state, slot_window
+from .state import State, check_int, check_state, tile_words
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def read_tile(s: State, index: int, pe: int = 0) -> TileView:
         "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask", "defined_valid")}
     alloc = bool(np.asarray(t.allocated[pe, i]))
     n = min(g["rows"] * g["cols"], t.words.shape[-1]) if alloc else 0
-    window = slot_window(t, pe, i)
+    window = tile_words(t, pe, i)
     return TileView(
         index=index, allocated=alloc, layout=tables.TILE_LAYOUTS[g["layout"]],
         dtype=tables.DTYPE_BY_CODE[g["dtype"]].name, rows=g["rows"], columns=g["cols"],

@@ -32,7 +32,7 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.state import slot_window
+from ptojax.state import tile_words, write_tile_words
 from ptojax.fuzz import gen as G
 from ptojax.machine import commit_capable
 from ptojax.reference import cas_check
@@ -268,8 +268,10 @@ def _tampered(state, rec, where: str, rng):
             gm = np.array(state.gm)
             gm[address:address + n] = np.frombuffer(v.to_bytes(n, "little"), np.uint8)
             return state.replace(gm=jax.numpy.asarray(gm)), address
-        t = {**state.tiles, "words": np.array(state.tiles.words)}
-        slot_window(t, rec.pe, rec.slot)[0][lanes[0].slot_word] = np.uint64(v)
+        t = {k: np.array(v) for k, v in state.tiles.items()}
+        words, defined = tile_words(t, rec.pe, rec.slot)
+        words[lanes[0].slot_word] = np.uint64(v)
+        write_tile_words(t, rec.pe, rec.slot, words, defined)
         return state.replace(tiles=state.tiles.replace(words=jax.numpy.asarray(t["words"]))), address
 
 

@@ -304,7 +304,8 @@ def test_differences_field_by_field():
     leaves[".gpr"][1, 2] = 0x10
     leaves[".fault"] = np.int32(tables.FAULTS.index("Fault_DataPage"))
     leaves[".tiles.allocated"][0, 5] = True
-    leaves[".tiles.capacity"][0, 5] = 128      # owns 256 pool Words from its base, 0
+    leaves[".tiles.capacity"][0, 5] = 128      # owns 256 pool slots from its base, 0
+    leaves[".tiles.dtype"][0, 5] = tables.DTYPE_BY_NAME["U16"].code    # one slot a Word
     leaves[".tiles.words"][0, 0, 7] = 9
     leaves[".block.lb"][1] = 4
     b = C.Outcome(leaves, 2)

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 import ptojax as pj
 from ptojax import tables
 from ptojax.interop import SCHEMA_ID, from_arch_state, schema, to_arch_state
-from ptojax.state import MAX_IOS, MAX_IOT, MachineConfig, own_words, pool_top, slot_window, state_leaves
+from ptojax.state import (MAX_IOS, MAX_IOT, MachineConfig, own_words, pool_extent, pool_top,
+                          slot_window, state_leaves, tile_words, write_tile_words)
 
 try:
     import jsonschema
@@ -159,10 +160,11 @@ def states():
     t["layout"][0, 1] = tables.TILE_LAYOUT_CODE["CUBE_N8"]
     hs = SMALL.hand_slots
     m1 = 2 * hs                                               # slot of M#1
-    words, defined = slot_window(t, 0, m1)
+    words, defined = tile_words(t, 0, m1)
     assert own_words(t, 0, m1)[0].size > 200
-    words[100] = (1 << 64) - 1
+    words[100] = (1 << 64) - 1          # FP16: one slot a Word, sign-extended
     defined[200] = True
+    write_tile_words(t, 0, m1, words, defined)
     st_ = poke_sub(st_, "tiles", **{k: t[k] for k in ("words", "defined", "rows", "layout")})
     out["stale"] = poke(st_, tile_capacity=4096, pc=0xFFFF_FFFF_FFFF_FFFC)
 
@@ -574,10 +576,10 @@ def random_tiles_and_block(s, rng):
     for p in range(P):
         for slot in np.flatnonzero(t["allocated"][p]):
             t["base"][p, slot] = pool_top(t["allocated"][p] & (np.arange(S) < slot),
-                                          t["capacity"][p], t["base"][p], W, np)
-            words, defined = own_words(t, p, slot)
-            words[:] = random_words(rng, words.shape)
-            defined[:] = rng.random(defined.shape) < 0.5
+                                          t["capacity"][p], t["dtype"][p], t["base"][p], W, np)
+            n = int(pool_extent(t["capacity"][p, slot], t["dtype"][p, slot], W, np))
+            slot_window(t, p, slot)[0][:n] = random_words(rng, (n,)).astype(np.uint32)
+            write_tile_words(t, p, slot, tile_words(t, p, slot)[0], rng.random(W) < 0.5)
     b = {k: np.asarray(v).copy() for k, v in s.block.items()}
     b["active"] = np.asarray(rng.random() < 0.5)
     b["pc"] = np.asarray(rng.integers(0, 1 << 63, dtype=np.uint64) * np.uint64(2))

@@ -24,7 +24,7 @@ from ptojax import cas_order, tables
 from ptojax.isa import encode
 from ptojax.reference import cas_check, run
 from ptojax.reference.decode import decode
-from ptojax.state import slot_window, state_differences
+from ptojax.state import state_differences, tile_words
 
 _spec = importlib.util.spec_from_file_location(
     "_transport_helpers", pathlib.Path(__file__).with_name("test_reference_transport.py"))
@@ -660,9 +660,9 @@ def test_checker_rejects_tampered_results():
     assert not res.ok and not res.undecided and "0x180" in res.reason
     bad_mem = write_memory(good, 0x180, bytes([77]))
     assert not cas_check.explains(s, words, bad_mem).ok
-    # a value no order produces for the destination's carrier (upper bits set)
-    w = int(slot_window(good.tiles, 0, 3)[0][0])
-    res = cas_check.explains(s, words, poke_tiles(good, "words", (3, 0), w | 1 << 40))
+    # a value no order produces for the destination's carrier (bits past the U8 set)
+    w = int(tile_words(good.tiles, 0, 3)[0][0])
+    res = cas_check.explains(s, words, poke_tiles(good, "words", (3, 0), w | 1 << 20))
     assert not res.ok and "tiles.words" in res.reason
     # anything else must match the oracle's run
     res = cas_check.explains(s, words, write_memory(good, 0x500, b"\x01"))

@@ -22,7 +22,7 @@ import ptojax as pj
 from ptojax import tables
 from ptojax.reference import layouts as ref_layouts
 from ptojax.reference import run, run_core
-from ptojax.state import own_words, slot_window, state_leaves
+from ptojax.state import own_words, state_leaves, tile_words, write_tile_words
 from test_reference_matmul import FPATR0, dims, fpatr, iot, mstart, pack, row_bytes
 from test_reference_transport import (BSTOP, X2, X3, bstart, datr, dim, ior, ios, poke,
                                       same_except)
@@ -99,8 +99,10 @@ def poke_local(s, pe, index, **fields):
     slot = (index // 16) * hs + index % 16
     t = {k: np.asarray(v).copy() for k, v in s.tiles.items()}
     for k, v in fields.items():
-        if k in ("words", "defined"):      # the slot's W-Word payload window
-            slot_window(t, pe, slot)[("words", "defined").index(k)][:] = v
+        if k in ("words", "defined"):      # the slot's W payload Words
+            row = tile_words(t, pe, slot)
+            row[("words", "defined").index(k)][:] = v
+            write_tile_words(t, pe, slot, *row)
         else:
             t[k][pe, slot] = v
     new = {k: t[k] for k in fields}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ptojax as pj
-from ptojax.state import state_differences, state_leaves
+from ptojax.state import state_differences, state_leaves, tile_words
 
 CFG = pj.MachineConfig(tile_words=256, hand_slots=16, shared_slots=8, shared_words=256)
 SRC, DST = 0x400, 0x800
@@ -36,7 +36,7 @@ def random_state(seed=0):
     s = pj.reset(CFG)
 
     def bits(a):
-        return rng.integers(0, 1 << 64, a.shape, dtype=np.uint64, endpoint=False)
+        return rng.integers(0, 1 << 64, a.shape, dtype=np.uint64, endpoint=False).astype(a.dtype)
 
     with jax.enable_x64(True):
         s = s.replace(tiles=s.tiles.replace(words=jax.numpy.asarray(bits(s.tiles.words)),
@@ -50,7 +50,7 @@ def random_state(seed=0):
 
 
 def changed_words(a, b):
-    """(pe, pool Word) where two [4, K, W] payload pools differ."""
+    """(pe, pool slot) where two [4, K, W] payload pools differ."""
     a, b = (np.asarray(x).reshape(x.shape[0], -1) for x in (a, b))
     return [tuple(x) for x in np.argwhere(a != b).tolist()]
 
@@ -64,10 +64,10 @@ def test_tload_writes_only_its_slot():
     for leaf in ("words", "defined"):
         changed = changed_words(getattr(s.tiles, leaf), getattr(r.state.tiles, leaf))
         assert changed and {pe for pe, _ in changed} == {0}
-        assert all(base <= at < base + 2 * 1024 for _, at in changed)   # its own Words only
+        assert all(base <= at < base + 512 for _, at in changed)   # its own slots only (2 a Word)
     assert r.state.shared.words is s.shared.words
     assert state_differences(s, r.state, skip=("pc", "tiles")) == []
-    row = np.asarray(r.state.tiles.words)[0].reshape(-1)[base:base + 256]
+    row = tile_words(r.state.tiles, 0, 48)[0][:256]
     assert row.view(np.uint32)[::2].tobytes() == np.asarray(s.gm)[SRC:SRC + 1024].tobytes()
 
 

@@ -15,7 +15,7 @@ from ptojax.isa import encode
 from ptojax.isa.encode import (BSTOP, FPATR0, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
                                iot_src_dst)
 from ptojax.reference import run
-from ptojax.state import own_words, slot_window, state_differences
+from ptojax.state import own_words, slot_window, state_differences, tile_words, write_tile_words
 
 # ----------------------------------------------------------------- encoders (ptojax.isa.encode)
 
@@ -60,17 +60,25 @@ def poke(s, **fields):
 
 
 def poke_tiles(s, field, index, value, pe=0):
-    """Set one entry of PE `pe`'s Tiles array (index: a slot, or (slot, word):
-    word of the slot's payload window, for words/defined)."""
+    """Set one entry of PE `pe`'s Tiles array (index: a slot, or (slot, word) for
+    words/defined: Word `word` of an allocated slot, or pool slot `word` of the
+    window a free slot would be placed at: stale, it has no dtype yet)."""
     t = {k: np.asarray(v) for k, v in s.tiles.items()}
+    t["words"], t["defined"] = t["words"].copy(), t["defined"].copy()
     t[field] = t[field].copy()
-    if field in ("words", "defined"):
+    part = ("words", "defined").index(field) if field in ("words", "defined") else None
+    if part is not None and t["allocated"][pe, index[0]]:
         slot, word = index
-        slot_window(t, pe, slot)[("words", "defined").index(field)][word] = value
+        row = tile_words(t, pe, slot)
+        row[part][word] = value
+        write_tile_words(t, pe, slot, *row)
+    elif part is not None:
+        slot_window(t, pe, index[0])[part][index[1]] = value
     else:
         t[field][pe][index] = value
     with jax.enable_x64(True):
-        return s.replace(tiles=s.tiles.replace(**{field: jax.numpy.asarray(t[field])}))
+        return s.replace(tiles=s.tiles.replace(**{k: jax.numpy.asarray(t[k])
+                                                  for k in {field, "words", "defined"}}))
 
 
 def write_memory(s, addr, data):

@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import tables
 from ..report import index_ranges
-from ..state import (MachineConfig, State, leaf_differences, own_words, slot_window, state_leaves,
+from ..state import (MachineConfig, State, leaf_differences, own_words, state_leaves, tile_words,
                      tile_leaves as tile_leaves_of)
 from . import gen as G
 from .coverage import MATRIX_OPS, Coverage, case_ops, op_token
@@ -426,7 +426,7 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
             if leaf in ("words", "defined"):     # the Words the slot owns on either side
                 part = ("words", "defined").index(leaf)
                 n = max(own_words(t, pe, slot)[part].size for t in (ta, tb))
-                va, vb = (slot_window(t, pe, slot)[part][:n] for t in (ta, tb))
+                va, vb = (tile_words(t, pe, slot)[part][:n] for t in (ta, tb))
             else:
                 va, vb = la[k][pe, slot], lb[k][pe, slot]
             if np.array_equal(va, vb):

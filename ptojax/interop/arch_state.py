@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import tables
 from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, check_state, config_of,
-                     empty_block, pool_extent, pool_top, slot_window)
+                     empty_block, own_words, pool_top, window_slots, write_tile_words)
 
 SCHEMA_ID = "pto.asl-model.arch-state.v1"
 KINDS = ("initial_state", "state_snapshot")
@@ -348,12 +348,11 @@ def _slot_rows(t: dict) -> dict:
     all zeros."""
     P, S = t["base"].shape
     W = t["words"].shape[-1]
-    rows = {k: np.zeros((P, S, W), t[k].dtype) for k in ("words", "defined")}
+    rows = {"words": np.zeros((P, S, W), np.uint64), "defined": np.zeros((P, S, W), bool)}
     for p in range(P):
         for slot in np.flatnonzero(t["allocated"][p]):
-            n = int(pool_extent(t["capacity"][p, slot], W, np))
-            for k, window in zip(("words", "defined"), slot_window(t, p, slot)):
-                rows[k][p, slot, :n] = window[:n]
+            for k, own in zip(("words", "defined"), own_words(t, p, slot)):
+                rows[k][p, slot, :own.size] = own
     return {**t, **rows}
 
 
@@ -362,7 +361,7 @@ def _pool_rows(t: dict, K: int) -> dict:
     allocated tiles at their recorded pool_base (base >= 0), the others placed in
     slot order after them, as allocation places them (state.pool_top)."""
     P, S, W = t["words"].shape
-    pool = {k: np.zeros((P, K, W), t[k].dtype) for k in ("words", "defined")}
+    pool = {"words": np.zeros((P, K, W), np.uint32), "defined": np.zeros((P, K, W), bool)}
     for p in range(P):
         for slot in range(S):
             if not t["allocated"][p, slot] and (t["words"][p, slot].any() or t["defined"][p, slot].any()):
@@ -371,12 +370,19 @@ def _pool_rows(t: dict, K: int) -> dict:
                       "State (its stale Words are undefined)")
         for slot in np.flatnonzero(t["allocated"][p] & (t["base"][p] < 0)):
             t["base"][p, slot] = min(int(pool_top(t["allocated"][p] & (t["base"][p] >= 0),
-                                                  t["capacity"][p], t["base"][p], W, np)),
-                                     K * W - W)
+                                                  t["capacity"][p], t["dtype"][p], t["base"][p],
+                                                  W, np)), K * W - window_slots(W))
         for slot in np.flatnonzero(t["allocated"][p]):
-            n = int(pool_extent(t["capacity"][p, slot], W, np))
-            for k, window in zip(("words", "defined"), slot_window({**t, **pool}, p, slot)):
-                window[:n] = t[k][p, slot, :n]
+            words, defined = t["words"][p, slot], t["defined"][p, slot]
+            write_tile_words({**t, **pool}, p, slot, words, defined)
+            kept = [np.zeros(W, x.dtype) for x in (words, defined)]
+            for k, own in zip(kept, own_words({**t, **pool}, p, slot)):
+                k[:own.size] = own
+            if not (np.array_equal(kept[0], words) and np.array_equal(kept[1], defined)):
+                _fail(f"tile {tables.tile_name(_index_of_slot(slot, S // 4))} of PE {p}",
+                      "holds Words its storage cannot: past its own pool slots (2 per "
+                      "capacity byte), or a 4..16-bit type's Word other than its low 32 bits "
+                      "sign-extended (ptojax's pooled State keeps no more)")
     return {**t, **pool}
 
 

@@ -9,7 +9,8 @@ import numpy as np
 from .. import tables
 from ..indexing import cell, row, set_row
 from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
-from ..state import TILE_COLUMN as COL, TILE_FIELDS, pool_extent, pool_top
+from ..state import (TILE_COLUMN as COL, TILE_FIELDS, decode_window, encode_window, is_wide,
+                     pool_extent, pool_top, window_slots)
 
 F = tables.FAULT_CODE
 U64 = jnp.uint64
@@ -340,59 +341,68 @@ def _pool(a):
 
 
 def _window(a, pe, start):
-    """The W Words of PE `pe`'s pool from `start` (clamped into the pool)."""
+    """The window_slots slots of PE `pe`'s pool from `start` (clamped into the pool)."""
     flat, W = _pool(a)
+    n = window_slots(W)
     return jax.lax.dynamic_slice(flat, (pe.astype(jnp.int32), start.astype(jnp.int32)),
-                                 (1, W)).reshape(W)
+                                 (1, n)).reshape(n)
 
 
 def _next_base(tiles):
     """Where the PE's next tile is placed: its pool top (state.pool_top),
     clamped as a window start."""
-    W, pool_words = tiles.words.shape[-1], tiles.words.shape[-2] * tiles.words.shape[-1]
+    W, pool_slots = tiles.words.shape[-1], tiles.words.shape[-2] * tiles.words.shape[-1]
     d = tiles.desc
-    top = pool_top(d[:, COL["allocated"]], d[:, COL["capacity"]], d[:, COL["base"]], W)
-    return jnp.minimum(top, pool_words - W).astype(jnp.int32)
+    top = pool_top(d[:, COL["allocated"]], d[:, COL["capacity"]], d[:, COL["dtype"]],
+                   d[:, COL["base"]], W)
+    return jnp.minimum(top, pool_slots - window_slots(W)).astype(jnp.int32)
 
 
 def payload(tiles, slot):
-    """The W payload Words of slot `slot` of a PE's file (a state.PeFile): the
-    pool Words from its base, its own the first pool_extent (state.py). A free
-    slot reads where it would be placed (the Words an operation allocating it
-    leaves unwritten are those)."""
+    """The W payload Words (uint64) of slot `slot` of a PE's file (a
+    state.PeFile), decoded from its pool window (state.py, "payload pool").
+    Operations read allocated tiles only (install keeps the stale Words an
+    allocation does not write)."""
     slot = jnp.asarray(slot)
     if slot.ndim:
         return jax.vmap(lambda k: payload(tiles, k))(slot.reshape(-1)).reshape(
             slot.shape + tiles.words.shape[-1:])
     d = row(tiles.desc, slot)
-    return _window(tiles.words, tiles.pe,
-                   jnp.where(d[COL["allocated"]] != 0, d[COL["base"]], _next_base(tiles)))
+    words, _ = decode_window(_window(tiles.words, tiles.pe, d[COL["base"]]),
+                             _window(tiles.defined, tiles.pe, d[COL["base"]]),
+                             is_wide(d[COL["dtype"]]), tiles.words.shape[-1])
+    return words
 
 
-def install(tiles, slot, do, fields: dict, words, defined):
+def install(tiles, slot, do, fields: dict, words, defined, written):
     """Allocate free slot `slot` of a PE's file (a state.PeFile) when `do`:
     publish its descriptor (every field of DESCRIPTOR_FIELDS), place its
-    storage at the PE's pool top (state.pool_top) and write its own Words of
-    `words` and `defined` there, in the Core's arrays in place. Else the file
-    is unchanged."""
+    storage at the PE's pool top (state.pool_top), and there write the Words
+    of `words` that `written` marks and all of `defined` (allocation clears
+    every other bit; the Words not written keep the pool's, stale), in the
+    Core's arrays in place (encode_window). Else the file is unchanged."""
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
     W = tiles.words.shape[-1]
     base = _next_base(tiles)
     # column 0 is "allocated", the last "base" (TILE_FIELDS)
     desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
                                       for k in DESCRIPTOR_FIELDS] + [base])
-    own = jnp.arange(W) < pool_extent(jnp.asarray(fields["capacity"]), W)
+    dtype = jnp.asarray(fields["dtype"])
+    own = jnp.arange(window_slots(W)) < pool_extent(jnp.asarray(fields["capacity"]), dtype, W)
+    wide = is_wide(dtype)
+    slots, slots_defined = encode_window(words, defined, wide, W)
+    slots_written = encode_window(words, written, wide, W)[1]
     slot, do, desc, own = settle((slot, do, desc, own))
     pe = tiles.pe
 
-    def put(a, new):
+    def put(a, new, mask):
         flat, _ = _pool(a)
         old = _window(a, pe, base)
-        at = (pe, base)
-        return jax.lax.dynamic_update_slice(flat, jnp.where(do & own, new, old)[None], at
+        return jax.lax.dynamic_update_slice(flat, jnp.where(mask, new, old)[None], (pe, base)
                                             ).reshape(a.shape)
     return tiles.replace(desc=set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))),
-                         words=put(tiles.words, words), defined=put(tiles.defined, defined))
+                         words=put(tiles.words, slots, do & own & slots_written),
+                         defined=put(tiles.defined, slots_defined, do & own))
 
 
 # ---------------------------------------------------------------- CUBE descriptors

@@ -528,12 +528,11 @@ def complete(state, h: Header, pe, cfg, enable):
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
     tiles = state.tiles
-    new_words = jnp.where(lane_ok, d_words, payload(tiles, dslot))
     Mi, N = blk.Mi, blk.N
     vals = dict(dtype=blk.acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(loc.d_lay, 0, 1)),
                 location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
                 cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
                 n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
                 storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
-    tiles = install(tiles, dslot, do, vals, new_words, lane_ok)
+    tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok)
     return fault, U64(0), state.replace(tiles=tiles)

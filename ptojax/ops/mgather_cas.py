@@ -214,9 +214,9 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
     padw = row(row(PAD_WORDS, tdt), h.pad)
     physical = ln.j < drows * col
     slot = jnp.where(ln.lane, ordinary_index(dlay, drows, col, tbits, ln.r, ln.c), W)
-    words = jnp.where(physical, padw, payload(tiles, dslot)).at[slot].set(old, mode="drop")
+    words = jnp.where(physical, padw, U64(0)).at[slot].set(old, mode="drop")
     fields = dict(dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
                   rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
                   cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)
-    tiles = install(tiles, dslot, ok, fields, words, physical)
+    tiles = install(tiles, dslot, ok, fields, words, physical, physical)
     return fault, fault_addr, state.replace(tiles=tiles, gm=gm)

@@ -224,7 +224,7 @@ def _effects(state, h: Header, effects, ok, is_load, is_store, cube_lay, d: _Des
                     signed=take(DT_SIGNED, jnp.where(cube, bdt, edt))))
     loaded = memory.read_elements(state.gm, lanes.addr, nbytes, (c & 1) == 1, four, e["signed"])
     pad_area = p["cube"] & lanes.storage & ~valid
-    new_words = jnp.where(valid, loaded, jnp.where(pad_area, e["pad_word"], payload(tiles, e["dslot"])))
+    new_words = jnp.where(valid, loaded, e["pad_word"])        # the other Words stay stale
     new_def = valid | (pad_area & e["pad_defined"])
     g = d.g
     l_vr, l_vc = jnp.where(cube, d.vr_c, d.vr_o), jnp.where(cube, d.vc_c, d.vc_o)
@@ -239,7 +239,7 @@ def _effects(state, h: Header, effects, ok, is_load, is_store, cube_lay, d: _Des
         storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=h.mask,
         defined_valid=l_vr * l_vc)
     if "TLOAD" in effects:
-        tiles = install(tiles, e["dslot"], e["load"], vals, new_words, new_def)
+        tiles = install(tiles, e["dslot"], e["load"], vals, new_words, new_def, valid | pad_area)
     if "TSTORE" not in effects:
         return tiles, state.gm
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from .. import tables
 from ..result import RunResult
-from ..state import MachineConfig, State, slot_window, state_differences
+from ..state import MachineConfig, State, state_differences, tile_words
 from .decode import decode
 from .machine import Machine
 from .run import check_args, run_machine, word_list
@@ -213,7 +213,7 @@ def explains(initial_state: State, words, observed_state: State, pe: int = 0, *,
     if (np.ndim(obs.words) != 3 or rec.pe >= np.shape(obs.base)[0]
             or rec.slot >= np.shape(obs.base)[1] or len(obs_gm) != len(rec.gm_before)):
         return CheckResult(False, None, "the observed State has other sizes than the initial one")
-    dest, _ = slot_window(obs, rec.pe, rec.slot)
+    dest, _ = tile_words(obs, rec.pe, rec.slot)
     groups: dict = {}
     for lane in rec.lanes:
         groups.setdefault(lane.address, []).append(lane)

@@ -29,7 +29,8 @@ from typing import Optional
 import numpy as np
 
 from .. import tables
-from ..state import MAX_IOS, MAX_IOT, MachineConfig, State
+from ..state import (MAX_IOS, MAX_IOT, WIDE_CODES, MachineConfig, State, decode_window,
+                     encode_window, window_slots)
 
 MASK64 = (1 << 64) - 1
 DATR_ABSENT = [0, tables.DTYPE_NONE, tables.PAD_NULL, 0, 0, 0, 0]   # block reset value
@@ -148,6 +149,7 @@ class Machine:
         if P != tables.NUM_PES:
             raise ValueError(f"State has {P} Local register files, expected {tables.NUM_PES}")
         self.pool_words = K * W
+        self.window_slots = window_slots(W)
         if S % 4:
             raise ValueError(f"State has {S} tile slots, not a multiple of 4")
         R, WS = state.shared.words.shape
@@ -223,27 +225,33 @@ class Machine:
         return self.tiles[slot] if slot is not None else Tile()
 
     # ------------------------------------------------------------- payload pool
-    # A State keeps each PE's Local payload as one pool (ptojax/state.py,
-    # "payload pool"): a slot's storage is the W Words from its base, the first
-    # min(2 x capacity, W) its own, and a new tile is placed where the PE's
-    # highest placed storage ends. This is how the State lays the payload out,
-    # not machine behaviour: every slot reads as a W-Word row here.
+    # A State keeps each PE's Local payload as one pool of 32-bit slots
+    # (ptojax/state.py, "payload pool"): a tile's storage is the window of
+    # window_slots(W) slots from its base, the first min(2 x capacity, its
+    # window) its own; a 32/64-bit tile keeps each Word in two slots, any other
+    # in one (the Word is the slot sign-extended); a new tile is placed where
+    # the PE's highest placed storage ends. This is how the State lays the
+    # payload out, not machine behaviour: every slot reads as a W-Word row here.
+
+    def wide(self, tile: Tile) -> bool:
+        return tile.dtype in WIDE_CODES
 
     def extent(self, tile: Tile) -> int:
-        """Pool Words a tile owns: 2 per capacity byte (4-bit elements), at most W."""
-        return min(max(2 * tile.capacity, 0), self.array_words)
+        """Pool slots a tile owns: 2 per capacity byte, at most its window's worth."""
+        room = self.window_slots if self.wide(tile) else self.array_words
+        return min(max(2 * tile.capacity, 0), room)
 
     def next_base(self, pe: int) -> int:
         """Where PE `pe`'s next tile goes: the end of its highest placed storage."""
         top = max([0] + [t.base + self.extent(t) for t in self.files[pe] if t.allocated])
-        return min(top, self.pool_words - self.array_words)
+        return min(top, self.pool_words - self.window_slots)
 
     def window(self, pe: int, tile: Tile) -> int:
-        """Start of a tile's W-Word window: its base clamped into the pool; a free
-        slot's is where it would be placed."""
+        """Start of a tile's window: its base clamped into the pool; a free slot's
+        is where it would be placed."""
         if not tile.allocated:
             return self.next_base(pe)
-        return min(max(tile.base, 0), self.pool_words - self.array_words)
+        return min(max(tile.base, 0), self.pool_words - self.window_slots)
 
     def place(self, slot: int) -> None:
         """Put a slot of PE cur that is being allocated at its pool top."""
@@ -254,18 +262,20 @@ class Machine:
         self._payloads[self.cur].pop(slot, None)
 
     def payload(self, slot: int, pe: Optional[int] = None) -> tuple[list, list]:
-        """(words, defined) lists of one slot of PE `pe` (default cur): its W-Word
-        window, converted on first use."""
+        """(words, defined) lists of one slot of PE `pe` (default cur): its W Words,
+        decoded from its window on first use."""
         pe = self.cur if pe is None else pe
         cache = self._payloads[pe]
         if slot not in cache:
-            at = self.window(pe, self.files[pe][slot])
+            tile = self.files[pe][slot]
+            at = self.window(pe, tile)
             if (pe, at) not in self._loaded:
                 self._loaded[pe, at] = tuple(
-                    np.asarray(leaf)[pe].reshape(-1)[at:at + self.array_words].astype(dtype).tolist()
-                    for leaf, dtype in ((self._state.tiles.words, np.uint64),
-                                        (self._state.tiles.defined, bool)))
-            cache[slot] = (at, *(list(x) for x in self._loaded[pe, at]))
+                    np.asarray(leaf)[pe].reshape(-1)[at:at + self.window_slots].copy()
+                    for leaf in (self._state.tiles.words, self._state.tiles.defined))
+            words, defined = decode_window(*self._loaded[pe, at], self.wide(tile),
+                                           self.array_words, np)
+            cache[slot] = (at, words.tolist(), defined.tolist())
         return cache[slot][1:]
 
     def local_charge(self, pe: Optional[int] = None) -> int:
@@ -366,7 +376,7 @@ class Machine:
                                        (len(self.files), len(self.files[0])),
                                        TILE_FIELDS, ("allocated",))
             tiles = old.tiles.replace(
-                words=with_words(old.tiles.words, np.uint64, self._written(0)),
+                words=with_words(old.tiles.words, np.uint32, self._written(0)),
                 defined=with_words(old.tiles.defined, bool, self._written(1)),
                 **kept_or_put(old.tiles, local))
             records = descriptor_columns(self.shared, (len(self.shared),), SHARED_FIELDS,
@@ -385,17 +395,24 @@ class Machine:
                                **kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
 
     def _written(self, part: int) -> dict:
-        """(pe, pool Word) -> value of the allocated tiles' own Words (part 0 words,
+        """(pe, pool slot) -> value of the allocated tiles' own slots (part 0 words,
         1 defined) that differ from the input State's."""
         out = {}
         for pe, cache in enumerate(self._payloads):
-            for slot, (at, *rows) in cache.items():
+            for slot, (at, words, defined) in cache.items():
                 tile = self.files[pe][slot]
                 if not tile.allocated or self.window(pe, tile) != at:
                     continue            # a free slot owns no Words
-                new, old = rows[part], self._loaded[pe, at][part]
-                out.update({(pe, at + j): new[j] for j in range(self.extent(tile))
-                            if new[j] != old[j]})
+                new = encode_window(np.array(words, np.uint64), np.array(defined, bool),
+                                    self.wide(tile), self.array_words, np)
+                n = self.extent(tile)
+                back = decode_window(*new, self.wide(tile), self.array_words, np)[0]
+                held = n // 2 if self.wide(tile) else n
+                if back[:held].tolist() != words[:held]:
+                    raise AssertionError(f"PE{pe} slot {slot}: a Word no {tile.dtype=} carrier "
+                                         "holds (state.py, payload pool)")
+                new, old = new[part][:n], self._loaded[pe, at][part][:n]
+                out.update({(pe, at + j): new[j] for j in np.flatnonzero(new != old).tolist()})
         return out
 
     def _block_to_state(self):
@@ -459,7 +476,7 @@ def _scatter():
 
 
 def with_words(leaf, dtype, words: dict):
-    """A [4, K, W] pool leaf with `words` ((pe, Word of the PE's pool) -> value)
+    """A [4, K, W] pool leaf with `words` ((pe, slot of the PE's pool) -> value)
     written: with_rows over the leaf seen as [4 * K * W]."""
     import jax
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ... import tables
 from ...isa.encode import BSTOP, dim, ior
-from ...state import MachineConfig, State, slot_window
+from ...state import MachineConfig, State, tile_words, write_tile_words
 from .values import MASK64, elem_bytes, pick_one, rowbytes, weighted_key
 
 
@@ -194,16 +194,17 @@ def prepare_state(state: State, case: Case, mcfg: MachineConfig) -> State:
             raise RuntimeError(f"setup of a {case.kind} case did not complete cleanly: {r.fault} "
                                f"after {r.executed}/{len(case.setup)} words\n{case.describe()}")
         state = r.state
-    leaves = {k: np.array(getattr(state.tiles, k))
-              for k in ("defined", "defined_valid", "base", "allocated", "capacity")}
+    leaves = {k: np.array(v) for k, v in state.tiles.items()}
     for index, word in case.undefine:
         slot = mcfg.slot_of(index)
         pes = [p for p in (range(tables.NUM_PES) if case.core else [case.pe])
-               if slot is not None and slot_window(leaves, p, slot)[1][word]]
+               if slot is not None and tile_words(leaves, p, slot)[1][word]]
         if not pes:
             raise RuntimeError(f"undefine ({index}, {word}): no defined Word there")
         for p in pes:
-            slot_window(leaves, p, slot)[1][word] = False     # a view into leaves["defined"]
+            words, defined = tile_words(leaves, p, slot)
+            defined[word] = False
+            write_tile_words(leaves, p, slot, words, defined)
             leaves["defined_valid"][p, slot] -= 1
     leaves = {k: leaves[k] for k in ("defined", "defined_valid")}
     with jax.enable_x64(True):
