@@ -158,7 +158,7 @@ def pool_pages_for(tile_capacity: int, slots: int, W: int) -> int:
     slots or for every tile slot at its largest, whichever is less, and the last
     window's slack."""
     need = min(2 * tile_capacity, slots * window_slots(W)) + _window_slack(W)
-    return -(-need // W)
+    return max(-(-need // W), -(-window_slots(W) // W))      # at least one window
 
 
 def pool_capacity(pages: int, slots: int, W: int) -> Optional[int]:
@@ -194,46 +194,60 @@ def pool_start(base, pool_slots: int, W: int, xp=jnp):
     return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_slots - window_slots(W))
 
 
+def _as_words(pairs, xp):
+    """uint32[2n] slot pairs (low, high) as uint64[n] (a bitcast, little-endian)."""
+    pairs = pairs.reshape(-1, 2)
+    if xp is np:
+        return np.ascontiguousarray(pairs).view(np.uint64).reshape(-1)
+    return jax.lax.bitcast_convert_type(pairs, jnp.uint64)
+
+
+def _as_pairs(words, xp):
+    """uint64[n] as uint32[2n] slot pairs (low, high): inverse of _as_words."""
+    if xp is np:
+        return np.ascontiguousarray(words).view(np.uint32).reshape(-1)
+    return jax.lax.bitcast_convert_type(words, jnp.uint32).reshape(-1)
+
+
 def decode_window(slots, defined, wide, W: int, xp=jnp):
     """A tile's W Words (uint64) and their definedness from its window's slots."""
-    u = xp.asarray(slots).astype(xp.uint64)
-    narrow = xp.where(u >= 1 << 31, u | xp.uint64(0xFFFFFFFF00000000), u)
-    narrow = xp.where(u == _TOP32, xp.uint64(_TOP64), narrow)[:W]
-    pairs = u[: 2 * (u.shape[0] // 2)].reshape(-1, 2)
-    whole = pairs[:, 0] | (pairs[:, 1] << xp.uint64(32))
-    pad = W - min(W, whole.shape[0])
-    whole = xp.concatenate([whole[:W], xp.zeros(pad, xp.uint64)])
+    u = xp.asarray(slots).astype(xp.uint32)
     d = xp.asarray(defined)
-    whole_d = xp.concatenate([d[0::2][:W], xp.zeros(pad, bool)])
-    return xp.where(wide, whole, narrow), xp.where(wide, whole_d, d[:W])
+    n = u.shape[0]                                    # window_slots(W): even
+    whole = _as_words(u, xp)                          # n / 2 Words
+    whole_d = d.reshape(-1, 2)[:, 0]
+    if n // 2 < W:                                    # a wide tile holds at most n / 2
+        whole = xp.concatenate([whole, xp.zeros(W - n // 2, xp.uint64)])
+        whole_d = xp.concatenate([whole_d, xp.zeros(W - n // 2, bool)])
+    lo = u[:W]
+    narrow = (lo.astype(xp.int32).astype(xp.int64)).astype(xp.uint64)    # sign-extended
+    narrow = xp.where(lo == _TOP32, xp.uint64(_TOP64), narrow)
+    return xp.where(wide, whole[:W], narrow), xp.where(wide, whole_d[:W], d[:W])
 
 
 def encode_window(words, defined, wide, W: int, xp=jnp):
     """Inverse of decode_window: the window's slots (uint32) and definedness for a
-    tile's W Words (a narrow tile's Words past W, and a wide tile's past half
-    the window, do not fit and are not kept)."""
+    tile's W Words (a wide tile's Words past half the window do not fit and are
+    not kept). Slot j holds Word j // 2's half j % 2 (wide) or Word j (narrow):
+    one gather a slot, where concatenating the two forms cost several passes."""
     n = window_slots(W)
     w = xp.asarray(words).astype(xp.uint64)
     d = xp.asarray(defined)
-    lo = (w & xp.uint64(0xFFFFFFFF)).astype(xp.uint32)
-    hi = (w >> xp.uint64(32)).astype(xp.uint32)
-    narrow_lo = xp.where(w == xp.uint64(_TOP64), xp.uint32(_TOP32), lo)
-    k = n // 2
-    whole = xp.stack([lo[:k], hi[:k]], axis=-1).reshape(-1)
-    whole_d = xp.stack([d[:k], d[:k]], axis=-1).reshape(-1)
-    pad = n - whole.shape[0]
-    whole = xp.concatenate([whole, xp.zeros(pad, xp.uint32)])
-    whole_d = xp.concatenate([whole_d, xp.zeros(pad, bool)])
-    narrow = xp.concatenate([narrow_lo, xp.zeros(n - W, xp.uint32)])
-    narrow_d = xp.concatenate([d, xp.zeros(n - W, bool)])
-    return xp.where(wide, whole, narrow), xp.where(wide, whole_d, narrow_d)
+    j = xp.arange(n)
+    k = xp.minimum(xp.where(wide, j >> 1, j), W - 1)
+    word, bit = w[k], d[k]
+    half = (word >> xp.where(wide & ((j & 1) == 1), xp.uint64(32), xp.uint64(0))).astype(xp.uint32)
+    narrow_top = ~wide & (word == xp.uint64(_TOP64))
+    slots = xp.where(narrow_top, xp.uint32(_TOP32), half)
+    inside = wide | (j < W)
+    return xp.where(inside, slots, xp.uint32(0)), bit & inside
 
 
 def slot_window(tiles, pe: int, slot: int):
     """(slots, defined): numpy views of the window of PE `pe`'s slot `slot` in a
     State's Tiles (or a dict of its numpy leaves, which the views then edit;
     words or defined missing from the dict come back as None). A free slot's
-    window is where it would be placed, as the executor reads it."""
+    window is where an allocation of it would be placed (its stale Words)."""
     K, W = np.shape(tiles["defined"])[-2:]
     t = {k: np.asarray(tiles[k])[pe] for k in ("allocated", "capacity", "dtype", "base")}
     if not t["allocated"][slot]:
@@ -321,21 +335,26 @@ TILE_COLUMN = {name: i for i, name in enumerate(TILE_FIELDS)}
 class LocalFile:
     """Tiles as the executor holds them while a stream runs: the descriptor
     fields as columns of one int32 array, so that reading a descriptor,
-    publishing one or projecting a PE's file is one operation, not fifteen."""
+    publishing one or projecting a PE's file is one operation, not fifteen;
+    each PE's pool flat, so that a tile's window is one slice of it (a window
+    cut from a pool reshaped inside the loop made XLA copy the whole pool on
+    every install)."""
     desc: jax.Array             # int32[4, S, len(TILE_FIELDS)]
-    words: jax.Array            # uint32[4, K, W]
-    defined: jax.Array          # bool[4, K, W]
+    words: jax.Array            # uint32[4, K * W]
+    defined: jax.Array          # bool[4, K * W]
 
 
 def pack_tiles(t: Tiles) -> LocalFile:
     desc = jnp.stack([getattr(t, n).astype(jnp.int32) for n in TILE_FIELDS], axis=-1)
-    return LocalFile(desc=desc, words=t.words, defined=t.defined)
+    flat = lambda a: a.reshape(a.shape[:-2] + (-1,))
+    return LocalFile(desc=desc, words=flat(t.words), defined=flat(t.defined))
 
 
-def unpack_tiles(f: LocalFile) -> Tiles:
+def unpack_tiles(f: LocalFile, W: int) -> Tiles:
     cols = {n: f.desc[..., i] for i, n in enumerate(TILE_FIELDS)}
     cols["allocated"] = cols["allocated"] != 0
-    return Tiles(words=f.words, defined=f.defined, **cols)
+    paged = lambda a: a.reshape(a.shape[:-1] + (-1, W))
+    return Tiles(words=paged(f.words), defined=paged(f.defined), **cols)
 
 
 @chex.dataclass
@@ -525,20 +544,21 @@ def config_of(s: State) -> MachineConfig:
 @chex.dataclass
 class PeFile:
     """PE `pe`'s Local register file while one of its blocks completes: its
-    descriptors projected (S x 15 int32), its payload left in the Core's
-    arrays and addressed at (pe, slot). A block then copies only the payload
-    rows it names; projecting the whole file and writing it back cost a
-    batched TLOAD two passes over all S x W Words of the PE."""
+    descriptors projected (S x 16 int32), its payload left in the Core's pools
+    and addressed at (pe, a tile's base). A block then copies only the windows
+    it names; projecting the whole file and writing it back cost a batched
+    TLOAD two passes over all of the PE's payload."""
     desc: jax.Array             # int32[S, len(TILE_FIELDS)]: this PE's
-    words: jax.Array            # uint64[4, S, W]: the Core's
-    defined: jax.Array          # bool[4, S, W]: the Core's
+    words: jax.Array            # uint32[4, K * W]: the Core's pools
+    defined: jax.Array          # bool[4, K * W]: the Core's
     pe: jax.Array               # int32
+    lane: jax.Array             # int32[W] 0..W-1 (a constant: its length is tile_words)
 
 
-def pe_file(local: LocalFile, pe) -> PeFile:
-    """PE `pe`'s view of the Core's Local files (pe may be traced)."""
+def pe_file(local: LocalFile, pe, W: int) -> PeFile:
+    """PE `pe`'s view of the Core's Local files (pe may be traced; W = tile_words)."""
     return PeFile(desc=row(local.desc, pe), words=local.words, defined=local.defined,
-                  pe=jnp.asarray(pe, jnp.int32))
+                  pe=jnp.asarray(pe, jnp.int32), lane=jnp.arange(W, dtype=jnp.int32))
 
 
 def with_pe_file(local: LocalFile, f: PeFile) -> LocalFile:

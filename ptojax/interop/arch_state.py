@@ -27,7 +27,8 @@ import numpy as np
 
 from .. import tables
 from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, check_state, config_of,
-                     empty_block, own_words, pool_top, window_slots, write_tile_words)
+                     empty_block)
+from .pool_rows import pool_rows, slot_rows
 
 SCHEMA_ID = "pto.asl-model.arch-state.v1"
 KINDS = ("initial_state", "state_snapshot")
@@ -342,50 +343,6 @@ def _export_fault(fault: int, fault_address: int) -> dict:
             "extensions": {EXT: {"trap_number": tables.TRAP_NUMBER.get(fname)}}}
 
 
-def _slot_rows(t: dict) -> dict:
-    """Tiles leaves with words/defined as [4, S, W] slot rows: an allocated slot's
-    own pool Words (state.pool_extent) then zeros; a free slot, which owns none,
-    all zeros."""
-    P, S = t["base"].shape
-    W = t["words"].shape[-1]
-    rows = {"words": np.zeros((P, S, W), np.uint64), "defined": np.zeros((P, S, W), bool)}
-    for p in range(P):
-        for slot in np.flatnonzero(t["allocated"][p]):
-            for k, own in zip(("words", "defined"), own_words(t, p, slot)):
-                rows[k][p, slot, :own.size] = own
-    return {**t, **rows}
-
-
-def _pool_rows(t: dict, K: int) -> dict:
-    """Inverse of _slot_rows for an envelope read into slot rows: each PE's
-    allocated tiles at their recorded pool_base (base >= 0), the others placed in
-    slot order after them, as allocation places them (state.pool_top)."""
-    P, S, W = t["words"].shape
-    pool = {"words": np.zeros((P, K, W), np.uint32), "defined": np.zeros((P, K, W), bool)}
-    for p in range(P):
-        for slot in range(S):
-            if not t["allocated"][p, slot] and (t["words"][p, slot].any() or t["defined"][p, slot].any()):
-                _fail(f"free slot {tables.tile_name(_index_of_slot(slot, S // 4))} of PE {p}",
-                      "holds payload Words, but a free slot owns no storage in ptojax's pooled "
-                      "State (its stale Words are undefined)")
-        for slot in np.flatnonzero(t["allocated"][p] & (t["base"][p] < 0)):
-            t["base"][p, slot] = min(int(pool_top(t["allocated"][p] & (t["base"][p] >= 0),
-                                                  t["capacity"][p], t["dtype"][p], t["base"][p],
-                                                  W, np)), K * W - window_slots(W))
-        for slot in np.flatnonzero(t["allocated"][p]):
-            words, defined = t["words"][p, slot], t["defined"][p, slot]
-            write_tile_words({**t, **pool}, p, slot, words, defined)
-            kept = [np.zeros(W, x.dtype) for x in (words, defined)]
-            for k, own in zip(kept, own_words({**t, **pool}, p, slot)):
-                k[:own.size] = own
-            if not (np.array_equal(kept[0], words) and np.array_equal(kept[1], defined)):
-                _fail(f"tile {tables.tile_name(_index_of_slot(slot, S // 4))} of PE {p}",
-                      "holds Words its storage cannot: past its own pool slots (2 per "
-                      "capacity byte), or a 4..16-bit type's Word other than its low 32 bits "
-                      "sign-extended (ptojax's pooled State keeps no more)")
-    return {**t, **pool}
-
-
 def _export_tile(t: dict, pe: int, S: int, W: int, hs: int) -> dict:
     """state.tile: PE pe's Local file as registers; the other PEs' files in extensions."""
     files = [_export_local(t, p, S, W, hs) for p in range(tables.NUM_PES)]
@@ -429,7 +386,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     fault = int(np.asarray(state.fault))
     fault_address = int(np.asarray(state.fault_address))
     tile_capacity = int(np.asarray(state.tile_capacity))
-    t = _slot_rows({k: np.asarray(v) for k, v in state.tiles.items()})
+    t = slot_rows({k: np.asarray(v) for k, v in state.tiles.items()})
     sh = {k: np.asarray(v) for k, v in state.shared.items()}
     b = {k: np.asarray(v) for k, v in state.block.items()}
 
@@ -1021,7 +978,7 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     gpr, tpc, tile_capacity = _read_scalar(st["scalar"], pe, cfg)
     gm = _read_memory(st["memory"], cfg.gm_bytes)
     code, fault_address = _read_fault(st["fault"])
-    t = _pool_rows(_read_local_files(st["tile"], pe, cfg), _pool_pages(st, cfg))
+    t = pool_rows(_read_local_files(st["tile"], pe, cfg), _pool_pages(st, cfg))
     # ---- Shared tiles: the Core's records
     sh = _read_shared(st["shared"], "state.shared", cfg)
 

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..indexing import cell, row, set_row
+from ..indexing import row, set_row
 from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
 from ..state import (TILE_COLUMN as COL, TILE_FIELDS, decode_window, encode_window, is_wide,
-                     pool_extent, pool_top, window_slots)
+                     pool_extent, pool_start, pool_top, window_slots)
 
 F = tables.FAULT_CODE
 U64 = jnp.uint64
@@ -335,23 +335,17 @@ def destination(state, hand, size_code, mask, cfg):
     return slot, found, tsize, charge <= capacity_register(state.tile_capacity)
 
 
-def _pool(a):
-    """A [4, K, W] pool leaf as [4, K*W] (a bitcast) and W."""
-    return a.reshape(a.shape[0], -1), a.shape[-1]
-
-
-def _window(a, pe, start):
-    """The window_slots slots of PE `pe`'s pool from `start` (clamped into the pool)."""
-    flat, W = _pool(a)
-    n = window_slots(W)
-    return jax.lax.dynamic_slice(flat, (pe.astype(jnp.int32), start.astype(jnp.int32)),
-                                 (1, n)).reshape(n)
+def _window(tiles, a, start):
+    """The window_slots slots of PE tiles.pe's flat pool `a` [4, K * W] from `start`
+    (a window start: state.pool_start)."""
+    n = window_slots(tiles.lane.shape[0])
+    return jax.lax.dynamic_slice(a, (tiles.pe, start.astype(jnp.int32)), (1, n)).reshape(n)
 
 
 def _next_base(tiles):
     """Where the PE's next tile is placed: its pool top (state.pool_top),
     clamped as a window start."""
-    W, pool_slots = tiles.words.shape[-1], tiles.words.shape[-2] * tiles.words.shape[-1]
+    W, pool_slots = tiles.lane.shape[0], tiles.words.shape[-1]
     d = tiles.desc
     top = pool_top(d[:, COL["allocated"]], d[:, COL["capacity"]], d[:, COL["dtype"]],
                    d[:, COL["base"]], W)
@@ -363,14 +357,14 @@ def payload(tiles, slot):
     state.PeFile), decoded from its pool window (state.py, "payload pool").
     Operations read allocated tiles only (install keeps the stale Words an
     allocation does not write)."""
+    W = tiles.lane.shape[0]
     slot = jnp.asarray(slot)
     if slot.ndim:
-        return jax.vmap(lambda k: payload(tiles, k))(slot.reshape(-1)).reshape(
-            slot.shape + tiles.words.shape[-1:])
+        return jax.vmap(lambda k: payload(tiles, k))(slot.reshape(-1)).reshape(slot.shape + (W,))
     d = row(tiles.desc, slot)
-    words, _ = decode_window(_window(tiles.words, tiles.pe, d[COL["base"]]),
-                             _window(tiles.defined, tiles.pe, d[COL["base"]]),
-                             is_wide(d[COL["dtype"]]), tiles.words.shape[-1])
+    start = pool_start(d[COL["base"]], tiles.words.shape[-1], W)
+    words, _ = decode_window(_window(tiles, tiles.words, start), _window(tiles, tiles.defined, start),
+                             is_wide(d[COL["dtype"]]), W)
     return words
 
 
@@ -382,7 +376,7 @@ def install(tiles, slot, do, fields: dict, words, defined, written):
     every other bit; the Words not written keep the pool's, stale), in the
     Core's arrays in place (encode_window). Else the file is unchanged."""
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
-    W = tiles.words.shape[-1]
+    W = tiles.lane.shape[0]
     base = _next_base(tiles)
     # column 0 is "allocated", the last "base" (TILE_FIELDS)
     desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
@@ -390,16 +384,17 @@ def install(tiles, slot, do, fields: dict, words, defined, written):
     dtype = jnp.asarray(fields["dtype"])
     own = jnp.arange(window_slots(W)) < pool_extent(jnp.asarray(fields["capacity"]), dtype, W)
     wide = is_wide(dtype)
+    # the Words once: fused into the slot encoding, an operation's per-Word work
+    # (a TLOAD's element loads) ran once per slot of each carrier form
+    words, defined, written = jax.lax.optimization_barrier((words, defined, written))
     slots, slots_defined = encode_window(words, defined, wide, W)
     slots_written = encode_window(words, written, wide, W)[1]
     slot, do, desc, own = settle((slot, do, desc, own))
     pe = tiles.pe
 
     def put(a, new, mask):
-        flat, _ = _pool(a)
-        old = _window(a, pe, base)
-        return jax.lax.dynamic_update_slice(flat, jnp.where(mask, new, old)[None], (pe, base)
-                                            ).reshape(a.shape)
+        old = _window(tiles, a, base)
+        return jax.lax.dynamic_update_slice(a, jnp.where(mask, new, old)[None], (pe, base))
     return tiles.replace(desc=set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))),
                          words=put(tiles.words, slots, do & own & slots_written),
                          defined=put(tiles.defined, slots_defined, do & own))

@@ -37,7 +37,7 @@ def is_shared_tlsu(h: Header):
 
 def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state)."""
-    view = state.replace(tiles=pe_file(state.tiles, pe))
+    view = state.replace(tiles=pe_file(state.tiles, pe, cfg.tile_words))
     routed = ~h.cube & ~h.zero_mask
     cas = (h.op == OP["MGATHER.CAS"]) & routed
     mat = (h.op >= matrix.FIRST) & (h.op <= matrix.LAST) & routed

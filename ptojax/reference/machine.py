@@ -5,12 +5,13 @@ and a bytearray: four Local tile register files (one per PE, the leading axis
 of every State.tiles leaf) and the Core's Shared tile records
 (docs/shared-decisions.md section 1). `Machine.to_state` writes the result
 back into a State with exactly the array layout and dtypes of
-ptojax/state.py. Payload rows (Local slots and Shared records) are converted
-lazily, only those an operation touches, and to_state writes back only rows
-that changed; every leaf the run left equal is the input's own jax array. A
-default-sized State (4 x 64 x 32768 payload Words) then costs what the run
-touches, plus one copy of each payload leaf it changes (jax arrays are
-immutable and the input State stays valid).
+ptojax/state.py. Payload (a Local tile's W Words, decoded from its pool
+window, and a Shared record's row) is converted lazily, only what an
+operation touches, and to_state writes back only pool slots and rows that
+changed; every leaf the run left equal is the input's own jax array. A
+default-sized State then costs what the run touches, plus one copy of each
+payload leaf it changes (jax arrays are immutable and the input State stays
+valid).
 
 `Machine.cur` is the executing PE: `tiles`, `payload`, `tile_at` and the
 capacity helpers act on that PE's Local file, so the per-operation code reads
@@ -54,7 +55,7 @@ class Tile:
     storage_bytes: int = 0
     mask: int = 0
     defined_valid: int = 0
-    base: int = 0               # first Word of its storage in the PE's payload pool
+    base: int = 0               # first slot of its storage in the PE's payload pool
 
     @property
     def layout_name(self) -> Optional[str]:

@@ -1,0 +1,68 @@
+"""Local payload between the pooled State and the envelope's per-tile rows.
+
+A State keeps each PE's Local payload as one pool (ptojax/state.py, "payload
+pool"); the arch-state envelope, like the model, gives each tile its own Words.
+slot_rows and pool_rows convert between the two (docs/interop.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import tables
+from ..state import own_words, pool_top, window_slots, write_tile_words
+
+
+def _fail(label: str, msg: str):
+    raise ValueError(f"arch-state {label}: {msg}")
+
+
+def _name(slot: int, S: int) -> str:
+    """The assembly name of materialized slot `slot` of an S-slot file."""
+    hand, k = divmod(slot, S // 4)
+    return tables.tile_name(hand * tables.HAND_SLOTS + k)
+
+
+def slot_rows(t: dict) -> dict:
+    """Tiles leaves with words/defined as [4, S, W] slot rows: an allocated slot's
+    own pool Words (state.pool_extent) then zeros; a free slot, which owns none,
+    all zeros."""
+    P, S = t["base"].shape
+    W = t["words"].shape[-1]
+    rows = {"words": np.zeros((P, S, W), np.uint64), "defined": np.zeros((P, S, W), bool)}
+    for p in range(P):
+        for slot in np.flatnonzero(t["allocated"][p]):
+            for k, own in zip(("words", "defined"), own_words(t, p, slot)):
+                rows[k][p, slot, :own.size] = own
+    return {**t, **rows}
+
+
+def pool_rows(t: dict, K: int) -> dict:
+    """Inverse of slot_rows for an envelope read into slot rows: each PE's
+    allocated tiles at their recorded pool_base (base >= 0), the others placed in
+    slot order after them, as allocation places them (state.pool_top)."""
+    P, S, W = t["words"].shape
+    pool = {"words": np.zeros((P, K, W), np.uint32), "defined": np.zeros((P, K, W), bool)}
+    for p in range(P):
+        for slot in range(S):
+            if not t["allocated"][p, slot] and (t["words"][p, slot].any()
+                                                 or t["defined"][p, slot].any()):
+                _fail(f"free slot {_name(slot, S)} of PE {p}",
+                      "holds payload Words, but a free slot owns no storage in ptojax's pooled "
+                      "State (its stale Words are undefined)")
+        for slot in np.flatnonzero(t["allocated"][p] & (t["base"][p] < 0)):
+            t["base"][p, slot] = min(int(pool_top(t["allocated"][p] & (t["base"][p] >= 0),
+                                                  t["capacity"][p], t["dtype"][p], t["base"][p],
+                                                  W, np)), K * W - window_slots(W))
+        for slot in np.flatnonzero(t["allocated"][p]):
+            words, defined = t["words"][p, slot], t["defined"][p, slot]
+            write_tile_words({**t, **pool}, p, slot, words, defined)
+            kept = [np.zeros(W, x.dtype) for x in (words, defined)]
+            for k, own in zip(kept, own_words({**t, **pool}, p, slot)):
+                k[:own.size] = own
+            if not (np.array_equal(kept[0], words) and np.array_equal(kept[1], defined)):
+                _fail(f"tile {_name(slot, S)} of PE {p}",
+                      "holds Words its storage cannot: past its own pool slots (2 per "
+                      "capacity byte), or a 4..16-bit type's Word other than its low 32 bits "
+                      "sign-extended (ptojax's pooled State keeps no more)")
+    return {**t, **pool}
