@@ -103,6 +103,11 @@ class MachineConfig:
         return pool_pages_for(self.tile_capacity, self.local_slots, self.tile_words)
 
     @property
+    def pool_slots64(self) -> bool:
+        """Whether the pools keep 64-bit slots (slots64)."""
+        return slots64(self.tile_capacity, self.local_slots, self.tile_words)
+
+    @property
     def state_bytes(self) -> int:
         """Bytes one State occupies (all leaves), for sizing batches."""
         return _state_bytes(self)
@@ -113,16 +118,18 @@ class MachineConfig:
 
 # ----------------------------------------------------------------- payload pool
 #
-# Each PE's Local payload is one pool of pool_pages x W 32-bit slots (W =
-# tile_words), not one W-Word row per slot. A tile's storage is the window of
-# window_slots(W) slots from its `base`, of which the first pool_extent are its
-# own. Carriers: a tile of a 32- or 64-bit type keeps each 64-bit Word whole in
-# two slots (low, high), since a portable matrix D keeps 64-bit raw sums in its
-# FP32/S32/U32 Words and 64-bit types use every bit; any other tile keeps one
-# slot per Word, the Word being that slot sign-extended, which is exactly its
-# carrier (a 4..16-bit value zero-extended, S8/S16 sign-extended: A.4), or
-# 2^63 for the slot 2^31: the PadValue Min the model writes for a type without
-# a minimum of its own (tables.pad_word), where -2^31 is no such carrier.
+# Each PE's Local payload is one pool of pool_pages x W slots (W = tile_words),
+# not one W-Word row per slot. A tile's storage is the window of window_slots
+# slots from its `base`, of which the first pool_extent are its own. Where the
+# budget cannot bind (slots64: tiny, small) a slot is a 64-bit Word. Where it
+# binds (asl) slots are 32-bit: a tile of a 32- or 64-bit type keeps each
+# 64-bit Word whole in two slots (low, high), since a portable matrix D keeps
+# 64-bit raw sums in its FP32/S32/U32 Words and 64-bit types use every bit; any
+# other tile keeps one slot per Word, the Word being that slot sign-extended,
+# which is exactly its carrier (a 4..16-bit value zero-extended, S8/S16
+# sign-extended: A.4), or 2^63 for the slot 2^31: the PadValue Min the model
+# writes for a type without a minimum of its own (tables.pad_word), where
+# -2^31 is no such carrier.
 # Tiles are only ever allocated (a block allocates a fresh slot; nothing in this
 # slice releases one but a rollback, which leaves the State unchanged, and
 # reset), so a new tile is placed at its PE's pool top (pool_top): the end of
@@ -141,31 +148,41 @@ _WIDE = np.zeros(32, bool)
 _WIDE[list(WIDE_CODES)] = True
 
 
-def window_slots(W: int) -> int:
-    """Slots of a tile's window: W narrow Words, or the two slots of each of the
-    most Words a wide tile can have (W, and _MAX_TSIZE / 4 bytes)."""
-    return min(2 * W, 2 * (_MAX_TSIZE // 4))
+def slots64(tile_capacity: int, slots: int, W: int) -> bool:
+    """Whether a pool keeps 64-bit slots, one a Word: where the budget cannot bind
+    (every tile slot at its largest fits 2 x TILE_CAPACITY Words), Words as they
+    are cost least; where it binds (the model's own bounds) 32-bit slots make
+    the pool what the budget admits."""
+    return slots * W <= 2 * tile_capacity
 
 
-def _window_slack(W: int) -> int:
+def window_slots(W: int, s64: bool = False) -> int:
+    """Slots of a tile's window: W Words in 64-bit slots; else W narrow Words, or
+    the two slots of each of the most Words a wide tile can have (W, and
+    _MAX_TSIZE / 4 bytes)."""
+    return W if s64 else min(2 * W, 2 * (_MAX_TSIZE // 4))
+
+
+def _window_slack(W: int, s64: bool) -> int:
     """Pool slots past the last tile's own that its window may reach: a tile
     owns at least min(256, W) slots (the least capacity is 128 bytes)."""
-    return window_slots(W) - min(256, W)
+    return window_slots(W, s64) - min(256, W)
 
 
 def pool_pages_for(tile_capacity: int, slots: int, W: int) -> int:
     """Pool pages (of W slots) for a TILE_CAPACITY: room for 2 x TILE_CAPACITY
     slots or for every tile slot at its largest, whichever is less, and the last
     window's slack."""
-    need = min(2 * tile_capacity, slots * window_slots(W)) + _window_slack(W)
-    return max(-(-need // W), -(-window_slots(W) // W))      # at least one window
+    s64 = slots64(tile_capacity, slots, W)
+    need = min(2 * tile_capacity, slots * window_slots(W, s64)) + _window_slack(W, s64)
+    return max(-(-need // W), -(-window_slots(W, s64) // W))      # at least one window
 
 
-def pool_capacity(pages: int, slots: int, W: int) -> Optional[int]:
+def pool_capacity(pages: int, slots: int, W: int, s64: bool) -> Optional[int]:
     """The largest TILE_CAPACITY register a pool of `pages` holds every allocation
     for; None when it holds every tile slot at its largest (any register)."""
-    usable = pages * W - _window_slack(W)
-    return None if usable >= slots * window_slots(W) else usable // 2
+    usable = pages * W - _window_slack(W, s64)
+    return None if usable >= slots * window_slots(W, s64) else usable // 2
 
 
 def is_wide(dtype, xp=jnp):
@@ -174,24 +191,24 @@ def is_wide(dtype, xp=jnp):
     return (dtype >= 0) & (dtype < 32) & xp.asarray(_WIDE)[xp.clip(dtype, 0, 31)]
 
 
-def pool_extent(capacity, dtype, W: int, xp=jnp):
+def pool_extent(capacity, dtype, W: int, xp=jnp, s64: bool = False):
     """Pool slots a tile of `capacity` (TSize) bytes owns: 2 x TSize, at most its window
-    (W narrow Words, or two slots per Word of a wide tile)."""
-    room = xp.where(is_wide(dtype, xp), window_slots(W), W)
+    (W Words in 64-bit or narrow slots, or two slots per Word of a wide tile)."""
+    room = W if s64 else xp.where(is_wide(dtype, xp), window_slots(W), W)
     return xp.clip(2 * xp.asarray(capacity).astype(xp.int64), 0, room)
 
 
-def pool_top(allocated, capacity, dtype, base, W: int, xp=jnp):
+def pool_top(allocated, capacity, dtype, base, W: int, xp=jnp, s64: bool = False):
     """Where a PE's next tile is placed: the end of its highest placed storage
     (0 with none), over descriptors along the last axis (any leading axes)."""
-    ends = xp.asarray(base).astype(xp.int64) + pool_extent(capacity, dtype, W, xp)
+    ends = xp.asarray(base).astype(xp.int64) + pool_extent(capacity, dtype, W, xp, s64)
     return xp.max(xp.where(xp.asarray(allocated) != 0, ends, 0), axis=-1)
 
 
-def pool_start(base, pool_slots: int, W: int, xp=jnp):
+def pool_start(base, pool_slots: int, W: int, xp=jnp, s64: bool = False):
     """First pool slot of a tile's window: its base clamped into the pool (as XLA's
     dynamic slices clamp; a base only a hand-made State can hold)."""
-    return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_slots - window_slots(W))
+    return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_slots - window_slots(W, s64))
 
 
 def _as_words(pairs, xp):
@@ -211,6 +228,8 @@ def _as_pairs(words, xp):
 
 def decode_window(slots, defined, wide, W: int, xp=jnp):
     """A tile's W Words (uint64) and their definedness from its window's slots."""
+    if slots.dtype == np.uint64:                      # 64-bit slots: the Words themselves
+        return slots[:W], defined[:W]
     u = xp.asarray(slots).astype(xp.uint32)
     d = xp.asarray(defined)
     n = u.shape[0]                                    # window_slots(W): even
@@ -225,7 +244,7 @@ def decode_window(slots, defined, wide, W: int, xp=jnp):
     return xp.where(wide, whole[:W], narrow), xp.where(wide, whole_d[:W], d[:W])
 
 
-def encode_window(words, defined, wide, W: int, xp=jnp):
+def encode_window(words, defined, wide, W: int, xp=jnp, s64: bool = False):
     """Inverse of decode_window: the window's slots (uint32) and definedness for a
     tile's W Words (a wide tile's Words past half the window do not fit and are
     not kept). Slot j holds Word j // 2's half j % 2 (wide) or Word j (narrow):
@@ -233,6 +252,8 @@ def encode_window(words, defined, wide, W: int, xp=jnp):
     n = window_slots(W)
     w = xp.asarray(words).astype(xp.uint64)
     d = xp.asarray(defined)
+    if s64:
+        return w, d
     j = xp.arange(n)
     k = xp.minimum(xp.where(wide, j >> 1, j), W - 1)
     word, bit = w[k], d[k]
@@ -249,14 +270,15 @@ def slot_window(tiles, pe: int, slot: int):
     words or defined missing from the dict come back as None). A free slot's
     window is where an allocation of it would be placed (its stale Words)."""
     K, W = np.shape(tiles["defined"])[-2:]
+    s64 = np.asarray(tiles["words"]).dtype == np.uint64
     t = {k: np.asarray(tiles[k])[pe] for k in ("allocated", "capacity", "dtype", "base")}
     if not t["allocated"][slot]:
-        base = np.minimum(pool_top(t["allocated"], t["capacity"], t["dtype"], t["base"], W, np),
-                          K * W - window_slots(W))
+        top = pool_top(t["allocated"], t["capacity"], t["dtype"], t["base"], W, np, s64)
+        base = np.minimum(top, K * W - window_slots(W, s64))
     else:
         base = t["base"][slot]
-    at = int(pool_start(base, K * W, W, np))
-    n = window_slots(W)
+    at = int(pool_start(base, K * W, W, np, s64))
+    n = window_slots(W, s64)
     return tuple(np.asarray(tiles[k][pe]).reshape(-1)[at:at + n] if k in tiles else None
                  for k in ("words", "defined"))
 
@@ -265,10 +287,12 @@ def write_tile_words(tiles, pe: int, slot: int, words, defined) -> None:
     """Write a slot's W Words and definedness into the pool of `tiles`, a dict of
     numpy leaves (edited in place), as install does: its own slots only."""
     W = np.shape(tiles["defined"])[-1]
+    s64 = np.asarray(tiles["words"]).dtype == np.uint64
     t = {k: np.asarray(tiles[k])[pe, slot] for k in ("capacity", "dtype")}
-    n = int(pool_extent(t["capacity"], t["dtype"], W, np))
+    n = int(pool_extent(t["capacity"], t["dtype"], W, np, s64))
     wide = bool(is_wide(t["dtype"], np))
-    for view, new in zip(slot_window(tiles, pe, slot), encode_window(words, defined, wide, W, np)):
+    for view, new in zip(slot_window(tiles, pe, slot),
+                         encode_window(words, defined, wide, W, np, s64)):
         view[:n] = new[:n]
 
 
@@ -491,7 +515,7 @@ def _reset(cfg: MachineConfig) -> State:
         capacity=_i32((P, S)), rows=_i32((P, S)), cols=_i32((P, S)), valid_rows=_i32((P, S)),
         valid_cols=_i32((P, S)), k_repeat=_i32((P, S)), n_repeat=_i32((P, S)),
         cell_count=_i32((P, S)), storage_bytes=_i32((P, S)), mask=_i32((P, S)),
-        words=jnp.zeros((P, cfg.pool_pages, W), jnp.uint32),
+        words=jnp.zeros((P, cfg.pool_pages, W), jnp.uint64 if cfg.pool_slots64 else jnp.uint32),
         defined=jnp.zeros((P, cfg.pool_pages, W), bool),
         defined_valid=_i32((P, S)), base=_i32((P, S)))
     R = cfg.shared_slots
@@ -535,7 +559,7 @@ def config_of(s: State) -> MachineConfig:
     K, W = s.tiles.words.shape[-2:]
     S = s.tiles.base.shape[-1]
     R, WS = s.shared.words.shape[-2:]
-    cap = pool_capacity(int(K), int(S), int(W))
+    cap = pool_capacity(int(K), int(S), int(W), s.tiles.words.dtype == np.uint64)
     return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4,
                          shared_slots=int(R), shared_words=int(WS),
                          **({} if cap is None else {"tile_capacity": cap}))
@@ -769,9 +793,10 @@ def own_words(tiles, pe: int, slot: int):
     """(words uint64, defined) of the Words PE `pe`'s allocated slot `slot` owns
     (its pool_extent slots' worth), as tile_words reads them; empty for a free slot."""
     W = np.shape(tiles["defined"])[-1]
+    s64 = np.asarray(tiles["words"]).dtype == np.uint64
     t = {k: np.asarray(tiles[k])[pe, slot] for k in ("allocated", "capacity", "dtype")}
-    n = int(pool_extent(t["capacity"], t["dtype"], W, np)) if t["allocated"] else 0
-    n = n // 2 if is_wide(t["dtype"], np) else n
+    n = int(pool_extent(t["capacity"], t["dtype"], W, np, s64)) if t["allocated"] else 0
+    n = n // 2 if is_wide(t["dtype"], np) and not s64 else n
     return tuple(x[:n] for x in tile_words(tiles, pe, slot))
 
 
@@ -789,7 +814,8 @@ def check_pool(s):
     more Local allocations than its payload pool holds (pool_capacity): build
     the State with pj.reset(cfg) for the register value wanted."""
     K, W = s.tiles.words.shape[-2:]
-    cap = pool_capacity(int(K), int(s.tiles.base.shape[-1]), int(W))
+    cap = pool_capacity(int(K), int(s.tiles.base.shape[-1]), int(W),
+                        s.tiles.words.dtype == np.uint64)
     if cap is not None:
         reg = np.asarray(s.tile_capacity).astype(np.uint64)
         if reg.size and int(reg.max()) > cap:

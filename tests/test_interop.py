@@ -576,9 +576,11 @@ def random_tiles_and_block(s, rng):
     for p in range(P):
         for slot in np.flatnonzero(t["allocated"][p]):
             t["base"][p, slot] = pool_top(t["allocated"][p] & (np.arange(S) < slot),
-                                          t["capacity"][p], t["dtype"][p], t["base"][p], W, np)
-            n = int(pool_extent(t["capacity"][p, slot], t["dtype"][p, slot], W, np))
-            slot_window(t, p, slot)[0][:n] = random_words(rng, (n,)).astype(np.uint32)
+                                          t["capacity"][p], t["dtype"][p], t["base"][p], W, np,
+                                          t["words"].dtype == np.uint64)
+            s64 = t["words"].dtype == np.uint64
+            n = int(pool_extent(t["capacity"][p, slot], t["dtype"][p, slot], W, np, s64))
+            slot_window(t, p, slot)[0][:n] = random_words(rng, (n,)).astype(t["words"].dtype)
             write_tile_words(t, p, slot, tile_words(t, p, slot)[0], rng.random(W) < 0.5)
     b = {k: np.asarray(v).copy() for k, v in s.block.items()}
     b["active"] = np.asarray(rng.random() < 0.5)

@@ -1052,10 +1052,11 @@ def test_check_10_destination_past_the_model_payload_bound():
 
 def test_publish_keeps_stale_words_outside_the_valid_region():
     s, a, b, *_ = base_state()
-    # D's slot 0 (T#1) is free: its Word 1 (FP32: pool slots 2 and 3 of the window
-    # it will be placed at) holds stale 0xDEAD, marked defined
-    s = poke_tiles(s, "words", (0, 2), np.uint64(0xDEAD))
-    s = poke_tiles(s, "defined", (0, 2), True)
+    # D's slot 0 (T#1) is free: its Word 1 (FP32: pool slot 1 of the window it will
+    # be placed at, or 2 and 3 in 32-bit slots) holds stale 0xDEAD, marked defined
+    j = 1 if s.tiles.words.dtype == np.uint64 else 2
+    s = poke_tiles(s, "words", (0, j), np.uint64(0xDEAD))
+    s = poke_tiles(s, "defined", (0, j), True)
     out = ok(s, matmul_words("TMATMUL", "FP16", [a, b], 1, 1, 2))
     t = tile(out, 0)
     assert int(t["words"][0]) == 11 and bool(t["defined"][0])

@@ -411,7 +411,8 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
             "extensions": {EXT: {"format": EXT_FORMAT, "gm_bytes": int(gm.shape[0]),
                                  "hand_slots": hs, "tile_words": int(W),
                                  "shared_slots": int(R), "shared_words": int(WS),
-                                 "pool_pages": int(state.tiles.words.shape[-2])}},
+                                 "pool_pages": int(state.tiles.words.shape[-2]),
+                                 "pool_slot_bits": int(state.tiles.words.dtype.itemsize * 8)}},
         },
         "artifact": {"model": "ptojax", "version": __version__, "semantics": cfg.semantics,
                      "profile": cfg.profile},
@@ -805,7 +806,7 @@ def _read_config(st: dict, cfg: Optional[MachineConfig]) -> MachineConfig:
         keys = ("format", "gm_bytes", "hand_slots", "tile_words")
         if fmt >= 2:
             keys += ("shared_slots", "shared_words")
-        _obj(top, tl, keys, ("pool_pages",))
+        _obj(top, tl, keys, ("pool_pages", "pool_slot_bits"))
         src = {k: _int(top[k], f"{tl}.{k}", 1, 1 << 30) for k in keys[1:]}
     else:
         src = None
@@ -819,13 +820,19 @@ def _read_config(st: dict, cfg: Optional[MachineConfig]) -> MachineConfig:
     return cfg
 
 
-def _pool_pages(st: dict, cfg: MachineConfig) -> int:
-    """Pages of each PE's payload pool: as recorded (an envelope ptojax wrote),
-    else those of `cfg` (pool_pages_for its TILE_CAPACITY)."""
+def _pool_shape(st: dict, cfg: MachineConfig) -> tuple[int, bool]:
+    """(pages, 64-bit slots) of each PE's payload pool: as recorded (an envelope
+    ptojax wrote), else those of `cfg` (state.pool_pages_for, slots64)."""
     top = _ext(st["extensions"], "state.extensions") or {}
-    if "pool_pages" not in top:
-        return cfg.pool_pages
-    return _int(top["pool_pages"], f"state.extensions.{EXT}.pool_pages", 1, 1 << 30)
+    pages, s64 = cfg.pool_pages, cfg.pool_slots64
+    if "pool_pages" in top:
+        pages = _int(top["pool_pages"], f"state.extensions.{EXT}.pool_pages", 1, 1 << 30)
+    if "pool_slot_bits" in top:
+        bits = _int(top["pool_slot_bits"], f"state.extensions.{EXT}.pool_slot_bits", 32, 64)
+        if bits not in (32, 64):
+            _fail(f"state.extensions.{EXT}.pool_slot_bits", f"{bits}: expected 32 or 64")
+        s64 = bits == 64
+    return pages, s64
 
 
 def _read_scalar(v, pe: int, cfg: MachineConfig) -> tuple[np.ndarray, int, int]:
@@ -978,7 +985,7 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     gpr, tpc, tile_capacity = _read_scalar(st["scalar"], pe, cfg)
     gm = _read_memory(st["memory"], cfg.gm_bytes)
     code, fault_address = _read_fault(st["fault"])
-    t = pool_rows(_read_local_files(st["tile"], pe, cfg), _pool_pages(st, cfg))
+    t = pool_rows(_read_local_files(st["tile"], pe, cfg), *_pool_shape(st, cfg))
     # ---- Shared tiles: the Core's records
     sh = _read_shared(st["shared"], "state.shared", cfg)
 

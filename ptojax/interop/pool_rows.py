@@ -37,12 +37,13 @@ def slot_rows(t: dict) -> dict:
     return {**t, **rows}
 
 
-def pool_rows(t: dict, K: int) -> dict:
+def pool_rows(t: dict, K: int, s64: bool) -> dict:
     """Inverse of slot_rows for an envelope read into slot rows: each PE's
     allocated tiles at their recorded pool_base (base >= 0), the others placed in
     slot order after them, as allocation places them (state.pool_top)."""
     P, S, W = t["words"].shape
-    pool = {"words": np.zeros((P, K, W), np.uint32), "defined": np.zeros((P, K, W), bool)}
+    pool = {"words": np.zeros((P, K, W), np.uint64 if s64 else np.uint32),
+            "defined": np.zeros((P, K, W), bool)}
     for p in range(P):
         for slot in range(S):
             if not t["allocated"][p, slot] and (t["words"][p, slot].any()
@@ -53,7 +54,7 @@ def pool_rows(t: dict, K: int) -> dict:
         for slot in np.flatnonzero(t["allocated"][p] & (t["base"][p] < 0)):
             t["base"][p, slot] = min(int(pool_top(t["allocated"][p] & (t["base"][p] >= 0),
                                                   t["capacity"][p], t["dtype"][p], t["base"][p],
-                                                  W, np)), K * W - window_slots(W))
+                                                  W, np, s64)), K * W - window_slots(W, s64))
         for slot in np.flatnonzero(t["allocated"][p]):
             words, defined = t["words"][p, slot], t["defined"][p, slot]
             write_tile_words({**t, **pool}, p, slot, words, defined)

@@ -335,10 +335,15 @@ def destination(state, hand, size_code, mask, cfg):
     return slot, found, tsize, charge <= capacity_register(state.tile_capacity)
 
 
+def _s64(tiles) -> bool:
+    """Whether the pools keep 64-bit slots, one a Word (state.slots64): static."""
+    return tiles.words.dtype == jnp.uint64
+
+
 def _window(tiles, a, start):
     """The window_slots slots of PE tiles.pe's flat pool `a` [4, K * W] from `start`
     (a window start: state.pool_start)."""
-    n = window_slots(tiles.lane.shape[0])
+    n = window_slots(tiles.lane.shape[0], _s64(tiles))
     return jax.lax.dynamic_slice(a, (tiles.pe, start.astype(jnp.int32)), (1, n)).reshape(n)
 
 
@@ -348,8 +353,8 @@ def _next_base(tiles):
     W, pool_slots = tiles.lane.shape[0], tiles.words.shape[-1]
     d = tiles.desc
     top = pool_top(d[:, COL["allocated"]], d[:, COL["capacity"]], d[:, COL["dtype"]],
-                   d[:, COL["base"]], W)
-    return jnp.minimum(top, pool_slots - window_slots(W)).astype(jnp.int32)
+                   d[:, COL["base"]], W, s64=_s64(tiles))
+    return jnp.minimum(top, pool_slots - window_slots(W, _s64(tiles))).astype(jnp.int32)
 
 
 def payload(tiles, slot):
@@ -362,9 +367,9 @@ def payload(tiles, slot):
     if slot.ndim:
         return jax.vmap(lambda k: payload(tiles, k))(slot.reshape(-1)).reshape(slot.shape + (W,))
     d = row(tiles.desc, slot)
-    start = pool_start(d[COL["base"]], tiles.words.shape[-1], W)
-    words, _ = decode_window(_window(tiles, tiles.words, start), _window(tiles, tiles.defined, start),
-                             is_wide(d[COL["dtype"]]), W)
+    start = pool_start(d[COL["base"]], tiles.words.shape[-1], W, s64=_s64(tiles))
+    words, _ = decode_window(_window(tiles, tiles.words, start),
+                             _window(tiles, tiles.defined, start), is_wide(d[COL["dtype"]]), W)
     return words
 
 
@@ -382,13 +387,15 @@ def install(tiles, slot, do, fields: dict, words, defined, written):
     desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
                                       for k in DESCRIPTOR_FIELDS] + [base])
     dtype = jnp.asarray(fields["dtype"])
-    own = jnp.arange(window_slots(W)) < pool_extent(jnp.asarray(fields["capacity"]), dtype, W)
+    s64 = _s64(tiles)
+    own = jnp.arange(window_slots(W, s64)) < pool_extent(jnp.asarray(fields["capacity"]), dtype, W,
+                                                          s64=s64)
     wide = is_wide(dtype)
     # the Words once: fused into the slot encoding, an operation's per-Word work
     # (a TLOAD's element loads) ran once per slot of each carrier form
     words, defined, written = jax.lax.optimization_barrier((words, defined, written))
-    slots, slots_defined = encode_window(words, defined, wide, W)
-    slots_written = encode_window(words, written, wide, W)[1]
+    slots, slots_defined = encode_window(words, defined, wide, W, s64=s64)
+    slots_written = encode_window(words, written, wide, W, s64=s64)[1]
     slot, do, desc, own = settle((slot, do, desc, own))
     pe = tiles.pe
 

@@ -150,7 +150,8 @@ class Machine:
         if P != tables.NUM_PES:
             raise ValueError(f"State has {P} Local register files, expected {tables.NUM_PES}")
         self.pool_words = K * W
-        self.window_slots = window_slots(W)
+        self.s64 = state.tiles.words.dtype == np.uint64       # 64-bit slots (state.slots64)
+        self.window_slots = window_slots(W, self.s64)
         if S % 4:
             raise ValueError(f"State has {S} tile slots, not a multiple of 4")
         R, WS = state.shared.words.shape
@@ -239,7 +240,7 @@ class Machine:
 
     def extent(self, tile: Tile) -> int:
         """Pool slots a tile owns: 2 per capacity byte, at most its window's worth."""
-        room = self.window_slots if self.wide(tile) else self.array_words
+        room = self.window_slots if self.wide(tile) and not self.s64 else self.array_words
         return min(max(2 * tile.capacity, 0), room)
 
     def next_base(self, pe: int) -> int:
@@ -329,7 +330,8 @@ class Machine:
         records and payload rows hold only ints and bools: one level of copying is a
         full copy (deepcopy of 32,768-Word rows would cost more than the block)."""
         return (bytes(self.gm), [[copy.copy(t) for t in f] for f in self.files],
-                [{s: (at, list(w), list(d)) for s, (at, w, d) in c.items()} for c in self._payloads],
+                [{s: (at, list(w), list(d)) for s, (at, w, d) in c.items()}
+                 for c in self._payloads],
                 [copy.copy(r) for r in self.shared],
                 {r: list(w) for r, w in self._shared_payload.items()})
 
@@ -377,7 +379,7 @@ class Machine:
                                        (len(self.files), len(self.files[0])),
                                        TILE_FIELDS, ("allocated",))
             tiles = old.tiles.replace(
-                words=with_words(old.tiles.words, np.uint32, self._written(0)),
+                words=with_words(old.tiles.words, old.tiles.words.dtype, self._written(0)),
                 defined=with_words(old.tiles.defined, bool, self._written(1)),
                 **kept_or_put(old.tiles, local))
             records = descriptor_columns(self.shared, (len(self.shared),), SHARED_FIELDS,
@@ -405,10 +407,10 @@ class Machine:
                 if not tile.allocated or self.window(pe, tile) != at:
                     continue            # a free slot owns no Words
                 new = encode_window(np.array(words, np.uint64), np.array(defined, bool),
-                                    self.wide(tile), self.array_words, np)
+                                    self.wide(tile), self.array_words, np, self.s64)
                 n = self.extent(tile)
                 back = decode_window(*new, self.wide(tile), self.array_words, np)[0]
-                held = n // 2 if self.wide(tile) else n
+                held = n // 2 if self.wide(tile) and not self.s64 else n
                 if back[:held].tolist() != words[:held]:
                     raise AssertionError(f"PE{pe} slot {slot}: a Word no {tile.dtype=} carrier "
                                          "holds (state.py, payload pool)")
