@@ -108,6 +108,13 @@ class MachineConfig:
         return slots64(self.tile_capacity, self.local_slots, self.tile_words)
 
     @property
+    def register_limit(self) -> Optional[int]:
+        """The largest TILE_CAPACITY register a State of this config may hold
+        (pool_capacity), None when any."""
+        return pool_capacity(self.pool_pages, self.local_slots, self.tile_words,
+                             self.pool_slots64)
+
+    @property
     def state_bytes(self) -> int:
         """Bytes one State occupies (all leaves), for sizing batches."""
         return _state_bytes(self)
@@ -264,13 +271,18 @@ def encode_window(words, defined, wide, W: int, xp=jnp, s64: bool = False):
     return xp.where(inside, slots, xp.uint32(0)), bit & inside
 
 
+def _has_slots64(tiles) -> bool:
+    """Whether a State's Tiles (or a dict of its leaves) keep 64-bit pool slots."""
+    return np.asarray(tiles["words"]).dtype == np.uint64
+
+
 def slot_window(tiles, pe: int, slot: int):
     """(slots, defined): numpy views of the window of PE `pe`'s slot `slot` in a
     State's Tiles (or a dict of its numpy leaves, which the views then edit;
     words or defined missing from the dict come back as None). A free slot's
     window is where an allocation of it would be placed (its stale Words)."""
     K, W = np.shape(tiles["defined"])[-2:]
-    s64 = np.asarray(tiles["words"]).dtype == np.uint64
+    s64 = _has_slots64(tiles)
     t = {k: np.asarray(tiles[k])[pe] for k in ("allocated", "capacity", "dtype", "base")}
     if not t["allocated"][slot]:
         top = pool_top(t["allocated"], t["capacity"], t["dtype"], t["base"], W, np, s64)
@@ -287,7 +299,7 @@ def write_tile_words(tiles, pe: int, slot: int, words, defined) -> None:
     """Write a slot's W Words and definedness into the pool of `tiles`, a dict of
     numpy leaves (edited in place), as install does: its own slots only."""
     W = np.shape(tiles["defined"])[-1]
-    s64 = np.asarray(tiles["words"]).dtype == np.uint64
+    s64 = _has_slots64(tiles)
     t = {k: np.asarray(tiles[k])[pe, slot] for k in ("capacity", "dtype")}
     n = int(pool_extent(t["capacity"], t["dtype"], W, np, s64))
     wide = bool(is_wide(t["dtype"], np))
@@ -342,10 +354,10 @@ class Tiles:
     cell_count: jax.Array
     storage_bytes: jax.Array
     mask: jax.Array             # int32[S] 4-bit allocation PE mask, 0 when free
-    words: jax.Array            # uint32[K, W] the PE's payload pool (pool_pages x W slots)
+    words: jax.Array            # uint64 or uint32 [K, W]: the PE's payload pool of slots
     defined: jax.Array          # bool[K, W] definedness of each pool slot's Word
     defined_valid: jax.Array    # int32[S] defined elements inside the valid region
-    base: jax.Array             # int32[S] first pool Word of the slot's storage
+    base: jax.Array             # int32[S] first pool slot of the slot's storage
 
 
 # Tiles' descriptor leaves, in the column order of LocalFile.desc
@@ -559,7 +571,7 @@ def config_of(s: State) -> MachineConfig:
     K, W = s.tiles.words.shape[-2:]
     S = s.tiles.base.shape[-1]
     R, WS = s.shared.words.shape[-2:]
-    cap = pool_capacity(int(K), int(S), int(W), s.tiles.words.dtype == np.uint64)
+    cap = pool_capacity(int(K), int(S), int(W), _has_slots64(s.tiles))
     return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4,
                          shared_slots=int(R), shared_words=int(WS),
                          **({} if cap is None else {"tile_capacity": cap}))
@@ -793,7 +805,7 @@ def own_words(tiles, pe: int, slot: int):
     """(words uint64, defined) of the Words PE `pe`'s allocated slot `slot` owns
     (its pool_extent slots' worth), as tile_words reads them; empty for a free slot."""
     W = np.shape(tiles["defined"])[-1]
-    s64 = np.asarray(tiles["words"]).dtype == np.uint64
+    s64 = _has_slots64(tiles)
     t = {k: np.asarray(tiles[k])[pe, slot] for k in ("allocated", "capacity", "dtype")}
     n = int(pool_extent(t["capacity"], t["dtype"], W, np, s64)) if t["allocated"] else 0
     n = n // 2 if is_wide(t["dtype"], np) and not s64 else n
@@ -814,8 +826,7 @@ def check_pool(s):
     more Local allocations than its payload pool holds (pool_capacity): build
     the State with pj.reset(cfg) for the register value wanted."""
     K, W = s.tiles.words.shape[-2:]
-    cap = pool_capacity(int(K), int(s.tiles.base.shape[-1]), int(W),
-                        s.tiles.words.dtype == np.uint64)
+    cap = pool_capacity(int(K), int(s.tiles.base.shape[-1]), int(W), _has_slots64(s.tiles))
     if cap is not None:
         reg = np.asarray(s.tile_capacity).astype(np.uint64)
         if reg.size and int(reg.max()) > cap:

@@ -28,6 +28,10 @@ import numpy as np
 from .. import tables
 from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, check_state, config_of,
                      empty_block)
+from .fields import (U64 as _U64, bool_ as _bool, dtype_code as _dtype_code, fail as _fail,
+                     int_ as _int, layout_code as _layout_code, list_ as _list,
+                     location_code as _location_code, obj as _obj, put_bits as _put_bits,
+                     put_sparse as _put_sparse, slot as _slot, str_ as _str)
 from .pool_rows import pool_rows, slot_rows
 
 SCHEMA_ID = "pto.asl-model.arch-state.v1"
@@ -40,9 +44,7 @@ EXT_FORMATS = (1, 2)
 GM_REGION_NAME = "GM"
 TILE_CAPACITY_REGISTER = "TILE_CAPACITY"
 
-_U64 = (1 << 64) - 1
 _I32 = (-(1 << 31), (1 << 31) - 1)
-_TILE_NAME = re.compile(r"^([TUMN])#([1-9][0-9]?)$")
 _SHARED_NAME = re.compile(r"^S(0|[1-9][0-9]{0,2})$")
 _CELL_ADDRESS = re.compile(r"^0x(?:0|[1-9a-f][0-9a-f]*)$")
 
@@ -428,113 +430,10 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
 # ======================================================================= import
 
 
-def _fail(label: str, msg: str):
-    raise ValueError(f"arch-state {label}: {msg}")
-
-
-def _obj(v, label: str, required=(), optional=()) -> dict:
-    """An object; with required/optional fields given, exactly those (schema objects)."""
-    if not isinstance(v, dict):
-        _fail(label, f"must be an object, got {type(v).__name__}")
-    if any(not isinstance(k, str) for k in v):
-        _fail(label, "keys must be strings")
-    missing = [k for k in required if k not in v]
-    if missing:
-        _fail(label, f"missing required field(s): {', '.join(missing)}")
-    extra = sorted(set(v) - set(required) - set(optional))
-    if extra and (required or optional):     # a schema object: no other fields
-        _fail(label, f"unexpected field(s): {', '.join(extra)}")
-    return v
-
-
-def _int(v, label: str, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        _fail(label, f"must be an integer, got {type(v).__name__}")
-    if not lo <= v <= hi:
-        _fail(label, f"{v} out of range {lo}..{hi}")
-    return v
-
-
-def _bool(v, label: str) -> bool:
-    if not isinstance(v, bool):
-        _fail(label, f"must be a boolean, got {type(v).__name__}")
-    return v
-
-
-def _str(v, label: str) -> str:
-    if not isinstance(v, str):
-        _fail(label, f"must be a string, got {type(v).__name__}")
-    return v
-
-
-def _list(v, label: str, n: Optional[int] = None) -> list:
-    if not isinstance(v, list):
-        _fail(label, f"must be an array, got {type(v).__name__}")
-    if n is not None and len(v) != n:
-        _fail(label, f"must have {n} entries, got {len(v)}")
-    return v
-
-
 def _ext(extensions, label: str):
     """The ptojax entry of an "extensions" object, or None."""
     e = _obj(extensions, label)
     return e.get(EXT)
-
-
-def _tile_index(name: str, label: str) -> int:
-    m = _TILE_NAME.match(name) if isinstance(name, str) else None
-    if m is None or not 1 <= int(m.group(2)) <= tables.HAND_SLOTS:
-        _fail(label, f"tile register name {name!r} is not T#1..T#16, U#n, M#n or N#n")
-    return tables.HANDS.index(m.group(1)) * tables.HAND_SLOTS + int(m.group(2)) - 1
-
-
-def _slot(cfg: MachineConfig, name: str, label: str) -> int:
-    slot = cfg.slot_of(_tile_index(name, label))
-    if slot is None:
-        _fail(label, f"tile {name} does not fit cfg.hand_slots={cfg.hand_slots}")
-    return slot
-
-
-def _put_sparse(row: np.ndarray, pairs, label: str, W: int, lo: int, bound: str = "cfg.tile_words"):
-    for i, p in enumerate(_list(pairs, label)):
-        off, val = _list(p, f"{label}[{i}]", 2)
-        off = _int(off, f"{label}[{i}][0]", lo, (1 << 31) - 1)
-        val = _int(val, f"{label}[{i}][1]", 0, _U64)
-        if off >= W:
-            _fail(label, f"payload offset {off} does not fit {bound}={W}")
-        row[off] = val
-
-
-def _put_bits(row: np.ndarray, offsets, label: str, W: int, lo: int):
-    for i, off in enumerate(_list(offsets, label)):
-        off = _int(off, f"{label}[{i}]", lo, (1 << 31) - 1)
-        if off >= W:
-            _fail(label, f"definedness offset {off} does not fit cfg.tile_words={W}")
-        row[off] = True
-
-
-def _dtype_code(name, label: str) -> int:
-    _str(name, label)
-    try:
-        return tables.dtype(name).code
-    except ValueError as e:
-        _fail(label, str(e))
-
-
-def _layout_code(name, label: str) -> int:
-    _str(name, label)
-    for i, n in enumerate(tables.TILE_LAYOUTS):
-        if n.lower() == name.lower():
-            return i
-    _fail(label, f"unknown tile layout {name!r}; expected one of {', '.join(tables.TILE_LAYOUTS)}")
-
-
-def _location_code(name, label: str) -> int:
-    _str(name, label)
-    for i, n in enumerate(tables.TILE_LOCATIONS):
-        if n.lower() == name.lower():
-            return i
-    _fail(label, f"unknown tile location {name!r}; expected one of {', '.join(tables.TILE_LOCATIONS)}")
 
 
 def _read_tile(v, name: str, label: str, cfg: MachineConfig, t: dict):

@@ -11,10 +11,7 @@ import numpy as np
 
 from .. import tables
 from ..state import own_words, pool_top, window_slots, write_tile_words
-
-
-def _fail(label: str, msg: str):
-    raise ValueError(f"arch-state {label}: {msg}")
+from .fields import fail as _fail
 
 
 def _name(slot: int, S: int) -> str:

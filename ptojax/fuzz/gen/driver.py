@@ -19,7 +19,7 @@ import numpy as np
 
 from ... import tables
 from ...isa.encode import BSTOP, dim, ior
-from ...state import MachineConfig, State, pool_capacity, tile_words, write_tile_words
+from ...state import MachineConfig, State, tile_words, write_tile_words
 from .values import MASK64, elem_bytes, pick_one, rowbytes, weighted_key
 
 
@@ -431,7 +431,7 @@ class Builder:
     def case(self, kind: str, applied, words: list, gm: bytes, **fields) -> Case:
         """A Case of these words with this builder's GPRs and notes, its
         config's PE and core flag (`fields` set the other Case fields)."""
-        cap, limit = fields.get("tile_capacity"), register_limit(self.g.machine)
+        cap, limit = fields.get("tile_capacity"), self.g.machine.register_limit
         notes = self.notes
         if cap is not None and limit is not None and cap > limit:
             # a pool of 32-bit slots holds what a register up to `limit` admits,
@@ -528,13 +528,6 @@ def draw_mutations(rng, g: GenConfig, fam: Family, kind: str, mutations: Optiona
         if ok(m, kind, drawn):
             drawn.append(m)
     return drawn
-
-
-def register_limit(machine: MachineConfig):
-    """The largest TILE_CAPACITY register a State of `machine` may hold (its pool's
-    capacity, state.pool_capacity), None when any."""
-    return pool_capacity(machine.pool_pages, machine.local_slots, machine.tile_words,
-                         machine.pool_slots64)
 
 
 def finish_case(b: "Builder", kind: str, applied: list, words: list, gm: bytes, **fields) -> Case:
