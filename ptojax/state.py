@@ -588,13 +588,14 @@ class PeFile:
     words: jax.Array            # uint32[4, K * W]: the Core's pools
     defined: jax.Array          # bool[4, K * W]: the Core's
     pe: jax.Array               # int32
-    lane: jax.Array             # int32[W] 0..W-1 (a constant: its length is tile_words)
+    lane: jax.Array             # int32[L] 0..L-1, a constant: L is the completion's lane count
 
 
-def pe_file(local: LocalFile, pe, W: int) -> PeFile:
-    """PE `pe`'s view of the Core's Local files (pe may be traced; W = tile_words)."""
+def pe_file(local: LocalFile, pe, lanes: int) -> PeFile:
+    """PE `pe`'s view of the Core's Local files (pe may be traced) for a
+    completion over `lanes` lanes (ops.dispatch.lane_classes; at most tile_words)."""
     return PeFile(desc=row(local.desc, pe), words=local.words, defined=local.defined,
-                  pe=jnp.asarray(pe, jnp.int32), lane=jnp.arange(W, dtype=jnp.int32))
+                  pe=jnp.asarray(pe, jnp.int32), lane=jnp.arange(lanes, dtype=jnp.int32))
 
 
 def with_pe_file(local: LocalFile, f: PeFile) -> LocalFile:

@@ -340,62 +340,72 @@ def _s64(tiles) -> bool:
     return tiles.words.dtype == jnp.uint64
 
 
+def lane_count(tiles) -> int:
+    """The lanes an operation's arrays have in this completion (a state.PeFile's
+    `lane`: dispatch.lane_classes), static. Every tile the block names has at most
+    that many Words; the machine's bound stays cfg.tile_words."""
+    return tiles.lane.shape[0]
+
+
 def _window(tiles, a, start):
-    """The window_slots slots of PE tiles.pe's flat pool `a` [4, K * W] from `start`
-    (a window start: state.pool_start)."""
-    n = window_slots(tiles.lane.shape[0], _s64(tiles))
+    """The window_slots slots of lane_count Words of PE tiles.pe's flat pool `a`
+    [4, K * W] from `start` (a window start: state.pool_start)."""
+    n = window_slots(lane_count(tiles), _s64(tiles))
     return jax.lax.dynamic_slice(a, (tiles.pe, start.astype(jnp.int32)), (1, n)).reshape(n)
 
 
-def _next_base(tiles):
+def _next_base(tiles, W: int):
     """Where the PE's next tile is placed: its pool top (state.pool_top),
-    clamped as a window start."""
-    W, pool_slots = tiles.lane.shape[0], tiles.words.shape[-1]
+    clamped as a window start (W = tile_words)."""
+    pool_slots = tiles.words.shape[-1]
     d = tiles.desc
     top = pool_top(d[:, COL["allocated"]], d[:, COL["capacity"]], d[:, COL["dtype"]],
                    d[:, COL["base"]], W, s64=_s64(tiles))
     return jnp.minimum(top, pool_slots - window_slots(W, _s64(tiles))).astype(jnp.int32)
 
 
-def payload(tiles, slot):
-    """The W payload Words (uint64) of slot `slot` of a PE's file (a
-    state.PeFile), decoded from its pool window (state.py, "payload pool").
-    Operations read allocated tiles only (install keeps the stale Words an
-    allocation does not write)."""
-    W = tiles.lane.shape[0]
+def payload(tiles, slot, W: int):
+    """The first lane_count payload Words (uint64) of slot `slot` of a PE's file
+    (a state.PeFile), decoded from its pool window (state.py, "payload pool";
+    W = tile_words). Operations read allocated tiles only (install keeps the
+    stale Words an allocation does not write)."""
+    L = lane_count(tiles)
     slot = jnp.asarray(slot)
     if slot.ndim:
-        return jax.vmap(lambda k: payload(tiles, k))(slot.reshape(-1)).reshape(slot.shape + (W,))
+        return jax.vmap(lambda k: payload(tiles, k, W))(slot.reshape(-1)).reshape(slot.shape + (L,))
     d = row(tiles.desc, slot)
     start = pool_start(d[COL["base"]], tiles.words.shape[-1], W, s64=_s64(tiles))
     words, _ = decode_window(_window(tiles, tiles.words, start),
-                             _window(tiles, tiles.defined, start), is_wide(d[COL["dtype"]]), W)
+                             _window(tiles, tiles.defined, start), is_wide(d[COL["dtype"]]), L)
     return words
 
 
-def install(tiles, slot, do, fields: dict, words, defined, written):
+def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
     """Allocate free slot `slot` of a PE's file (a state.PeFile) when `do`:
     publish its descriptor (every field of DESCRIPTOR_FIELDS), place its
-    storage at the PE's pool top (state.pool_top), and there write the Words
-    of `words` that `written` marks and all of `defined` (allocation clears
-    every other bit; the Words not written keep the pool's, stale), in the
-    Core's arrays in place (encode_window). Else the file is unchanged."""
+    storage at the PE's pool top (state.pool_top; W = tile_words), and there
+    write the Words of `words` (lane_count of them) that `written` marks and
+    all of `defined` (allocation clears every other bit; the Words not written
+    keep the pool's, stale), in the Core's arrays in place (encode_window). Else
+    the file is unchanged. The tile's own slots past the lanes' window stay as
+    they are: above the pool top nothing was ever written (zero, undefined),
+    which is what this allocation would write there."""
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
-    W = tiles.lane.shape[0]
-    base = _next_base(tiles)
+    L = lane_count(tiles)
+    base = _next_base(tiles, W)
     # column 0 is "allocated", the last "base" (TILE_FIELDS)
     desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
                                       for k in DESCRIPTOR_FIELDS] + [base])
     dtype = jnp.asarray(fields["dtype"])
     s64 = _s64(tiles)
-    own = jnp.arange(window_slots(W, s64)) < pool_extent(jnp.asarray(fields["capacity"]), dtype, W,
+    own = jnp.arange(window_slots(L, s64)) < pool_extent(jnp.asarray(fields["capacity"]), dtype, W,
                                                           s64=s64)
     wide = is_wide(dtype)
     # the Words once: fused into the slot encoding, an operation's per-Word work
     # (a TLOAD's element loads) ran once per slot of each carrier form
     words, defined, written = jax.lax.optimization_barrier((words, defined, written))
-    slots, slots_defined = encode_window(words, defined, wide, W, s64=s64)
-    slots_written = encode_window(words, written, wide, W, s64=s64)[1]
+    slots, slots_defined = encode_window(words, defined, wide, L, s64=s64)
+    slots_written = encode_window(words, written, wide, L, s64=s64)[1]
     slot, do, desc, own = settle((slot, do, desc, own))
     pe = tiles.pe
 

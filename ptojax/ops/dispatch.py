@@ -14,12 +14,16 @@ GPRs, GM and the Shared registers are the Core's.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from .. import tables
-from ..state import pe_file, with_pe_file
+from ..indexing import row
+from ..state import TILE_COLUMN as COL, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
+from .common import DT_BITS, div, slot_of, take, trip_count
 from .header import Header
 
 OP = tables.OP_ID
@@ -35,9 +39,59 @@ def is_shared_tlsu(h: Header):
     return header.is_tlsu(h) & ~h.cube & ((h.ios_count > 0) | spart)
 
 
+def lane_classes(W: int) -> tuple:
+    """The lane counts a completion is traced for on a machine of W tile Words:
+    256 x 4^k below W, and W. A block runs at the least one that holds every
+    tile it names (lanes_needed), so a 16x16 tile costs what it costs on a
+    256-Word machine; each class is one more copy of the completion program."""
+    classes, L = [], 256
+    while L < W:
+        classes.append(L)
+        L *= 4
+    return tuple(classes) + (W,)
+
+
+def _tile_words(capacity, bits, W: int):
+    """The Words a tile of `capacity` bytes of `bits`-bit elements can have (at
+    most W); W for an unknown width, which no legal block has."""
+    return jnp.where(bits > 0, jnp.minimum(div(capacity * 8, bits), W), W)
+
+
+def lanes_needed(desc, h: Header, cfg):
+    """The most Words of any tile the block with header `h` names on a PE with
+    descriptors `desc`: its destinations, at the narrowest element type the
+    header gives (a matrix accumulator is no narrower than its inputs), and its
+    allocated sources. A legal block touches no lane past that; an illegal one
+    touches none, so its fault is the same at any lane count."""
+    W = cfg.tile_words
+    edt = jnp.where(h.datr_present & (h.datr_dtype != tables.DTYPE_NONE), h.datr_dtype, h.dtype)
+    bits = jnp.minimum(take(DT_BITS, h.dtype), take(DT_BITS, edt))
+    bits = jnp.where(take(DT_BITS, edt) == 0, take(DT_BITS, h.dtype), bits)
+    tsize = jnp.int32(128) << jnp.clip(h.size_code - 1, 0, 11)
+    dst = jnp.where(h.bound & h.has_dst, _tile_words(tsize, bits, W), 0)
+    slot, exists = slot_of(h.sources, cfg.hand_slots)
+    d = desc[slot]
+    src = jnp.where(h.source_ok & exists & (d[:, COL["allocated"]] != 0),
+                    _tile_words(d[:, COL["capacity"]], take(DT_BITS, d[:, COL["dtype"]]), W), 0)
+    return jnp.maximum(jnp.max(dst), jnp.max(src))
+
+
 def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
-    """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state)."""
-    view = state.replace(tiles=pe_file(state.tiles, pe, cfg.tile_words))
+    """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state),
+    at the least lane count of lane_classes that holds its tiles: the batch's
+    largest (trip_count), so the branch is one for all of a batch's States."""
+    classes = lane_classes(cfg.tile_words)
+    if len(classes) == 1:
+        return _complete(state, h, pe, enable, cas_seed, cfg=cfg, effects=effects, lanes=classes[0])
+    need = lanes_needed(row(state.tiles.desc, pe), h, cfg)
+    k = trip_count(jnp.sum(need > jnp.asarray(classes[:-1])))
+    branches = [functools.partial(_complete, cfg=cfg, effects=effects, lanes=L) for L in classes]
+    return jax.lax.switch(k, branches, state, h, pe, enable, cas_seed)
+
+
+def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: int):
+    """complete, over `lanes` lanes."""
+    view = state.replace(tiles=pe_file(state.tiles, pe, lanes))
     routed = ~h.cube & ~h.zero_mask
     cas = (h.op == OP["MGATHER.CAS"]) & routed
     mat = (h.op >= matrix.FIRST) & (h.op <= matrix.LAST) & routed

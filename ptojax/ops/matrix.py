@@ -33,7 +33,7 @@ from . import binary32
 from . import shared as sh
 from .header import Header
 from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, capacity_register,
-                     cube_descriptor, cube_geometry, destination, install, log2, ordered_fault,
+                     cube_descriptor, cube_geometry, destination, install, lane_count, log2, ordered_fault,
                      ordinary_source_legal, payload, settle, source, take, tile_coords,
                      trip_count)
 
@@ -373,7 +373,7 @@ def _shared_sources(state, h: Header, blk: _Block, kb) -> _Shared:
 def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g):
     """Lanes = D's payload slots: (column of each lane, lane_ok, the Local operand rows,
     scales(k), operands(a_table, b_table, k, rows)) for the product's loop over K."""
-    W = cfg.tile_words
+    W = lane_count(state.tiles)
     Mi, N = blk.Mi, blk.N
     left_shared, shared_on = blk.left_shared, blk.shared_on
     trans_a, trans_b = shr.trans_a, shr.trans_b
@@ -415,7 +415,8 @@ def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc,
     a_row = jnp.where(left_shared, sh_row, ri) * jnp.where(left_shared, shr.sa_cols, loc.sa_cols)
     sb_c = jnp.where(shared_on, shr.sb_cols, loc.sb_cols)
     # the Local operand rows A, sA, B, sB of this PE (rows 0-3), copied once per block
-    words = payload(state.tiles, jnp.stack([loc.a_slot, loc.sa_slot, loc.b_slot, loc.sb_slot]))
+    words = payload(state.tiles, jnp.stack([loc.a_slot, loc.sa_slot, loc.b_slot, loc.sb_slot]),
+                    cfg.tile_words)
     shared = state.shared.words
 
     def scales(k):
@@ -478,8 +479,8 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g
     tiles = state.tiles
     c, lane_ok, words, scales, operands = _element_map(state, cfg, blk, loc, shr, d_cr, d_cc, d_g)
     shared = state.shared.words
-    c_words = payload(tiles, loc.c_slot)            # C has D's layout and shape: same slots
-    bias_words = payload(tiles, loc.bias_slot)[jnp.clip(c, 0, cfg.tile_words - 1)]
+    c_words = payload(tiles, loc.c_slot, cfg.tile_words)     # C has D's layout and shape: same slots
+    bias_words = payload(tiles, loc.bias_slot, cfg.tile_words)[jnp.clip(c, 0, lane_count(tiles) - 1)]
     trips = jnp.where(do, blk.K, 0)
 
     if cfg.profile != "ieee":
@@ -534,5 +535,5 @@ def complete(state, h: Header, pe, cfg, enable):
                 cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
                 n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
                 storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
-    tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok)
+    tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok, cfg.tile_words)
     return fault, U64(0), state.replace(tiles=tiles)

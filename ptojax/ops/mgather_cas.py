@@ -17,7 +17,7 @@ from .. import cas_order, tables
 from ..indexing import row
 from . import memory
 from .common import (DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
-                     fractal_ok, gpr_value, install, ordered_fault, ordinary_index, ordinary_shape,
+                     fractal_ok, gpr_value, install, lane_count, ordered_fault, ordinary_index, ordinary_shape,
                      ordinary_slot, ordinary_source_legal, payload, settle, source, take,
                      trip_count, valid_lanes)
 from .header import Header
@@ -110,16 +110,16 @@ class _Lanes(NamedTuple):
 def _lane_operands(state, h: Header, pe, cfg, vr, vc, srcs) -> _Lanes:
     """D.4 step 8 (lane preflight): each lane's Index, Expected and Replacement
     elements and its GM address (base GPR + Index)."""
-    W, tiles = cfg.tile_words, state.tiles
+    W, tiles = lane_count(state.tiles), state.tiles
     (islot, _, si, _), (eslot, _, se, _), (rslot, _, sr, _) = srcs
     j = jnp.arange(W, dtype=jnp.int32)
     r, c, lane = valid_lanes(vr, vc, W)
     order = j
     ibits = take(DT_BITS, si["dtype"])
-    index = _extend(payload(tiles, islot)[jnp.clip(ordinary_slot(si, r, c), 0, W - 1)], ibits,
+    index = _extend(payload(tiles, islot, cfg.tile_words)[jnp.clip(ordinary_slot(si, r, c), 0, W - 1)], ibits,
                     take(DT_SIGNED, si["dtype"]))
-    expected = payload(tiles, eslot)[jnp.clip(ordinary_slot(se, r, c), 0, W - 1)]
-    replacement = payload(tiles, rslot)[jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
+    expected = payload(tiles, eslot, cfg.tile_words)[jnp.clip(ordinary_slot(se, r, c), 0, W - 1)]
+    replacement = payload(tiles, rslot, cfg.tile_words)[jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
     base = gpr_value(row(state.gpr, pe), h.reg_src0)
     addr = base + index
     return _Lanes(j, r, c, lane, order, expected, replacement, addr)
@@ -138,7 +138,7 @@ def _lane_sequence(cfg, ln: _Lanes, n_lanes, cas_seed):
 def _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln: _Lanes, cas_seed):
     """D.5: lanes in the configured order, each an atomic read/compare/write:
     (new GM, each lane's old value extended to 64 bits)."""
-    W = cfg.tile_words
+    W = ln.j.shape[0]
     addr, lane, expected, replacement = ln.addr, ln.lane, ln.expected, ln.replacement
     # the loop runs VR*VC times (under vmap: the batch's largest lane count)
     n_lanes = jnp.where(ok, vr * vc, 0)
@@ -213,10 +213,10 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
     # publication: whole physical destination padded and defined (F.5)
     padw = row(row(PAD_WORDS, tdt), h.pad)
     physical = ln.j < drows * col
-    slot = jnp.where(ln.lane, ordinary_index(dlay, drows, col, tbits, ln.r, ln.c), W)
+    slot = jnp.where(ln.lane, ordinary_index(dlay, drows, col, tbits, ln.r, ln.c), ln.j.shape[0])
     words = jnp.where(physical, padw, U64(0)).at[slot].set(old, mode="drop")
     fields = dict(dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
                   rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
                   cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)
-    tiles = install(tiles, dslot, ok, fields, words, physical, physical)
+    tiles = install(tiles, dslot, ok, fields, words, physical, physical, W)
     return fault, fault_addr, state.replace(tiles=tiles, gm=gm)

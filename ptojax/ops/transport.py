@@ -18,7 +18,7 @@ from .. import tables
 from . import memory
 from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
                      U64, capacity_register, cube_descriptor, cube_geometry, destination,
-                     elem_bytes, gpr_value, install, payload, ordered_fault, ordinary_shape, ordinary_slot,
+                     elem_bytes, gpr_value, install, lane_count, payload, ordered_fault, ordinary_shape, ordinary_slot,
                      ordinary_source_legal, row, settle, source, take, tile_coords, valid_lanes)
 from .header import Header
 
@@ -164,12 +164,12 @@ def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source
     ))
 
 
-def _element_map(h: Header, cfg, is_load, is_store, legal, base, stride_reg, cube_lay,
+def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, cube_lay,
                  d: _Destination, src: _Source, stores: bool):
-    """Element map of the tile filled (TLOAD) or read (TSTORE): (its settled scalar
-    parameters, the lanes). `stores` (static): a TSTORE can complete here, so the
-    ordinary source's lane-by-lane map is traced."""
-    W = cfg.tile_words
+    """Element map of the tile filled (TLOAD) or read (TSTORE) over W lanes
+    (common.lane_count): (its settled scalar parameters, the lanes). `stores`
+    (static): a TSTORE can complete here, so the ordinary source's lane-by-lane
+    map is traced."""
     cube, lb, bdt, s = h.cube, h.lb, h.dtype, src.s
     # Its scalar parameters are settled first: each lane-wide kernel below
     # would otherwise re-derive them from the header on its own.
@@ -211,7 +211,7 @@ def _element_map(h: Header, cfg, is_load, is_store, legal, base, stride_reg, cub
     return p, _Lanes(r, c, valid, storage, value_slot, nbytes, four, addr, order)
 
 
-def _effects(state, h: Header, effects, ok, is_load, is_store, cube_lay, d: _Destination,
+def _effects(state, h: Header, W: int, effects, ok, is_load, is_store, cube_lay, d: _Destination,
              src: _Source, p, lanes: _Lanes):
     """The TLOAD destination installed, the TSTORE elements written: (tiles, gm)."""
     tiles = state.tiles
@@ -239,11 +239,11 @@ def _effects(state, h: Header, effects, ok, is_load, is_store, cube_lay, d: _Des
         storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=h.mask,
         defined_valid=l_vr * l_vc)
     if "TLOAD" in effects:
-        tiles = install(tiles, e["dslot"], e["load"], vals, new_words, new_def, valid | pad_area)
+        tiles = install(tiles, e["dslot"], e["load"], vals, new_words, new_def, valid | pad_area, W)
     if "TSTORE" not in effects:
         return tiles, state.gm
 
-    src_words = payload(tiles, e["sslot"])[lanes.value_slot]
+    src_words = payload(tiles, e["sslot"], W)[lanes.value_slot]
     gm = memory.write_elements(state.gm, lanes.addr, src_words, nbytes, (c & 1) == 1, four,
                                memory.overwritten_later(r, c, p["vr"], p["vc"], p["stride"], nbytes,
                                                         four),
@@ -280,13 +280,13 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
         # memory checks: skip the element map (a matrix-only stream's cost)
         return fault, U64(0), state
 
-    p, lanes = _element_map(h, cfg, is_load, is_store, legal, base, stride_reg, cube_lay, d, src,
-                            "TSTORE" in effects)
+    p, lanes = _element_map(h, lane_count(state.tiles), is_load, is_store, legal, base, stride_reg,
+                            cube_lay, d, src, "TSTORE" in effects)
     probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
     mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p["legal"])
     fault = jnp.where(legal, mfault, fault)
     fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
     ok = enable & legal & (mfault == 0)
 
-    tiles, gm = _effects(state, h, effects, ok, is_load, is_store, cube_lay, d, src, p, lanes)
+    tiles, gm = _effects(state, h, cfg.tile_words, effects, ok, is_load, is_store, cube_lay, d, src, p, lanes)
     return fault, fault_addr, state.replace(tiles=tiles, gm=gm)
