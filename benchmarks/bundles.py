@@ -57,6 +57,12 @@ merged rows ("comparison").
 
 --config NAME runs the bundles on another preset (small; asl, the model's own
 bounds); the matrix bundles use it too where its tiles hold their operands.
+--versus NAME also runs every bundle on a second preset in the same run, its
+points right after (or, every other bundle, right before) the first preset's,
+and gives per bundle and batch size the ratio config / versus:
+
+    python benchmarks/bundles.py --config asl --versus tiny --batches 256
+
 The last table gives every preset's bytes per State and how many States fit
 in 16 GiB.
 """
@@ -428,6 +434,15 @@ def _fmt_rate(x):
     return f"{x:.0f}"
 
 
+def versus_ratios(rows, versus_rows) -> list:
+    """Per (bundle, batch) of both presets: both rates and rows / versus_rows."""
+    other = {(r["bundle"], r["batch"]): r["bundles_per_s"] for r in versus_rows}
+    return [{"bundle": r["bundle"], "batch": r["batch"], "bundles_per_s": r["bundles_per_s"],
+             "versus_bundles_per_s": other[r["bundle"], r["batch"]],
+             "ratio": r["bundles_per_s"] / other[r["bundle"], r["batch"]]}
+            for r in rows if (r["bundle"], r["batch"]) in other]
+
+
 def print_tables(result):
     from rich.console import Console
     from rich.table import Table
@@ -469,6 +484,15 @@ def print_tables(result):
         for b in result["baseline_runs"]:
             if "error" in b:
                 console.print(f"  baseline {b['bundle']}: {b['error']}")
+    if result.get("versus") is not None:
+        vs = result["versus"]
+        v = Table(title=f"Bundles/s on {meta['preset']} vs {vs['preset']}, measured in the same run")
+        for col in ("bundle", "B", meta["preset"], vs["preset"], f"{meta['preset']} / {vs['preset']}"):
+            v.add_column(col, justify="left" if col == "bundle" else "right")
+        for r in vs["ratios"]:
+            v.add_row(r["bundle"], str(r["batch"]), _fmt_rate(r["bundles_per_s"]),
+                      _fmt_rate(r["versus_bundles_per_s"]), f"{r['ratio']:.2f}")
+        console.print(v)
     p = Table(title="Per-State memory of the config presets")
     for c in ("preset", "gm_bytes", "tile slots x Words", "bytes per State", "States in 16 GiB"):
         p.add_column(c, justify="left" if c == "preset" else "right")
@@ -495,6 +519,9 @@ def main(argv=None):
                     help=f"config preset the bundles run on (default {PRESET}; e.g. small, asl: "
                          "the model's own bounds); matrix bundles whose operands do not fit its "
                          "tiles run on a 512-Word-tile config")
+    ap.add_argument("--versus", default=None, metavar="NAME",
+                    help="also run every bundle on this preset in the same run, alternating with "
+                         "--config bundle by bundle, and report the ratio config / versus")
     ap.add_argument("--out", default="bench-results/bundles.json", help="JSON output path")
     ap.add_argument("--quiet", action="store_true", help="no tables on stdout")
     ap.add_argument("--baseline", default=None, metavar="REV",
@@ -525,6 +552,8 @@ def main(argv=None):
             if n not in BUNDLES:
                 ap.error(f"unknown bundle {n!r}; expected one of: {', '.join(BUNDLES)}")
 
+    if args.versus and args.baseline:
+        ap.error("--versus and --baseline: give one of them")
     baseline = None
     if args.baseline:
         base_path, base_sha = _checkout.baseline_tree(args.baseline, needs=("benchmarks/bundles.py",))
@@ -533,20 +562,32 @@ def main(argv=None):
     import jax
     import ptojax as pj
 
-    if args.config not in pj.PRESETS:
-        ap.error(f"--config {args.config!r}: expected one of {', '.join(pj.PRESETS)}")
+    for flag, preset in (("--config", args.config), ("--versus", args.versus)):
+        if preset is not None and preset not in pj.PRESETS:
+            ap.error(f"{flag} {preset!r}: expected one of {', '.join(pj.PRESETS)}")
     cfg = pj.preset(args.config)
-    rng = np.random.default_rng(0)
     t_start = time.perf_counter()
-    bundles, starts = [], {}
-    cfgs = {name: matrix_config(pj, name, cfg) if name in MATRIX or name in COOP else cfg
-            for name in names}
+
+    def configs(base):
+        return {name: matrix_config(pj, name, base) if name in MATRIX or name in COOP else base
+                for name in names}
+
+    def start_states(cfgs):
+        """Each bundle's (start State, words) on its config: the same data on any preset."""
+        rng = np.random.default_rng(0)
+        return {name: (start_state(pj, cfgs[name], name, rng)[0], assemble(name)) for name in names}
+
+    def assemble(name):
+        op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
+        return pj.asm.assemble(matrix_program(name) if name in MATRIX else coop_program(name)
+                               if name in COOP else program(op, layout, dtype, rows, cols, size, hand))
+
+    cfgs = configs(cfg)
+    starts = start_states(cfgs)
+    bundles = []
     for name in names:
         op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
-        words = pj.asm.assemble(matrix_program(name) if name in MATRIX else coop_program(name)
-                                if name in COOP else program(op, layout, dtype, rows, cols, size, hand))
-        s, data = start_state(pj, cfgs[name], name, rng)
-        starts[name] = (s, words)
+        words = starts[name][1]
         bundles.append({"bundle": name, "op": op, "layout": layout or "NORM", "dtype": dtype,
                         **({"mkn_profile": MATRIX[name][2:]} if name in MATRIX else {}),
                         **({"group_m_k_n_profile": COOP[name][1:], "core": True}
@@ -568,11 +609,17 @@ def main(argv=None):
         if not args.quiet:
             print(f"  reference  {name:26s} {rate:10,.0f} bundles/s", file=sys.stderr, flush=True)
 
-    def point(B, name, tag=""):
-        s, words = starts[name]
-        best, first, res = time_batch(pj, jax, s, words, B, repeats, cfgs[name],
-                                      core=name in COOP)
-        if B == sizes[0] and not same_state(res[0].state, reference[name][1].state):
+    # the second preset: its start States and reference results (untimed, for the check)
+    vs_cfgs = configs(pj.preset(args.versus)) if args.versus else {}
+    vs_starts = start_states(vs_cfgs) if args.versus else {}
+    vs_reference = {name: (None, (pj.reference.run_core if name in COOP else pj.reference.run)(
+        *vs_starts[name], cfg=vs_cfgs[name])) for name in vs_starts}
+
+    def point(B, name, tag="", versus=False):
+        (s, words), c = (vs_starts[name], vs_cfgs[name]) if versus else (starts[name], cfgs[name])
+        best, first, res = time_batch(pj, jax, s, words, B, repeats, c, core=name in COOP)
+        ref_state = (vs_reference if versus else reference)[name][1].state
+        if B == sizes[0] and not same_state(res[0].state, ref_state):
             raise RuntimeError(f"{name}: pj.batch.run and pj.reference.run disagree")
         del res
         if not args.quiet:
@@ -580,10 +627,16 @@ def main(argv=None):
                   f"(best {best * 1e3:.2f} ms, first call {first:.2f} s)",
                   file=sys.stderr, flush=True)
         return {"bundle": name, "batch": B, "seconds": best, "first_call_s": first,
-                "bundles_per_s": B / best, "state_bytes": B * cfgs[name].state_bytes}
+                "bundles_per_s": B / best, "state_bytes": B * c.state_bytes}
 
-    rows, base_runs = [], []
-    if baseline is None:
+    rows, base_runs, vs_rows = [], [], []
+    if args.versus:        # per bundle and batch: both presets back to back, order alternating
+        for B in sizes:
+            for i, name in enumerate(names):
+                for versus in ((False, True) if i % 2 == 0 else (True, False)):
+                    tag = f"[{args.versus if versus else args.config}] "
+                    (vs_rows if versus else rows).append(point(B, name, tag, versus))
+    elif baseline is None:
         for B in sizes:
             for name in names:
                 rows.append(point(B, name))
@@ -636,6 +689,9 @@ def main(argv=None):
         "rows": rows,
         "summary": summary,
     }
+    if args.versus:
+        result["versus"] = {"preset": args.versus, "state_bytes": pj.preset(args.versus).state_bytes,
+                            "rows": vs_rows, "ratios": versus_ratios(rows, vs_rows)}
     if baseline:
         baseline["ptojax_files"] = sorted({b["ptojax_file"] for b in base_runs if "ptojax_file" in b})
         result["baseline_runs"] = base_runs
