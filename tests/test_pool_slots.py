@@ -20,8 +20,10 @@ from ptojax.state import decode_window, encode_window, window_slots
 
 from _differential import assert_same, run_batch, run_reference
 
-# 64 slots of up to 8192 Words against a 224 KiB budget: 32-bit slots
-CFG = pj.MachineConfig(tile_words=8192, hand_slots=16, tile_capacity=229376)
+# 64 slots of up to 2048 Words against a 56 KiB budget: 32-bit slots (and two
+# lane classes, 256 and 2048, as few as a multi-class config can have)
+W_TILE, BUDGET = 2048, 57344
+CFG = pj.MachineConfig(tile_words=W_TILE, hand_slots=16, tile_capacity=BUDGET)
 L, B = 16, 32
 ROWS = B - 1
 FILLER = [G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"],
@@ -31,9 +33,9 @@ FILLER = [G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"],
 def test_config_keeps_32_bit_slots():
     s = pj.reset(CFG)
     assert not CFG.pool_slots64 and s.tiles.words.dtype == np.uint32
-    assert s.tiles.words.shape == (4, CFG.pool_pages, 8192)
+    assert s.tiles.words.shape == (4, CFG.pool_pages, W_TILE)
     # room for 2 x TILE_CAPACITY slots and the last window's slack
-    assert CFG.pool_pages * 8192 >= 2 * 229376 + window_slots(8192) - 256
+    assert CFG.pool_pages * W_TILE >= 2 * BUDGET + window_slots(W_TILE) - 256
     assert pj.preset("asl").state_bytes * 5 <= 79_712_590       # 1/5 of the row-per-slot State
 
 
