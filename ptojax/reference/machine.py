@@ -406,12 +406,15 @@ class Machine:
                 tile = self.files[pe][slot]
                 if not tile.allocated or self.window(pe, tile) != at:
                     continue            # a free slot owns no Words
-                new = encode_window(np.array(words, np.uint64), np.array(defined, bool),
-                                    self.wide(tile), self.array_words, np, self.s64)
+                # the Words of the tile's own n slots only (a narrow or 64-bit slot
+                # holds one, a wide pair of 32-bit slots one): the window past them
+                # is not the tile's, and at the model's bounds it is 32768 slots
                 n = self.extent(tile)
-                back = decode_window(*new, self.wide(tile), self.array_words, np)[0]
                 held = n // 2 if self.wide(tile) and not self.s64 else n
-                if back[:held].tolist() != words[:held]:
+                new = encode_window(np.array(words[:held], np.uint64), np.array(defined[:held], bool),
+                                    self.wide(tile), held, np, self.s64)
+                back = decode_window(*new, self.wide(tile), held, np)[0]
+                if back.tolist() != words[:held]:
                     raise AssertionError(f"PE{pe} slot {slot}: a Word no {tile.dtype=} carrier "
                                          "holds (state.py, payload pool)")
                 new, old = new[part][:n], self._loaded[pe, at][part][:n]
@@ -483,10 +486,12 @@ def with_words(leaf, dtype, words: dict):
     written: with_rows over the leaf seen as [4 * K * W]."""
     import jax
 
-    flat = {(pe * leaf.shape[1] * leaf.shape[2] + at,): v for (pe, at), v in words.items()}
-    if not flat and isinstance(leaf, jax.Array) and leaf.dtype == dtype:
+    W = leaf.shape[2]
+    # [pe, page, column] indices: reshaping a jax leaf would copy it
+    at3 = {(pe, at // W, at % W): v for (pe, at), v in words.items()}
+    if not at3 and isinstance(leaf, jax.Array) and leaf.dtype == dtype:
         return leaf
-    return with_rows(leaf.reshape(-1), dtype, flat).reshape(leaf.shape)
+    return with_rows(leaf, dtype, at3)
 
 
 def with_rows(leaf, dtype, rows: dict):
