@@ -684,3 +684,18 @@ def test_long_campaign(capsys, tmp_path, on_fault, count):
     print(json.dumps({k: rep[k] for k in ("cases", "mismatches", "seconds", "cases_per_s")}))
     assert rc == 0 and rep["mismatches"] == 0, rep.get("mismatch_files")
     assert rep["never_hit"]["faults"] == []
+
+
+def test_defaults_are_the_models_own_bounds():
+    """`ptojax fuzz` compares at asl unless told otherwise: 32-row batches (256
+    States of 15 MB would be 3.9 GB) and edge kinds mixed in; tiny keeps its
+    256 rows and draws no edge kinds unless asked."""
+    from ptojax.cli import fuzz as F
+    parse = cli.build_parser().parse_args
+    got = {}
+    for argv in (["fuzz"], ["fuzz", "--config", "tiny"], ["fuzz", "--edge-weight", "0", "--batch", "8"]):
+        args = parse(argv)
+        F._check(args)
+        got[" ".join(argv)] = (args.config, args.batch, args.edge_weight)
+    assert got == {"fuzz": ("asl", 32, 0.2), "fuzz --config tiny": ("tiny", 256, 0.0),
+                   "fuzz --edge-weight 0 --batch 8": ("asl", 8, 0.0)}

@@ -13,8 +13,23 @@ from ptojax.compile_cache import ensure_compile_cache
 
 from .common import CliError, console
 
-FUZZ_DEFAULT_CONFIG = "tiny"
+FUZZ_DEFAULT_CONFIG = "asl"          # the model's own bounds (--config tiny for raw speed)
 FUZZ_DEFAULT_OUT = "ptojax-fuzz"
+BATCH_BYTES = 1 << 30                 # the default batch: 256 rows, or 32 past this many bytes
+EDGE_WEIGHT_ASL = 0.2                 # the default --edge-weight at asl (elsewhere 0)
+
+
+def default_rows(config: str) -> int:
+    """--batch's default for a config preset: 256 rows, or 32 where 256 States
+    would pass BATCH_BYTES (asl: 3.9 GB)."""
+    import ptojax as pj
+    return 256 if 256 * pj.preset(config).state_bytes <= BATCH_BYTES else 32
+
+
+def default_edge_weight(config: str) -> float:
+    """--edge-weight's default: at asl, where large tiles and the real budget are the
+    point of the preset, EDGE_WEIGHT_ASL; else 0 (the draws of earlier campaigns)."""
+    return EDGE_WEIGHT_ASL if config == "asl" else 0.0
 
 
 def cmd_fuzz(args) -> int:
@@ -57,7 +72,11 @@ def cmd_fuzz(args) -> int:
 
 
 def _check(args):
-    """The option values the parser cannot check."""
+    """The option values the parser cannot check; the config-dependent defaults."""
+    if args.batch is None:
+        args.batch = default_rows(args.config)
+    if args.edge_weight is None:
+        args.edge_weight = default_edge_weight(args.config)
     if args.count < 1:
         raise CliError(f"--count {args.count}: expected at least 1")
     if args.batch < 2:

@@ -14,7 +14,7 @@ from ptojax.state import PROFILES
 from .asm import cmd_asm, cmd_disasm
 from .bench import cmd_bench
 from .demo import DEMO_DEFAULT_CONFIG, cmd_demo
-from .fuzz import FUZZ_DEFAULT_CONFIG, FUZZ_DEFAULT_OUT, cmd_fuzz
+from .fuzz import EDGE_WEIGHT_ASL, FUZZ_DEFAULT_CONFIG, FUZZ_DEFAULT_OUT, cmd_fuzz
 from .replay import cmd_replay
 from .run import PROGRAM_DEFAULT_CONFIG, cmd_run
 from .warmup import WARMUP_OPS, cmd_warmup
@@ -138,20 +138,22 @@ def _add_fuzz(sub, configs: str):
     f.add_argument("--coop-weight", type=float, metavar="P",
                    help="with --core: probability that a drawn case is a cooperative / Shared kind "
                         "(default 1/3 when --ops includes a TMATMUL form or is all, else 0)")
-    f.add_argument("--edge-weight", type=float, default=0.0, metavar="P",
+    f.add_argument("--edge-weight", type=float, default=None, metavar="P",
                    help="probability that a drawn case is an edge kind: a tile past 256 payload "
                         "Words up to and over the config's tile_words (not on tiny), or an "
-                        "allocation at the TILE_CAPACITY edge (default 0)")
+                        f"allocation at the TILE_CAPACITY edge (default {EDGE_WEIGHT_ASL:g} at "
+                        "asl, else 0)")
     f.add_argument("--count", type=int, default=1000, help="cases to run (default 1000)")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
-    f.add_argument("--batch", type=int, default=256,
+    f.add_argument("--batch", type=int, default=None,
                    help="rows per pj.batch.run call, the last one a never-executed filler row "
-                        "that pins the compiled shape (default 256)")
+                        "that pins the compiled shape (default 256; 32 at asl, 15 MB a State)")
     f.add_argument("--sample", type=float, default=1.0, metavar="FRACTION",
                    help="run this seeded fraction of the cases on the reference model too "
                         "(default 1: all)")
     f.add_argument("--config", choices=list(pj.PRESETS), default=FUZZ_DEFAULT_CONFIG,
-                   help=f"machine sizes (default {FUZZ_DEFAULT_CONFIG}): {configs}")
+                   help=f"machine sizes (default {FUZZ_DEFAULT_CONFIG}, the model's own bounds; tiny "
+                        f"for raw speed): {configs}")
     f.add_argument("--on-fault", choices=["abandon", "hold"], default="abandon")
     f.add_argument("--profile", choices=list(PROFILES), default="portable",
                    help="numeric profile of the matrix family (MachineConfig.profile) of both models "
