@@ -5,8 +5,9 @@ On `small` (1024-Word tiles: classes 256 and 1024) each bundle below needs the
 larger class through exactly one of its tiles (a TLOAD destination, a TSTORE
 source, an MGATHER.CAS destination's padded region, a TMATMUL source), with
 Words past the first 256 that the result shows: too small a class would drop
-them. Each runs alone (pj.run: its own class) and all run in one batch (the
-batch's largest class), against the reference model.
+them. Each runs alone (a batch of one: its own class) and all run in one batch
+(the batch's largest class), against the reference model. pj.run runs one
+State at tile_words, the one class every other test file checks.
 """
 
 import numpy as np
@@ -87,7 +88,7 @@ def test_alone_matches_reference(name):
     words = pj.asm.assemble(text)
     want = pj.reference.run(s, words, cfg=CFG)
     assert want.fault == "Fault_None"
-    got = pj.run(s, words, cfg=CFG)
+    got = pj.batch.run(s, [words], cfg=CFG)[0]
     assert got.fault == "Fault_None"
     assert not state_differences(got.state, want.state), name
 

@@ -19,6 +19,15 @@ U64 = jnp.uint64
 BATCH_AXIS = "batch"
 
 
+def under_batch() -> bool:
+    """Whether the code being traced runs under pj.batch.run's vmap (static)."""
+    try:
+        jax.lax.pmax(jnp.int32(0), BATCH_AXIS)      # unused: dropped from the program
+    except NameError:       # no such axis: one State (pj.run)
+        return False
+    return True
+
+
 def trip_count(n):
     """The trip count of a loop that runs `n` times for this State: under
     pj.batch.run the batch's largest n, else n. The body masks its own
@@ -26,10 +35,7 @@ def trip_count(n):
     under vmap, a loop that selects its whole carry per iteration (a CAS
     loop re-selected every State's GM that way each lane); one bound shared by
     the batch keeps an iteration's cost to what it touches."""
-    try:
-        return jax.lax.pmax(n, BATCH_AXIS)
-    except NameError:       # not under the batch's vmap: one State
-        return n
+    return jax.lax.pmax(n, BATCH_AXIS) if under_batch() else n
 
 # DataType code (0..31) -> properties; unassigned codes have bits 0.
 DT_BITS = np.zeros(32, np.int32)

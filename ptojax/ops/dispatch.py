@@ -23,7 +23,7 @@ from .. import tables
 from ..indexing import row
 from ..state import TILE_COLUMN as COL, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
-from .common import DT_BITS, div, slot_of, take, trip_count
+from .common import DT_BITS, div, slot_of, take, trip_count, under_batch
 from .header import Header
 
 OP = tables.OP_ID
@@ -79,10 +79,14 @@ def lanes_needed(desc, h: Header, cfg):
 
 
 def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
-    """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state),
-    at the least lane count of lane_classes that holds its tiles: the batch's
-    largest (trip_count), so the branch is one for all of a batch's States."""
-    classes = lane_classes(cfg.tile_words)
+    """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state).
+
+    Under pj.batch.run, at the least lane count of lane_classes that holds its
+    tiles, the batch's largest (trip_count), so the branch is one for all of a
+    batch's States. pj.run's one State runs every block at tile_words: a pass
+    at the machine's size costs one State little (asl: about a millisecond),
+    and its program, compiled for each new stream, stays one copy."""
+    classes = lane_classes(cfg.tile_words) if under_batch() else (cfg.tile_words,)
     if len(classes) == 1:
         return _complete(state, h, pe, enable, cas_seed, cfg=cfg, effects=effects, lanes=classes[0])
     need = lanes_needed(row(state.tiles.desc, pe), h, cfg)
