@@ -33,9 +33,9 @@ from . import binary32
 from . import shared as sh
 from .header import Header
 from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, capacity_register,
-                     cube_descriptor, cube_geometry, destination, install, lane_count, log2, ordered_fault,
-                     ordinary_source_legal, payload, settle, source, take, tile_coords,
-                     trip_count)
+                     cube_descriptor, cube_geometry, destination, install, lane_count, log2,
+                     ordered_fault, ordinary_source_legal, payload, settle, source, take,
+                     tile_coords, trip_count)
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
