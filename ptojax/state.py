@@ -376,7 +376,7 @@ class LocalFile:
     cut from a pool reshaped inside the loop made XLA copy the whole pool on
     every install)."""
     desc: jax.Array             # int32[4, S, len(TILE_FIELDS)]
-    words: jax.Array            # uint32[4, K * W]
+    words: jax.Array            # uint64 or uint32 [4, K * W]
     defined: jax.Array          # bool[4, K * W]
 
 
@@ -585,7 +585,7 @@ class PeFile:
     it names; projecting the whole file and writing it back cost a batched
     TLOAD two passes over all of the PE's payload."""
     desc: jax.Array             # int32[S, len(TILE_FIELDS)]: this PE's
-    words: jax.Array            # uint32[4, K * W]: the Core's pools
+    words: jax.Array            # uint64 or uint32 [4, K * W]: the Core's pools
     defined: jax.Array          # bool[4, K * W]: the Core's
     pe: jax.Array               # int32
     lane: jax.Array             # int32[L] 0..L-1, a constant: L is the completion's lane count

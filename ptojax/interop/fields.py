@@ -103,17 +103,18 @@ def dtype_code(name, label: str) -> int:
         fail(label, str(e))
 
 
-def layout_code(name, label: str) -> int:
+def _code(names: tuple, what: str, name, label: str) -> int:
+    """Index of `name` in `names` (case-insensitive), else the envelope fails."""
     str_(name, label)
-    for i, n in enumerate(tables.TILE_LAYOUTS):
+    for i, n in enumerate(names):
         if n.lower() == name.lower():
             return i
-    fail(label, f"unknown tile layout {name!r}; expected one of {', '.join(tables.TILE_LAYOUTS)}")
+    fail(label, f"unknown {what} {name!r}; expected one of {', '.join(names)}")
+
+
+def layout_code(name, label: str) -> int:
+    return _code(tables.TILE_LAYOUTS, "tile layout", name, label)
 
 
 def location_code(name, label: str) -> int:
-    str_(name, label)
-    for i, n in enumerate(tables.TILE_LOCATIONS):
-        if n.lower() == name.lower():
-            return i
-    fail(label, f"unknown tile location {name!r}; expected one of {', '.join(tables.TILE_LOCATIONS)}")
+    return _code(tables.TILE_LOCATIONS, "tile location", name, label)

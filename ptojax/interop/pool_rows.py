@@ -20,6 +20,15 @@ def _name(slot: int, S: int) -> str:
     return tables.tile_name(hand * tables.HAND_SLOTS + k)
 
 
+def _own_row(t: dict, p: int, slot: int, W: int) -> tuple:
+    """(words, defined) slot row of an allocated slot: its own pool Words
+    (state.pool_extent), then zeros."""
+    row = (np.zeros(W, np.uint64), np.zeros(W, bool))
+    for r, own in zip(row, own_words(t, p, slot)):
+        r[:own.size] = own
+    return row
+
+
 def slot_rows(t: dict) -> dict:
     """Tiles leaves with words/defined as [4, S, W] slot rows: an allocated slot's
     own pool Words (state.pool_extent) then zeros; a free slot, which owns none,
@@ -29,8 +38,7 @@ def slot_rows(t: dict) -> dict:
     rows = {"words": np.zeros((P, S, W), np.uint64), "defined": np.zeros((P, S, W), bool)}
     for p in range(P):
         for slot in np.flatnonzero(t["allocated"][p]):
-            for k, own in zip(("words", "defined"), own_words(t, p, slot)):
-                rows[k][p, slot, :own.size] = own
+            rows["words"][p, slot], rows["defined"][p, slot] = _own_row(t, p, slot, W)
     return {**t, **rows}
 
 
@@ -52,12 +60,11 @@ def pool_rows(t: dict, K: int, s64: bool) -> dict:
             t["base"][p, slot] = min(int(pool_top(t["allocated"][p] & (t["base"][p] >= 0),
                                                   t["capacity"][p], t["dtype"][p], t["base"][p],
                                                   W, np, s64)), K * W - window_slots(W, s64))
+        placed = {**t, **pool}          # the same arrays: write_tile_words edits the pool
         for slot in np.flatnonzero(t["allocated"][p]):
             words, defined = t["words"][p, slot], t["defined"][p, slot]
-            write_tile_words({**t, **pool}, p, slot, words, defined)
-            kept = [np.zeros(W, x.dtype) for x in (words, defined)]
-            for k, own in zip(kept, own_words({**t, **pool}, p, slot)):
-                k[:own.size] = own
+            write_tile_words(placed, p, slot, words, defined)
+            kept = _own_row(placed, p, slot, W)
             if not (np.array_equal(kept[0], words) and np.array_equal(kept[1], defined)):
                 _fail(f"tile {_name(slot, S)} of PE {p}",
                       "holds Words its storage cannot: past its own pool slots (2 per "

@@ -116,10 +116,11 @@ def _lane_operands(state, h: Header, pe, cfg, vr, vc, srcs) -> _Lanes:
     r, c, lane = valid_lanes(vr, vc, W)
     order = j
     ibits = take(DT_BITS, si["dtype"])
-    index = _extend(payload(tiles, islot, cfg.tile_words)[jnp.clip(ordinary_slot(si, r, c), 0, W - 1)], ibits,
-                    take(DT_SIGNED, si["dtype"]))
-    expected = payload(tiles, eslot, cfg.tile_words)[jnp.clip(ordinary_slot(se, r, c), 0, W - 1)]
-    replacement = payload(tiles, rslot, cfg.tile_words)[jnp.clip(ordinary_slot(sr, r, c), 0, W - 1)]
+    # each lane's element of a source: its Word at (r, c)
+    at = lambda slot, s: payload(tiles, slot, cfg.tile_words)[jnp.clip(ordinary_slot(s, r, c), 0,
+                                                                       W - 1)]
+    index = _extend(at(islot, si), ibits, take(DT_SIGNED, si["dtype"]))
+    expected, replacement = at(eslot, se), at(rslot, sr)
     base = gpr_value(row(state.gpr, pe), h.reg_src0)
     addr = base + index
     return _Lanes(j, r, c, lane, order, expected, replacement, addr)

@@ -18,8 +18,9 @@ from .. import tables
 from . import memory
 from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
                      U64, capacity_register, cube_descriptor, cube_geometry, destination,
-                     elem_bytes, gpr_value, install, lane_count, payload, ordered_fault, ordinary_shape, ordinary_slot,
-                     ordinary_source_legal, row, settle, source, take, tile_coords, valid_lanes)
+                     elem_bytes, gpr_value, install, lane_count, payload, ordered_fault,
+                     ordinary_shape, ordinary_slot, ordinary_source_legal, row, settle, source,
+                     take, tile_coords, valid_lanes)
 from .header import Header
 
 OP = tables.OP_ID
@@ -211,7 +212,7 @@ def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, 
     return p, _Lanes(r, c, valid, storage, value_slot, nbytes, four, addr, order)
 
 
-def _effects(state, h: Header, W: int, effects, ok, is_load, is_store, cube_lay, d: _Destination,
+def _effects(state, h: Header, tile_words: int, effects, ok, is_load, is_store, cube_lay, d: _Destination,
              src: _Source, p, lanes: _Lanes):
     """The TLOAD destination installed, the TSTORE elements written: (tiles, gm)."""
     tiles = state.tiles
@@ -239,11 +240,12 @@ def _effects(state, h: Header, W: int, effects, ok, is_load, is_store, cube_lay,
         storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=h.mask,
         defined_valid=l_vr * l_vc)
     if "TLOAD" in effects:
-        tiles = install(tiles, e["dslot"], e["load"], vals, new_words, new_def, valid | pad_area, W)
+        tiles = install(tiles, e["dslot"], e["load"], vals, new_words, new_def, valid | pad_area,
+                        tile_words)
     if "TSTORE" not in effects:
         return tiles, state.gm
 
-    src_words = payload(tiles, e["sslot"], W)[lanes.value_slot]
+    src_words = payload(tiles, e["sslot"], tile_words)[lanes.value_slot]
     gm = memory.write_elements(state.gm, lanes.addr, src_words, nbytes, (c & 1) == 1, four,
                                memory.overwritten_later(r, c, p["vr"], p["vc"], p["stride"], nbytes,
                                                         four),

@@ -227,8 +227,9 @@ class Machine:
         return self.tiles[slot] if slot is not None else Tile()
 
     # ------------------------------------------------------------- payload pool
-    # A State keeps each PE's Local payload as one pool of 32-bit slots
-    # (ptojax/state.py, "payload pool"): a tile's storage is the window of
+    # A State keeps each PE's Local payload as one pool of slots, 64-bit Words
+    # where the budget cannot bind, else 32-bit (ptojax/state.py, "payload
+    # pool"): a tile's storage is the window of
     # window_slots(W) slots from its base, the first min(2 x capacity, its
     # window) its own; a 32/64-bit tile keeps each Word in two slots, any other
     # in one (the Word is the slot sign-extended); a new tile is placed where
@@ -378,9 +379,10 @@ class Machine:
             local = descriptor_columns([t for f in self.files for t in f],
                                        (len(self.files), len(self.files[0])),
                                        TILE_FIELDS, ("allocated",))
+            words, defined = self._written()
             tiles = old.tiles.replace(
-                words=with_words(old.tiles.words, old.tiles.words.dtype, self._written(0)),
-                defined=with_words(old.tiles.defined, bool, self._written(1)),
+                words=with_words(old.tiles.words, old.tiles.words.dtype, words),
+                defined=with_words(old.tiles.defined, bool, defined),
                 **kept_or_put(old.tiles, local))
             records = descriptor_columns(self.shared, (len(self.shared),), SHARED_FIELDS,
                                          ("published", "contents_defined"))
@@ -397,10 +399,10 @@ class Machine:
             return old.replace(tiles=tiles, shared=shared, block=self._block_to_state(),
                                **kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
 
-    def _written(self, part: int) -> dict:
-        """(pe, pool slot) -> value of the allocated tiles' own slots (part 0 words,
-        1 defined) that differ from the input State's."""
-        out = {}
+    def _written(self) -> tuple[dict, dict]:
+        """(pe, pool slot) -> value of the allocated tiles' own slots that differ
+        from the input State's: (words, defined)."""
+        out = ({}, {})
         for pe, cache in enumerate(self._payloads):
             for slot, (at, words, defined) in cache.items():
                 tile = self.files[pe][slot]
@@ -417,8 +419,10 @@ class Machine:
                 if back.tolist() != words[:held]:
                     raise AssertionError(f"PE{pe} slot {slot}: a Word no {tile.dtype=} carrier "
                                          "holds (state.py, payload pool)")
-                new, old = new[part][:n], self._loaded[pe, at][part][:n]
-                out.update({(pe, at + j): new[j] for j in np.flatnonzero(new != old).tolist()})
+                for part, written in enumerate(out):
+                    now, was = new[part][:n], self._loaded[pe, at][part][:n]
+                    written.update({(pe, at + j): now[j]
+                                    for j in np.flatnonzero(now != was).tolist()})
         return out
 
     def _block_to_state(self):
@@ -483,7 +487,7 @@ def _scatter():
 
 def with_words(leaf, dtype, words: dict):
     """A [4, K, W] pool leaf with `words` ((pe, slot of the PE's pool) -> value)
-    written: with_rows over the leaf seen as [4 * K * W]."""
+    written: with_rows at [pe, slot // W, slot % W]."""
     import jax
 
     W = leaf.shape[2]
