@@ -578,30 +578,63 @@ def config_of(s: State) -> MachineConfig:
 
 
 @chex.dataclass
+class PoolWrite:
+    """A block's write to its PE's pool, held until its completion is over
+    (with_pe_file applies it): at pool slot `base`, the slots of `words` where
+    `words_mask` holds and the bits of `defined` where `defined_mask` does. The
+    completion's conditionals (lane classes, families) then carry a window and
+    read the Core's pools, which XLA would otherwise copy whole into and out
+    of each conditional, every block."""
+    base: jax.Array             # int32 pool slot of the window's first
+    words: jax.Array            # uint64 or uint32 [n] slots
+    words_mask: jax.Array       # bool[n]
+    defined: jax.Array          # bool[n]
+    defined_mask: jax.Array     # bool[n]
+
+
+def no_pool_write(local: LocalFile, n: int) -> PoolWrite:
+    """A PoolWrite of `n` slots that writes nothing."""
+    none = jnp.zeros(n, bool)
+    return PoolWrite(base=jnp.int32(0), words=jnp.zeros(n, local.words.dtype), words_mask=none,
+                     defined=none, defined_mask=none)
+
+
+@chex.dataclass
 class PeFile:
     """PE `pe`'s Local register file while one of its blocks completes: its
     descriptors projected (S x 16 int32), its payload left in the Core's pools
     and addressed at (pe, a tile's base). A block then copies only the windows
     it names; projecting the whole file and writing it back cost a batched
-    TLOAD two passes over all of the PE's payload."""
+    TLOAD two passes over all of the PE's payload. The block's write to the
+    pools waits in `write` (PoolWrite)."""
     desc: jax.Array             # int32[S, len(TILE_FIELDS)]: this PE's
-    words: jax.Array            # uint64 or uint32 [4, K * W]: the Core's pools
-    defined: jax.Array          # bool[4, K * W]: the Core's
+    words: jax.Array            # uint64 or uint32 [4, K * W]: the Core's pools, read only
+    defined: jax.Array          # bool[4, K * W]: the Core's, read only
     pe: jax.Array               # int32
     lane: jax.Array             # int32[L] 0..L-1, a constant: L is the completion's lane count
+    write: PoolWrite            # the window the block writes (at most one tile's)
 
 
-def pe_file(local: LocalFile, pe, lanes: int) -> PeFile:
+def pe_file(local: LocalFile, pe, lanes: int, write_slots: int) -> PeFile:
     """PE `pe`'s view of the Core's Local files (pe may be traced) for a
-    completion over `lanes` lanes (ops.dispatch.lane_classes; at most tile_words)."""
+    completion over `lanes` lanes (ops.dispatch.lane_classes; at most tile_words),
+    whose write has room for `write_slots` slots (at least a window of `lanes`)."""
     return PeFile(desc=row(local.desc, pe), words=local.words, defined=local.defined,
-                  pe=jnp.asarray(pe, jnp.int32), lane=jnp.arange(lanes, dtype=jnp.int32))
+                  pe=jnp.asarray(pe, jnp.int32), lane=jnp.arange(lanes, dtype=jnp.int32),
+                  write=no_pool_write(local, write_slots))
 
 
 def with_pe_file(local: LocalFile, f: PeFile) -> LocalFile:
-    """`local` after PE `f.pe`'s block: its descriptors written back, the
-    payload as the block left it (written in place)."""
-    return LocalFile(desc=set_row(local.desc, f.pe, f.desc), words=f.words, defined=f.defined)
+    """`local` after PE `f.pe`'s block: its descriptors written back and its
+    pool write applied (in place: one window of the PE's pool)."""
+    w = f.write
+    n = w.words.shape[0]
+
+    def put(a, new, mask):
+        old = jax.lax.dynamic_slice(a, (f.pe, w.base), (1, n))[0]
+        return jax.lax.dynamic_update_slice(a, jnp.where(mask, new, old)[None], (f.pe, w.base))
+    return LocalFile(desc=set_row(local.desc, f.pe, f.desc), words=put(local.words, w.words, w.words_mask),
+                     defined=put(local.defined, w.defined, w.defined_mask))
 
 
 # ----------------------------------------------------------------- host helpers

@@ -166,9 +166,15 @@ def leaf_names(cfg: MachineConfig) -> list:
     return list(state_leaves(reset_leaves(cfg)))
 
 
-def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS, core: bool = False):
+def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS, core: bool = False,
+                 scratch: Optional[dict] = None):
     """(batched State, words uint32[R, length], lengths int32[R]) for rows that are
-    Cases, (State, words) pairs, or None (a filler row)."""
+    Cases, (State, words) pairs, or None (a filler row).
+
+    scratch: a dict the caller keeps between calls, whose arrays the leaves of
+    whole-State rows are written into (the State returned is then only good
+    until the next call). A batch at `asl` is hundreds of MB, and a fresh
+    array of that size costs its page faults again every call."""
     R = len(rows)
     base = reset_leaves(cfg)
     gm = np.zeros((R, cfg.gm_bytes), np.uint8)
@@ -197,7 +203,15 @@ def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS, core: 
     st = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (R,) + a.shape), base)
     st = st.replace(gm=gm, gpr=gpr, pc=pc, tile_capacity=cap)
     if full:
-        out = [np.array(a) for a in jax.tree_util.tree_leaves(st)]
+        out = []
+        for i, a in enumerate(jax.tree_util.tree_leaves(st)):
+            buf = None if scratch is None else scratch.get(i)
+            if buf is None or buf.shape != a.shape or buf.dtype != a.dtype:
+                buf = np.empty(a.shape, a.dtype)
+                if scratch is not None:
+                    scratch[i] = buf
+            np.copyto(buf, a)
+            out.append(buf)
         for r, s in full.items():
             for i, x in enumerate(jax.tree_util.tree_leaves(s)):
                 out[i][r] = np.asarray(x)
@@ -297,6 +311,7 @@ class JaxRunner:
             raise ValueError("a Core runner runs every PE; leave pe at 0")
         self.cfg, self.rows, self.pe, self.on_fault, self.length = cfg, rows, pe, on_fault, length
         self.core = core
+        self._scratch = {}      # batch_arrays' reused arrays: run() finishes a batch before the next
 
     @property
     def capacity(self) -> int:
@@ -310,7 +325,7 @@ class JaxRunner:
         if not 1 <= n <= self.capacity:
             raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")
         rows = list(items) + [None] * (self.rows - n)
-        st, words, lengths = batch_arrays(rows, self.cfg, self.length, self.core)
+        st, words, lengths = batch_arrays(rows, self.cfg, self.length, self.core, self._scratch)
         res = batch_run(st, words, self.pe, lengths=lengths, on_fault=self.on_fault, cfg=self.cfg,
                         core=self.core)
         leaves = {k: v[:n] for k, v in state_leaves(res.state).items()}
@@ -336,9 +351,9 @@ def mismatch_mask(got: BatchOutcomes, want: Sequence, rows: Sequence[int]) -> np
         failed |= np.array([w.error is None and (w.leaves[k].shape != a.shape[1:]
                                                  or w.leaves[k].dtype != a.dtype) for w in want])
     bad = failed | (got.executed[idx] != np.array([w.executed for w in want]))
-    for k, a in got.leaves.items():
-        b = np.stack([a[r] if f else w.leaves[k] for r, f, w in zip(idx, failed, want)])
-        bad |= ~(a[idx] == b).reshape(len(idx), -1).all(axis=1)
+    # row by row: stacking the oracle's States first would copy a batch of them
+    for i, (r, w) in enumerate(zip(idx, want)):
+        bad[i] = bad[i] or not all(np.array_equal(a[r], w.leaves[k]) for k, a in got.leaves.items())
     return bad
 
 

@@ -392,10 +392,11 @@ def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
     storage at the PE's pool top (state.pool_top; W = tile_words), and there
     write the Words of `words` (lane_count of them) that `written` marks and
     all of `defined` (allocation clears every other bit; the Words not written
-    keep the pool's, stale), in the Core's arrays in place (encode_window). Else
-    the file is unchanged. The tile's own slots past the lanes' window stay as
-    they are: above the pool top nothing was ever written (zero, undefined),
-    which is what this allocation would write there."""
+    keep the pool's, stale), as the file's pending write (state.PoolWrite,
+    encode_window). Else the file is unchanged. The tile's own slots past the
+    lanes' window stay as they are: above the pool top nothing was ever
+    written (zero, undefined), which is what this allocation would write there.
+    A block installs at most one tile."""
     assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
     L = lane_count(tiles)
     base = _next_base(tiles, W)
@@ -413,14 +414,16 @@ def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
     slots, slots_defined = encode_window(words, defined, wide, L, s64=s64)
     slots_written = encode_window(words, written, wide, L, s64=s64)[1]
     slot, do, desc, own = settle((slot, do, desc, own))
-    pe = tiles.pe
-
-    def put(a, new, mask):
-        old = _window(tiles, a, base)
-        return jax.lax.dynamic_update_slice(a, jnp.where(mask, new, old)[None], (pe, base))
+    # a family that does not install here keeps another family's write
+    prev = tiles.write
+    room = prev.words.shape[0] - own.shape[0]       # the write's slots past the window
+    fit = lambda new, old: jnp.where(do, jnp.pad(new, (0, room)), old)
+    write = prev.replace(base=jnp.where(do, base, prev.base), words=fit(slots, prev.words),
+                         words_mask=fit(own & slots_written, prev.words_mask),
+                         defined=fit(slots_defined, prev.defined),
+                         defined_mask=fit(own, prev.defined_mask))
     return tiles.replace(desc=set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))),
-                         words=put(tiles.words, slots, do & own & slots_written),
-                         defined=put(tiles.defined, slots_defined, do & own))
+                         write=write)
 
 
 # ---------------------------------------------------------------- CUBE descriptors

@@ -21,9 +21,10 @@ import jax.numpy as jnp
 
 from .. import tables
 from ..indexing import row
-from ..state import TILE_COLUMN as COL, pe_file, with_pe_file
+from ..state import TILE_COLUMN as COL, pe_file, window_slots, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
 from .common import DT_BITS, div, slot_of, take, trip_count, under_batch
+from .shared_transport import apply_row_write, no_row_write
 from .header import Header
 
 OP = tables.OP_ID
@@ -86,36 +87,95 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     batch's States. pj.run's one State runs every block at tile_words: a pass
     at the machine's size costs one State little (a 16x16 TLOAD call takes
     3-5 ms at asl, 1.3 on tiny), and its program, compiled for each new
-    stream, stays one copy."""
+    stream, stays one copy.
+
+    The Core's large arrays (the Local pools, the Shared Words) enter the
+    branches read only: a block's write to them comes out as one window
+    (state.PoolWrite, shared_transport.RowWrite), applied here. XLA copies
+    whole every large array a conditional passes through, each block."""
     classes = lane_classes(cfg.tile_words) if under_batch() else (cfg.tile_words,)
+    light, big = _split(state)
+    room = window_slots(classes[-1], state.tiles.words.dtype == jnp.uint64)
+
+    def at(lanes):
+        def run(light, h, pe, enable, cas_seed):
+            f, a, view, rw = _complete(_join(light, big), h, pe, enable, cas_seed, cfg=cfg,
+                                       effects=effects, lanes=lanes, room=room)
+            light = _split(view)[0]         # lane, whose length is the branch's, dropped
+            return f, a, light.replace(tiles=light.tiles.replace(lane=None)), rw
+        return run
+
     if len(classes) == 1:
-        return _complete(state, h, pe, enable, cas_seed, cfg=cfg, effects=effects, lanes=classes[0])
-    need = lanes_needed(row(state.tiles.desc, pe), h, cfg)
-    k = trip_count(jnp.sum(need > jnp.asarray(classes[:-1])))
-    branches = [functools.partial(_complete, cfg=cfg, effects=effects, lanes=L) for L in classes]
-    return jax.lax.switch(k, branches, state, h, pe, enable, cas_seed)
+        fault, addr, view, rw = at(classes[0])(light, h, pe, enable, cas_seed)
+    else:
+        need = lanes_needed(row(state.tiles.desc, pe), h, cfg)
+        k = trip_count(jnp.sum(need > jnp.asarray(classes[:-1])))
+        fault, addr, view, rw = jax.lax.switch(k, [at(L) for L in classes], light, h, pe, enable,
+                                               cas_seed)
+    view = _join(view, big)
+    tiles = with_pe_file(state.tiles, view.tiles) if effects & LOCAL_WRITERS else state.tiles
+    shared = apply_row_write(view.shared, rw) if rw is not None else view.shared
+    return fault, addr, view.replace(tiles=tiles, shared=shared)
 
 
-def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: int):
-    """complete, over `lanes` lanes."""
-    view = state.replace(tiles=pe_file(state.tiles, pe, lanes))
+def _split(state):
+    """(the State without its large arrays, those arrays): what a conditional
+    may carry, and what its branches read from outside (_join)."""
+    big = (state.tiles.words, state.tiles.defined, state.shared.words)
+    light = state.replace(tiles=state.tiles.replace(words=None, defined=None),
+                          shared=state.shared.replace(words=None))
+    return light, big
+
+
+def _join(light, big):
+    words, defined, shared_words = big
+    return light.replace(tiles=light.tiles.replace(words=words, defined=defined),
+                         shared=light.shared.replace(words=shared_words))
+
+
+def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: int, room: int):
+    """complete, over `lanes` lanes, writes held: (fault, fault address, the
+    view (tiles: the PeFile with its PoolWrite), the RowWrite or None)."""
+    view = state.replace(tiles=pe_file(state.tiles, pe, lanes, room))
     routed = ~h.cube & ~h.zero_mask
     cas = (h.op == OP["MGATHER.CAS"]) & routed
     mat = (h.op >= matrix.FIRST) & (h.op <= matrix.LAST) & routed
     shr = is_shared_tlsu(h) & routed
-    fault, addr, view = transport.complete(view, h, pe, cfg, enable & ~cas & ~mat & ~shr, effects)
+    fault, addr, view, _ = _family(functools.partial(transport.complete, effects=effects),
+                                   enable & ~cas & ~mat & ~shr, view, h, pe, cfg)
+    rw = None
     if "SHARED" in effects:
-        f, a, view = shared_transport.complete(view, h, cfg, enable & shr)
+        f, a, view, rw = _family(lambda s, h, pe, cfg, enable: shared_transport.complete(s, h, cfg, enable),
+                                 enable & shr, view, h, pe, cfg, no_row_write(view.shared))
         fault, addr = jnp.where(shr, f, fault), jnp.where(shr, a, addr)
-    if "MGATHER.CAS" in effects:
-        f, a, view = mgather_cas.complete(view, h, pe, cfg, enable & cas, cas_seed)
-        fault, addr = jnp.where(cas, f, fault), jnp.where(cas, a, addr)
-    if "MATMUL" in effects:
-        f, a, view = matrix.complete(view, h, pe, cfg, enable & mat)
-        fault, addr = jnp.where(mat, f, fault), jnp.where(mat, a, addr)
-    if not effects & LOCAL_WRITERS:
-        return fault, addr, view.replace(tiles=state.tiles)     # nothing to write back
-    return fault, addr, view.replace(tiles=with_pe_file(state.tiles, view.tiles))
+    for name, chosen, family in (("MGATHER.CAS", cas, functools.partial(mgather_cas.complete,
+                                                                         cas_seed=cas_seed)),
+                                 ("MATMUL", mat, matrix.complete)):
+        if name in effects:
+            f, a, view, _ = _family(family, enable & chosen, view, h, pe, cfg)
+            fault, addr = jnp.where(chosen, f, fault), jnp.where(chosen, a, addr)
+    return fault, addr, view, rw
+
+
+def _family(family, enable, view, h: Header, pe, cfg, idle=None):
+    """family(view, h, pe, cfg, enable) -> (fault, fault address, view[, a
+    write]), run only when `enable` holds for some State (under pj.batch.run:
+    for some State of the batch, trip_count). Otherwise it would change
+    nothing, and its fault is not read (a completion's fault counts only where
+    it is enabled), so a block pays for the families the batch's blocks at
+    this commit have, not for every family the stream may have (a campaign's
+    filler row names them all). `idle`: the write when it does not run."""
+    light, big = _split(view)
+
+    def run(light):
+        f, a, v, *write = family(_join(light, big), h, pe, cfg, enable)
+        assert all(x is y for x, y in zip(_split(v)[1], big)), "a family wrote a large array"
+        return jnp.asarray(f, jnp.int32), jnp.asarray(a, jnp.uint64), _split(v)[0], \
+            (write[0] if write else None)
+
+    skip = lambda light: (jnp.int32(0), jnp.uint64(0), light, idle)
+    f, a, light, write = jax.lax.cond(trip_count(enable.astype(jnp.int32)) > 0, run, skip, light)
+    return f, a, _join(light, big), write
 
 
 def complete_core(state, h: Header, cfg, enable, effects, cas_seed=0):

@@ -36,6 +36,25 @@ def _last_writer(key, order, active):
     return jnp.zeros(n, bool).at[idx].set(last_sorted) & active
 
 
+class RowWrite(NamedTuple):
+    """A Shared TLOAD's write of one record's Words (row `index` of
+    SharedTiles.words, when `do`), applied after the completion (apply_row_write):
+    the completion's conditionals then carry one row, not the whole file."""
+    index: jax.Array
+    do: jax.Array
+    words: jax.Array            # uint64[shared_words]
+
+
+def no_row_write(shared) -> RowWrite:
+    return RowWrite(jnp.int32(0), jnp.bool_(False), jnp.zeros(shared.words.shape[-1], U64))
+
+
+def apply_row_write(shared, w: RowWrite):
+    """`shared` with the RowWrite done (in place: one row)."""
+    return shared.replace(words=shared.words.at[w.index].set(
+        jnp.where(w.do, w.words, shared.words[w.index])))
+
+
 class _Load(NamedTuple):
     """TLOAD steps 4-7: the register's new shape and the verdicts."""
     tsz: jax.Array
@@ -102,7 +121,8 @@ def _store_checks(state, h: Header, cfg, size, spart, rec, exists, bits) -> _Sto
 
 def _load_effect(state, h: Header, sid, i, exists, rec, ld: _Load, lane, loaded, do_load):
     """TLOAD effect: a new record or a compatible update of the selected quarters.
-    Returns (the new Shared file, the settled record index)."""
+    Returns (the Shared file with the record's fields, the settled record
+    index, the write of its Words)."""
     shared, mask, edt = state.shared, h.shared_mask, h.dtype
     new_words = jnp.where(lane, loaded, jnp.where(exists, row(shared.words, i), U64(0)))
     init = jnp.where(exists, rec["initialized_mask"] | mask, mask)
@@ -116,12 +136,12 @@ def _load_effect(state, h: Header, sid, i, exists, rec, ld: _Load, lane, loaded,
     i, do_load, fields = settle((i, do_load, fields))
     upd = {k: getattr(shared, k).at[i].set(jnp.where(do_load, v, getattr(shared, k)[i]))
            for k, v in fields.items()}
-    upd["words"] = shared.words.at[i].set(jnp.where(do_load, new_words, shared.words[i]))
-    return shared.replace(**upd), i
+    return shared.replace(**upd), i, RowWrite(i, do_load, new_words)
 
 
 def complete(state, h: Header, cfg, enable):
-    """Complete a Shared TLSU block with header `h`: (fault, fault address, new state)."""
+    """Complete a Shared TLSU block with header `h`: (fault, fault address, new
+    state, the RowWrite of its Words still to apply)."""
     shared, WS = state.shared, cfg.shared_words
     is_load = h.op == OP["TLOAD"]
     spart = h.op == OP["TSTORE.SPART"]
@@ -175,7 +195,7 @@ def complete(state, h: Header, cfg, enable):
     ok = enable & legal & (mfault == 0)
 
     loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, take(DT_SIGNED, edt))
-    shared, i = _load_effect(state, h, sid, i, exists, rec, ld, lane, loaded, ok & is_load)
+    shared, i, write = _load_effect(state, h, sid, i, exists, rec, ld, lane, loaded, ok & is_load)
 
     # TSTORE effect: the register's Words (undefined ones included) to GM, in element order
     values = sh.read_words(state.shared, i, exists, sid, e)
@@ -183,4 +203,4 @@ def complete(state, h: Header, cfg, enable):
     writes = lane & ok & ~is_load
     gm = memory.write_elements(state.gm, addr, values, nbytes, (c & 1) == 1, four,
                                ~_last_writer(key, order, writes), writes)
-    return fault, fault_addr, state.replace(shared=shared, gm=gm)
+    return fault, fault_addr, state.replace(shared=shared, gm=gm), write
