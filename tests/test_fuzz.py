@@ -688,14 +688,17 @@ def test_long_campaign(capsys, tmp_path, on_fault, count):
 
 def test_defaults_are_the_models_own_bounds():
     """`ptojax fuzz` compares at asl unless told otherwise: 32-row batches (256
-    States of 15 MB would be 3.9 GB) and edge kinds mixed in; tiny keeps its
-    256 rows and draws no edge kinds unless asked."""
+    States of 15 MB would be 3.9 GB), edge kinds mixed in and the oracle in
+    this process; tiny keeps its 256 rows, draws no edge kinds unless asked
+    and runs the oracle in one worker per core."""
     from ptojax.cli import fuzz as F
     parse = cli.build_parser().parse_args
     got = {}
-    for argv in (["fuzz"], ["fuzz", "--config", "tiny"], ["fuzz", "--edge-weight", "0", "--batch", "8"]):
+    for argv in (["fuzz"], ["fuzz", "--config", "tiny"],
+                 ["fuzz", "--edge-weight", "0", "--batch", "8", "--jobs", "2"]):
         args = parse(argv)
         F._check(args)
-        got[" ".join(argv)] = (args.config, args.batch, args.edge_weight)
-    assert got == {"fuzz": ("asl", 32, 0.2), "fuzz --config tiny": ("tiny", 256, 0.0),
-                   "fuzz --edge-weight 0 --batch 8": ("asl", 8, 0.0)}
+        got[" ".join(argv)] = (args.config, args.batch, args.edge_weight, args.jobs)
+    cores = max(1, min(os.cpu_count() or 1, 32))
+    assert got == {"fuzz": ("asl", 32, 0.2, 1), "fuzz --config tiny": ("tiny", 256, 0.0, cores),
+                   "fuzz --edge-weight 0 --batch 8 --jobs 2": ("asl", 8, 0.0, 2)}

@@ -32,6 +32,14 @@ def default_edge_weight(config: str) -> float:
     return EDGE_WEIGHT_ASL if config == "asl" else 0.0
 
 
+def default_jobs(config: str) -> int:
+    """--jobs' default: one reference worker per CPU core, except at asl, where
+    the oracle runs in this process: sending its 15 MB States back from
+    workers cost more than the second core gave (1,200 cases on 2 cores: 9.4
+    cases/s with 2 workers, 13.9 in-process)."""
+    return 1 if config == "asl" else max(1, min(os.cpu_count() or 1, 32))
+
+
 def cmd_fuzz(args) -> int:
     from ptojax.fuzz import campaign as C
     from ptojax.fuzz import casefile, report
@@ -77,6 +85,8 @@ def _check(args):
         args.batch = default_rows(args.config)
     if args.edge_weight is None:
         args.edge_weight = default_edge_weight(args.config)
+    if args.jobs is None:
+        args.jobs = default_jobs(args.config)
     if args.count < 1:
         raise CliError(f"--count {args.count}: expected at least 1")
     if args.batch < 2:
@@ -122,7 +132,7 @@ def _campaign_config(args, C):
             raise CliError("--shard and --distributed exclude each other")
         shard = _distributed(args)
     ensure_compile_cache()
-    jobs = args.jobs if args.jobs is not None else max(1, min(os.cpu_count() or 1, 32))
+    jobs = args.jobs if args.jobs is not None else default_jobs(args.config)
     cc = C.CampaignConfig(seed=args.seed, count=args.count, config=args.config, rows=args.batch,
                           sample=args.sample, on_fault=args.on_fault, pe=args.pe, ops=ops,
                           kinds=kinds, jobs=jobs, shard=shard, cas_weight=args.cas_weight,

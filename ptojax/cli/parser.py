@@ -160,8 +160,8 @@ def _add_fuzz(sub, configs: str):
                         "(default portable)")
     f.add_argument("--pe", type=int, default=0, help="the current PE of every case (default 0)")
     f.add_argument("--jobs", type=int, default=None,
-                   help="reference-model worker processes (default: one per CPU core); 1 runs "
-                        "the reference in this process, overlapping the JAX batches")
+                   help="reference-model worker processes (default: one per CPU core; 1 at "
+                        "asl); 1 runs the reference in this process, overlapping the JAX batches")
     _add_fuzz_outputs(f)
     f.set_defaults(func=cmd_fuzz)
 
