@@ -89,33 +89,35 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     3-5 ms at asl, 1.3 on tiny), and its program, compiled for each new
     stream, stays one copy.
 
-    The Core's large arrays (the Local pools, the Shared Words) enter the
-    branches read only: a block's write to them comes out as one window
-    (state.PoolWrite, shared_transport.RowWrite), applied here. XLA copies
-    whole every large array a conditional passes through, each block."""
+    Each lane class is one lax.cond that applies its block's writes itself,
+    at its own window (state.PoolWrite, shared_transport.RowWrite): the
+    families inside it read the Core's large arrays (the Local pools, the
+    Shared Words) as operands only, since XLA copied them whole into and out
+    of every conditional that passed them through, each block; and a switch's
+    branches would each return a write as large as the largest class's."""
     classes = lane_classes(cfg.tile_words) if under_batch() else (cfg.tile_words,)
-    light, big = _split(state)
-    room = window_slots(classes[-1], state.tiles.words.dtype == jnp.uint64)
+    s64 = state.tiles.words.dtype == jnp.uint64
 
     def at(lanes):
-        def run(light, h, pe, enable, cas_seed):
-            f, a, view, rw = _complete(_join(light, big), h, pe, enable, cas_seed, cfg=cfg,
-                                       effects=effects, lanes=lanes, room=room)
-            light = _split(view)[0]         # lane, whose length is the branch's, dropped
-            return f, a, light.replace(tiles=light.tiles.replace(lane=None)), rw
+        def run(state):
+            f, a, view, rw = _complete(state, h, pe, enable, cas_seed, cfg=cfg, effects=effects,
+                                       lanes=lanes, room=window_slots(lanes, s64))
+            tiles = with_pe_file(state.tiles, view.tiles) if effects & LOCAL_WRITERS else state.tiles
+            shared = apply_row_write(view.shared, rw) if rw is not None else view.shared
+            return jnp.asarray(f, jnp.int32), jnp.asarray(a, jnp.uint64), \
+                view.replace(tiles=tiles, shared=shared)
         return run
 
     if len(classes) == 1:
-        fault, addr, view, rw = at(classes[0])(light, h, pe, enable, cas_seed)
-    else:
-        need = lanes_needed(row(state.tiles.desc, pe), h, cfg)
-        k = trip_count(jnp.sum(need > jnp.asarray(classes[:-1])))
-        fault, addr, view, rw = jax.lax.switch(k, [at(L) for L in classes], light, h, pe, enable,
-                                               cas_seed)
-    view = _join(view, big)
-    tiles = with_pe_file(state.tiles, view.tiles) if effects & LOCAL_WRITERS else state.tiles
-    shared = apply_row_write(view.shared, rw) if rw is not None else view.shared
-    return fault, addr, view.replace(tiles=tiles, shared=shared)
+        return at(classes[0])(state)
+    need = lanes_needed(row(state.tiles.desc, pe), h, cfg)
+    k = trip_count(jnp.sum(need > jnp.asarray(classes[:-1])))
+    out = (jnp.int32(0), jnp.uint64(0), state)
+    for i, L in enumerate(classes):
+        # one cond per class, its writes applied inside: a switch's branches
+        # would all return a write the size of the largest class's window
+        out = jax.lax.cond(k == i, lambda o, run=at(L): run(o[2]), lambda o: o, out)
+    return out
 
 
 def _split(state):
