@@ -615,13 +615,12 @@ class PeFile:
     write: PoolWrite            # the window the block writes (at most one tile's)
 
 
-def pe_file(local: LocalFile, pe, lanes: int, write_slots: int) -> PeFile:
+def pe_file(local: LocalFile, pe, lanes: int) -> PeFile:
     """PE `pe`'s view of the Core's Local files (pe may be traced) for a
-    completion over `lanes` lanes (ops.dispatch.lane_classes; at most tile_words),
-    whose write has room for `write_slots` slots (at least a window of `lanes`)."""
+    completion over `lanes` lanes (ops.dispatch.lane_classes; at most tile_words)."""
     return PeFile(desc=row(local.desc, pe), words=local.words, defined=local.defined,
                   pe=jnp.asarray(pe, jnp.int32), lane=jnp.arange(lanes, dtype=jnp.int32),
-                  write=no_pool_write(local, write_slots))
+                  write=no_pool_write(local, window_slots(lanes, local.words.dtype == jnp.uint64)))
 
 
 def with_pe_file(local: LocalFile, f: PeFile) -> LocalFile:

@@ -416,9 +416,8 @@ def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
     slot, do, desc, own = settle((slot, do, desc, own))
     # a family that does not install here keeps another family's write
     prev = tiles.write
-    room = prev.words.shape[0] - own.shape[0]       # the write's slots past the window
-    fit = lambda new, old: jnp.where(do, jnp.pad(new, (0, room)), old)
-    write = prev.replace(base=jnp.where(do, base, prev.base), words=fit(slots, prev.words),
+    fit = lambda new, old: jnp.where(do, new, old)
+    write = prev.replace(base=fit(base, prev.base), words=fit(slots, prev.words),
                          words_mask=fit(own & slots_written, prev.words_mask),
                          defined=fit(slots_defined, prev.defined),
                          defined_mask=fit(own, prev.defined_mask))

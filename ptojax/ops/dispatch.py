@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from .. import tables
 from ..indexing import row
-from ..state import TILE_COLUMN as COL, pe_file, window_slots, with_pe_file
+from ..state import TILE_COLUMN as COL, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
 from .common import DT_BITS, div, slot_of, take, trip_count, under_batch
 from .shared_transport import apply_row_write, no_row_write
@@ -96,12 +96,11 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     of every conditional that passed them through, each block; and a switch's
     branches would each return a write as large as the largest class's."""
     classes = lane_classes(cfg.tile_words) if under_batch() else (cfg.tile_words,)
-    s64 = state.tiles.words.dtype == jnp.uint64
 
     def at(lanes):
         def run(state):
             f, a, view, rw = _complete(state, h, pe, enable, cas_seed, cfg=cfg, effects=effects,
-                                       lanes=lanes, room=window_slots(lanes, s64))
+                                       lanes=lanes)
             tiles = with_pe_file(state.tiles, view.tiles) if effects & LOCAL_WRITERS else state.tiles
             shared = apply_row_write(view.shared, rw) if rw is not None else view.shared
             return jnp.asarray(f, jnp.int32), jnp.asarray(a, jnp.uint64), \
@@ -135,10 +134,10 @@ def _join(light, big):
                          shared=light.shared.replace(words=shared_words))
 
 
-def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: int, room: int):
+def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: int):
     """complete, over `lanes` lanes, writes held: (fault, fault address, the
     view (tiles: the PeFile with its PoolWrite), the RowWrite or None)."""
-    view = state.replace(tiles=pe_file(state.tiles, pe, lanes, room))
+    view = state.replace(tiles=pe_file(state.tiles, pe, lanes))
     routed = ~h.cube & ~h.zero_mask
     cas = (h.op == OP["MGATHER.CAS"]) & routed
     mat = (h.op >= matrix.FIRST) & (h.op <= matrix.LAST) & routed
