@@ -117,6 +117,16 @@ RESERVED_LAYOUT_CODES = tuple(c for c in range(32) if c not in LAYOUT_CODES)
 CUBE_LOAD_CODES = {21: "CUBE_M32", 22: "CUBE_M16", 23: "CUBE_N8"}
 CUBE_STORE_CODES = {24: "CUBE_M32", 25: "CUBE_M16", 26: "CUBE_N8"}
 
+# Ordinary codes (NORM and the twelve relayouts): the layout each names for
+# the tile (the second half of its name). TLOAD and TSTORE read only this
+# half: a relayout TLOAD gives its destination this layout, GM is always
+# row-major, and no check reads the first half (docs/spec-notes.md).
+ORDINARY_CODE_LAYOUT = {0: "RowMajor", 1: "ColumnMajor", 3: "ZN", 4: "NZ",
+                        6: "RowMajor", 8: "ZN", 9: "NZ",
+                        17: "RowMajor", 18: "ColumnMajor", 20: "NZ",
+                        27: "RowMajor", 28: "ColumnMajor", 30: "ZN"}
+RELAYOUT_CODES = tuple(c for c in ORDINARY_CODE_LAYOUT if c != 0)
+
 # Tile descriptor layout (state-and-transport.md A.3). Numbering is ptojax's own
 # (the descriptor enumeration is model state, not an encoded field).
 TILE_LAYOUTS = ("RowMajor", "ColumnMajor", "ZN", "NZ", "CUBE_M16", "CUBE_M32", "CUBE_N8")

@@ -16,7 +16,8 @@ class TileView:
 
     words/defined hold one 64-bit Word per element slot of the storage region
     (rows x columns slots) in the model's slot order: CUBE payload order for
-    CUBE layouts, r*columns + c for ordinary row-major tiles.
+    CUBE layouts, the layout's own index for ordinary ones (RowMajor
+    r*columns + c, ColumnMajor, ZN, NZ: layouts.ordinary).
     """
     index: int
     allocated: bool
@@ -56,9 +57,8 @@ class TileView:
             cr, cc = CELL_SHAPES[(self.layout, tables.dtype(self.dtype).cube_class)]
             return int(payload_index_of(self.layout, cr, cc, self.element_bits == 4,
                                         self.k_repeat, row, col))
-        if self.layout == "ColumnMajor":
-            return col * self.rows + row
-        return row * self.columns + col
+        from .layouts.ordinary import payload_index
+        return int(payload_index(self.layout, self.dtype, self.rows, self.columns, row, col))
 
     def element(self, row: int, col: int) -> int:
         """Raw low element bits at logical (row, col)."""

@@ -326,7 +326,8 @@ def _pair(text: str):
 
 
 def test_relayout_code_after_datr_applicability():
-    # C.7 step 3 (B.DATR DataType 31 in an ordinary block) fires before Fault_Unimplemented
+    # C.7 step 3 (B.DATR DataType 31 in an ordinary block) fires before the
+    # relayout's own checks (once Fault_Unimplemented, found here)
     got, want, s, w = _pair("""BSTART.TLOAD FP16
         B.DATR {ND2DN, DTYPE_NONE, Zero}
         B.IOT mask=1000, last, ->T<1>
@@ -335,7 +336,8 @@ def test_relayout_code_after_datr_applicability():
 
 
 def test_relayout_code_after_binding_checks():
-    # C.7 step 2 (no B.IOT: binding stream incomplete) fires before Fault_Unimplemented
+    # C.7 step 2 (no B.IOT: binding stream incomplete) fires before the
+    # relayout's own checks (once Fault_Unimplemented, found here)
     got, want, s, w = _pair("""BSTART.TLOAD FP16
         B.DATR {ND2DN, FP64, Zero}
         BSTOP""")

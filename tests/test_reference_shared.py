@@ -472,7 +472,8 @@ def test_shared_tload_2_scalar_schema_is_bundle_control(bad):
     (dict(layout=0, dtype=0, pad=0, rmode=1), "Fault_TileLegality"),
     (dict(layout=0, dtype=0, pad=0, sat=1), "Fault_TileLegality"),
     (dict(layout=0, dtype=0, pad=0, canon=1), "Fault_TileLegality"),
-    (dict(layout=1, dtype=0, pad=0), "Fault_Unimplemented"),      # a relayout code
+    (dict(layout=1, dtype=31, pad=0), "Fault_TileLegality"),     # DTYPE_NONE with a relayout
+    (dict(layout=4, dtype=0, pad=1), "Fault_TileLegality"),      # PadValue with a relayout
     (dict(layout=22, dtype=31, pad=3), "Fault_TileLegality"),     # a CUBE code with a B.IOS
 ])
 def test_shared_tload_3_datr(attrs, fault):
@@ -486,6 +487,104 @@ def test_shared_tload_3_datr_present_keeps_the_bstart_dtype():
     rec = record(out, 5)
     assert int(rec["dtype"]) == tables.dtype("U16").code
     assert [int(w) for w in rec["words"][:4]] == [0x0100, 0x0302, 0x0908, 0x0B0A]
+
+
+# ----------------------------------------------------------------- Shared relayout codes
+#
+# A Shared TLOAD gives the register the layout the code's second half names
+# (BSTART type, GM row-major); element (r, c) sits at its layout index e,
+# whose quarter picks the PE (and so the base/stride GPRs) that loads it. A
+# Shared TSTORE reads the register in the code's layout: a record of another
+# layout is Fault_TileLegality. A ZN/NZ register off the fractal grid has no
+# index: the model stops on an assertion, ptojax faults Fault_TileLegality
+# (docs/spec-notes.md).
+
+
+def g7_state():
+    """GM 0x100.. holds FP16 r*32 + c for a 2 x 32 matrix (dense rows of 64 bytes);
+    PE0/PE1 read it at 0x100, PE2/PE3 at 0x200 with the same values + 0x1000."""
+    s = pj.reset(SMALL)
+    rows = [[r * 32 + c for c in range(32)] for r in range(2)]
+    s = pj.write_memory(s, 0x100, b"".join(v.to_bytes(2, "little") for row in rows for v in row))
+    s = pj.write_memory(s, 0x200, b"".join((v + 0x1000).to_bytes(2, "little")
+                                           for row in rows for v in row))
+    s = gpr_all(s, X3, 64)
+    for p in PES:
+        s = pj.write_gpr(s, X2, 0x100 if p < 2 else 0x200, pe=p)
+    return s
+
+
+@pytest.mark.parametrize("code,at", [
+    (4, lambda r, c: (c // 16) * 256 + r * 16 + c % 16),          # ND2NZ
+    (3, lambda r, c: (c // 16) * 256 + (c % 16) * 16 + r),        # ND2ZN
+    (1, lambda r, c: c * 16 + r),                                 # ND2DN: 16 rows
+])
+def test_shared_relayout_g7_layout_index_and_quarters(code, at):
+    # FP16 2 x 32 into S7 (1024 B: 16 rows x 32 columns); quarter = e DIV 128
+    out = ok(g7_state(), sload("FP16", 7, 2, 32, 32, 4, extra=[datr(code, 0, 0)]))
+    rec = record(out, 7)
+    assert tables.TILE_LAYOUTS[int(rec["layout"])] == \
+        {1: "ColumnMajor", 3: "ZN", 4: "NZ"}[code]
+    assert (int(rec["rows"]), int(rec["cols"])) == (16, 32)
+    for r in range(2):
+        for c in range(32):
+            e = at(r, c)
+            owner = e // 128                       # PE0/PE1 read 0x100, PE2/PE3 0x200
+            assert int(rec["words"][e]) == r * 32 + c + (0x1000 if owner >= 2 else 0), (r, c)
+
+
+def test_shared_relayout_tstore_reads_in_the_codes_layout():
+    s = ok(g7_state(), sload("FP16", 7, 2, 32, 32, 4, extra=[datr(4, 0, 0)]))
+    s = gpr_all(gpr_all(s, X2, 0x400), X3, 64)
+    # the record is NZ: NORM (RowMajor) and ND2ZN (ZN) read it in another layout
+    for code in (None, 0, 3, 1):
+        fails(s, sstore("FP16", 7, extra=[datr(code, 0, 0)] if code is not None else []),
+              "Fault_TileLegality")
+    # any code naming NZ stores it back row-major
+    for code in (4, 9, 20):
+        out = ok(s, sstore("FP16", 7, extra=[datr(code, 0, 0)]))
+        got = [int.from_bytes(pj.read_memory(out, 0x400 + 2 * k, 2), "little") for k in range(64)]
+        want = [r * 32 + c + (0x1000 if c >= 16 else 0) for r in range(2) for c in range(32)]
+        assert got == want
+
+
+def test_shared_relayout_update_keeps_the_layout():
+    # a second TLOAD into the register must name the same layout
+    s = ok(g7_state(), sload("FP16", 7, 2, 32, 32, 4, pemode=5, extra=[datr(4, 0, 0)]))
+    fails(s, sload("FP16", 7, 2, 32, 32, 4, pemode=5, extra=[datr(3, 0, 0)]), "Fault_TileLegality")
+    ok(s, sload("FP16", 7, 2, 32, 32, 4, pemode=5, extra=[datr(9, 0, 0)]))
+
+
+@pytest.mark.parametrize("code", [3, 4, 8, 9, 20, 30])
+def test_shared_relayout_off_the_fractal_grid(code):
+    # FP16 fractals are 16 columns wide: 4 columns (or 8 rows) are off the grid
+    fails(g7_state(), sload("FP16", 7, 4, 4, 4, 1, extra=[datr(code, 0, 0)]), "Fault_TileLegality")
+    fails(g7_state(), sload("FP16", 7, 2, 16, 16, 2, extra=[datr(code, 0, 0)]),
+          "Fault_TileLegality")                                  # 8 rows
+    # an unallocated register read through an off-grid temporary descriptor
+    fails(g7_state(), sstore("FP16", 9, vr=2, vc=4, cols=4, extra=[datr(code, 0, 0)]),
+          "Fault_TileLegality")
+
+
+def test_shared_relayout_tstore_of_no_record_reads_undefined_words_at_the_layout_index():
+    # no record: a temporary 16 x 16 FP16 NZ/ColumnMajor descriptor; Word e is sid XOR e
+    s = gpr_all(gpr_all(pj.reset(SMALL), X2, 0x400), X3, 32)
+    for code, at in ((4, lambda r, c: r * 16 + c), (1, lambda r, c: c * 16 + r)):
+        out = ok(s, sstore("FP16", 9, vr=16, vc=16, cols=16, extra=[datr(code, 0, 0)]))
+        got = [int.from_bytes(pj.read_memory(out, 0x400 + 32 * r + 2 * c, 2), "little")
+               for r in range(16) for c in range(16)]
+        assert got == [(9 ^ at(r, c)) & 0xFFFF for r in range(16) for c in range(16)]
+
+
+def test_shared_relayout_register_is_no_matrix_source():
+    # the cooperative matrix forms read RowMajor Shared registers only
+    st = Core()
+    st.shared(40, "U16", [[2] * 16] * 16, size=4)
+    s = st.state()
+    nz = ok(s, sload("U16", 41, 16, 16, 16, 4, extra=[datr(4, 0, 0)]))
+    fails(nz, coop("TMATMUL", "U16", [40, 41], G=16, N=16, K=16, size=4), "Fault_TileLegality")
+    row_major = ok(s, sload("U16", 41, 16, 16, 16, 4))
+    ok(row_major, coop("TMATMUL", "U16", [40, 41], G=16, N=16, K=16, size=4))
 
 
 @pytest.mark.parametrize("case", ["source_ios", "iot", "no_lb0", "no_lb1", "no_lb2", "lb1_zero",

@@ -797,18 +797,187 @@ def test_c7_5_preflight(base, stride, fault, addr):
     expect_fault(s, c7_header(ior=[ior(X2, X3)]), fault, addr=addr)
 
 
-@pytest.mark.parametrize("words", [
-    [bstart("TLOAD", "U16"), datr(1, 0, 0), iot_dst(0), BSTOP],          # ordinary relayout
-    [bstart("TSTORE", "U16"), datr(27, 0, 0), iot_src(0), BSTOP],
-    [bstart("TLOAD", "U16"), datr(1, 0, 0), ios(7, 7, 1), BSTOP],        # Shared relayout
-    [bstart("TSTORE.SPART", "U16"), datr(6, 0, 0), ios(7, 3), BSTOP],
+# ----------------------------------------------------------------- C.7 / C.8 relayout codes
+#
+# An ordinary B.DATR Layout code names two layouts; TLOAD and TSTORE read only
+# the second (docs/spec-notes.md): a TLOAD reads GM row-major into a tile of
+# that layout, and a TSTORE reads its source through the source's own layout.
+# B.DATR DataType must be 0, so a relayout TLOAD's tile is FP64 whatever the
+# BSTART type (the dense stride still uses the BSTART type). A ZN/NZ tile must
+# be whole fractals of 16 rows x 32 bytes (4 FP64 columns): checked on the new
+# descriptor after its allocation, Fault_TileLegality.
+
+RELAYOUT_DESTINATION = {1: "ColumnMajor", 3: "ZN", 4: "NZ", 6: "RowMajor", 8: "ZN", 9: "NZ",
+                        17: "RowMajor", 18: "ColumnMajor", 20: "NZ", 27: "RowMajor",
+                        28: "ColumnMajor", 30: "ZN"}
+
+
+def fp64_matrix(rows, cols):
+    """A distinct 64-bit Word for each (r, c): 0x0101_0000_0000_0000 * (r+1) + c."""
+    return [[(0x0101 << 48) * (r + 1) + c for c in range(cols)] for r in range(rows)]
+
+
+def relayout_load(code, vr, vc, size, cols=None, dt="FP64", regs=False, hand=0):
+    dims = [dim(0, vc), dim(1, vr)] + ([dim(2, cols)] if cols else [])
+    return ([bstart("TLOAD", dt), datr(code, 0, 0)] + dims + [iot_dst(hand, size)]
+            + ([ior(X2, X3)] if regs else []))
+
+
+def relayout_state(values, base=0x100):
+    """GM holds `values` row-major as 8-byte Words from `base` (dense rows)."""
+    raw = b"".join(v.to_bytes(8, "little") for row in values for v in row)
+    return write_memory(small(), base, raw)
+
+
+def loaded_at(t, vr, vc):
+    """{(r, c): payload index} read back by value (the Word of fp64_matrix)."""
+    where = {int(t["words"][i]): i for i in np.flatnonzero(t["defined"])}
+    m = fp64_matrix(vr, vc)
+    return {(r, c): where[m[r][c]] for r in range(vr) for c in range(vc)}
+
+
+def test_relayout_g1_nd2nz_two_fractal_columns():
+    # 2 x 8 FP64 at SizeCode 4: rows 1024*8/(8*64) = 16, one fractal row, two
+    # fractal columns of 4; NZ index (c DIV 4)*64 + r*4 + c MOD 4
+    s = with_regs(relayout_state(fp64_matrix(2, 8)), x2=0x100, x3=64)
+    t = tile(ok(s, relayout_load(4, 2, 8, 4, regs=True) + [BSTOP]), 0)
+    assert tables.TILE_LAYOUTS[int(t["layout"])] == "NZ"
+    assert tables.dtype(int(t["dtype"])).name == "FP64"
+    assert (int(t["rows"]), int(t["cols"]), int(t["valid_rows"]), int(t["valid_cols"])) == (16, 8, 2, 8)
+    at = loaded_at(t, 2, 8)
+    assert [at[0, c] for c in range(8)] == [0, 1, 2, 3, 64, 65, 66, 67]
+    assert [at[1, c] for c in range(8)] == [4, 5, 6, 7, 68, 69, 70, 71]
+    assert int(np.sum(t["defined"])) == 16 and int(t["defined_valid"]) == 16
+    # ND2ZN and ND2DN coincide here (16 physical rows): c*16 + r
+    for code in (3, 1):
+        t = tile(ok(s, relayout_load(code, 2, 8, 4, regs=True) + [BSTOP]), 0)
+        at = loaded_at(t, 2, 8)
+        assert [at[0, c] for c in range(8)] == [0, 16, 32, 48, 64, 80, 96, 112]
+        assert [at[1, c] for c in range(8)] == [1, 17, 33, 49, 65, 81, 97, 113]
+
+
+@pytest.mark.parametrize("code,expect", [
+    (6, [0, 5, 123, 128, 132, 135]),          # RowMajor r*8 + c
+    (1, [0, 160, 111, 16, 144, 240]),         # ColumnMajor c*32 + r
+    (3, [0, 80, 63, 128, 192, 240]),          # ZN
+    (4, [0, 129, 63, 64, 192, 195]),          # NZ
 ])
-def test_unimplemented_operations(words):
+def test_relayout_g2_index_per_layout(code, expect):
+    # 17 x 8 FP64 at SizeCode 5: 32 rows x 8 columns, two fractal rows and columns
+    s = with_regs(relayout_state(fp64_matrix(17, 8)), x2=0x100, x3=64)
+    t = tile(ok(s, relayout_load(code, 17, 8, 5, regs=True) + [BSTOP]), 0)
+    assert (int(t["rows"]), int(t["cols"])) == (32, 8)
+    at = loaded_at(t, 17, 8)
+    assert [at[rc] for rc in [(0, 0), (0, 5), (15, 3), (16, 0), (16, 4), (16, 7)]] == expect
+    assert int(np.sum(t["defined"])) == 17 * 8
+
+
+@pytest.mark.parametrize("code", sorted(RELAYOUT_DESTINATION))
+def test_relayout_tload_takes_the_second_half_of_the_code(code):
+    # every code: the tile's layout is the code's destination; RowMajor ones
+    # give exactly what NORM (B.DATR Layout 0) gives
+    s = with_regs(relayout_state(fp64_matrix(4, 4)), x2=0x100, x3=32)
+    st = ok(s, relayout_load(code, 4, 4, 3, regs=True) + [BSTOP])
+    t = tile(st, 0)
+    assert tables.TILE_LAYOUTS[int(t["layout"])] == RELAYOUT_DESTINATION[code]
+    assert set(loaded_at(t, 4, 4)) == {(r, c) for r in range(4) for c in range(4)}
+    if RELAYOUT_DESTINATION[code] == "RowMajor":
+        assert same_except(st, ok(s, relayout_load(0, 4, 4, 3, regs=True) + [BSTOP]))
+
+
+@pytest.mark.parametrize("vr,vc,cols,size", [
+    (7, 2, None, 1), (7, 2, None, 10), (6, 2, None, 3),      # 2 columns: off the fractal grid
+    (4, 4, None, 1), (4, 4, None, 2),                        # 4 or 8 rows: not 16
+])
+def test_relayout_zn_nz_off_the_fractal_grid_is_tile_legality(vr, vc, cols, size):
+    # the allocation succeeds, the new descriptor is not generically indexable:
+    # Fault_TileLegality, the allocation rolled back (nothing but the fault register)
+    for code in (30, 4):
+        expect_fault(small(), relayout_load(code, vr, vc, size, cols), "Fault_TileLegality")
+
+
+@pytest.mark.parametrize("vr,vc,cols,size,at", [
+    (4, 4, None, 3, lambda r, c: c * 16 + r),                # 16 x 4: one ZN fractal
+    (7, 2, 4, 3, lambda r, c: c * 16 + r),                   # LB2 = 4 puts 2 columns on the grid
+])
+def test_relayout_zn_on_the_fractal_grid_completes(vr, vc, cols, size, at):
+    s = with_regs(relayout_state(fp64_matrix(vr, 4)), x2=0x100, x3=32)
+    t = tile(ok(s, relayout_load(30, vr, vc, size, cols, regs=True) + [BSTOP]), 0)
+    got = loaded_at(t, vr, vc)
+    assert all(got[r, c] == at(r, c) for r in range(vr) for c in range(vc))
+
+
+def test_relayout_allocation_faults_precede_the_fractal_check():
+    # columns 7 (not a power of two): the shape, Fault_TileAllocation
+    expect_fault(small(), relayout_load(30, 2, 7, 3), "Fault_TileAllocation")
+    # no free slot in the hand beats an off-grid ZN shape
     s = small()
-    r = run(s, words)
-    assert r.fault == "Fault_Unimplemented" and r.executed == len(words) - 1
-    assert same_except(s, r.state, "fault", "fault_address", "pc")
-    assert int(np.asarray(r.state.fault_address)) == 4 * (len(words) - 1)
+    for _ in range(small_hand_slots()):
+        s = ok(s, c7_header() + [BSTOP])
+    expect_fault(s, relayout_load(30, 7, 2, 1), "Fault_TileAllocation")
+
+
+def small_hand_slots():
+    return pj.preset("small").hand_slots
+
+
+def test_relayout_fractal_check_precedes_memory():
+    # a misaligned base would fault DataAlignment; the off-grid shape is found first
+    s = with_regs(small(), x2=0x101, x3=16)
+    expect_fault(s, relayout_load(4, 7, 2, 3, regs=True), "Fault_TileLegality")
+    expect_fault(s, relayout_load(4, 4, 4, 3, regs=True), "Fault_DataAlignment", addr=0x101)
+
+
+@pytest.mark.parametrize("attrs", [dict(dtype=31), dict(dtype=4), dict(dtype=0, pad=1),
+                                   dict(dtype=0, pad=2), dict(dtype=0, pad=3),
+                                   dict(dtype=0, rmode=1), dict(dtype=0, cmode=1),
+                                   dict(dtype=0, sat=1), dict(dtype=0, canon=1)])
+@pytest.mark.parametrize("op", ["TLOAD", "TSTORE"])
+def test_relayout_datr_fields_other_than_layout(attrs, op):
+    # DataType must be 0 (DTYPE_NONE too is rejected), PadValue 00, no conversion
+    words = [bstart(op, "FP64"), datr(**{"layout": 4, "pad": 0, **attrs}), dim(0, 4), dim(1, 4)]
+    words.append(iot_dst(0, 3) if op == "TLOAD" else iot_src(0))
+    expect_fault(small(), words, "Fault_TileLegality")
+
+
+def test_relayout_g5_bstart_type_sets_the_stride_not_the_element():
+    # BSTART E4M3, ND2NZ 4x4: the tile is FP64 (8-byte elements) while the dense
+    # stride is 4 x 1 byte: (1, 0) is at 4, misaligned for an 8-byte access
+    expect_fault(small(), relayout_load(4, 4, 4, 3, dt="E4M3"), "Fault_DataAlignment", addr=4)
+    s = with_regs(relayout_state(fp64_matrix(4, 4), base=0), x2=0, x3=32)
+    t = tile(ok(s, relayout_load(4, 4, 4, 3, dt="E4M3", regs=True) + [BSTOP]), 0)
+    assert tables.dtype(int(t["dtype"])).name == "FP64"
+    got = loaded_at(t, 4, 4)
+    assert all(got[r, c] == r * 4 + c for r in range(4) for c in range(4))   # NZ, one column
+
+
+@pytest.mark.parametrize("code", [0, 4, 30, 1, 6])
+def test_relayout_g6_tstore_reads_the_source_layout(code):
+    # an NZ tile stored with any ordinary code (or none) writes the matrix back
+    # row-major: the code is not read; LB0/LB1 do not bound the region
+    values = fp64_matrix(2, 8)
+    s = with_regs(relayout_state(values), x2=0x100, x3=64)
+    s = ok(s, relayout_load(4, 2, 8, 4, regs=True) + [BSTOP])
+    s = with_regs(s, x2=0x400, x3=64)
+    words = [bstart("TSTORE", "FP64")] + ([datr(code, 0, 0)] if code else []) \
+        + [dim(0, 1), dim(1, 1), iot_src(0), ior(X2, X3), BSTOP]
+    st = ok(s, words)
+    raw = b"".join(v.to_bytes(8, "little") for row in values for v in row)
+    assert gm(st, 0x400, len(raw)) == raw
+    assert same_except(s, st, "gm", "pc")
+
+
+def test_relayout_column_major_words_within_the_model_bound():
+    # ptojax's bound: the Words up to the end of the last column the region
+    # touches (ValidCol x rows) must lie within tile_words (1024 on small).
+    # SizeCode 10, 2 columns: 4096 rows, 2 x 4096 Words: Fault_TileAllocation
+    # (RowMajor needs 1 x 2 of them and completes)
+    expect_fault(small(), relayout_load(1, 1, 2, 10), "Fault_TileAllocation")
+    ok(small(), relayout_load(6, 1, 2, 10) + [BSTOP])
+    # SizeCode 9: 2048 rows, ValidCol 1 reaches 2048 Words; SizeCode 8: 1024
+    expect_fault(small(), relayout_load(1, 1, 1, 9, cols=2), "Fault_TileAllocation")
+    t = tile(ok(small(), relayout_load(1, 1, 1, 8, cols=2) + [BSTOP]), 0)
+    assert (int(t["rows"]), int(t["cols"])) == (1024, 2)
 
 
 # ----------------------------------------------------------------- E9 / C.8 ordinary TSTORE

@@ -61,6 +61,10 @@ CELL_C = np.array([[CELL_SHAPES[(l, c)][1] for c in _CLASSES] for l in CUBE_ORDE
 CODE_TO_CUBE = np.zeros(32, np.int32)
 for _code, _name in {**tables.CUBE_LOAD_CODES, **tables.CUBE_STORE_CODES}.items():
     CODE_TO_CUBE[_code] = CUBE_ORDER.index(_name)
+# B.DATR ordinary Layout code -> the layout it gives a new tile (RowMajor elsewhere)
+DEST_LAYOUT = np.full(32, tables.TILE_LAYOUT_CODE["RowMajor"], np.int32)
+for _code, _name in tables.ORDINARY_CODE_LAYOUT.items():
+    DEST_LAYOUT[_code] = tables.TILE_LAYOUT_CODE[_name]
 
 
 
@@ -197,13 +201,14 @@ def log2(x):
     return 31 - jax.lax.clz(jnp.maximum(x, 1).astype(jnp.int32))
 
 
-def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
+def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, W: int, ordinary=None):
     """Logical (row, col) of payload slots 0..W-1 of a tile (inverse of B.3).
 
-    CUBE tiles: lay indexes CUBE_ORDER, cr/cc the cell shape. RowMajor
-    tiles: slot r*cols + c. Cell shapes and RowMajor column counts are powers
-    of two, so the map is shifts and masks; only the N8 cell number divides by
-    K_repeat. Everything may be traced.
+    CUBE tiles: lay indexes CUBE_ORDER, cr/cc the cell shape. Cell shapes are
+    powers of two, so the map is shifts and masks; only the N8 cell number
+    divides by K_repeat. `ordinary` = (layout, rows, cols, bits) of an ordinary
+    tile, chosen where is_cube is False (ordinary_coords); None: CUBE only.
+    Everything may be traced.
     """
     j = jnp.arange(W, dtype=jnp.int32)
     lcr, lcc = log2(cr), log2(cc)
@@ -217,12 +222,12 @@ def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, cols, W: int):
     q = inner & (cc - 1)
     q = jnp.where(b4 & (lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
     m_r, m_c = inner >> lcc, (cell << lcc) + q
-    # RowMajor
-    o_r, o_c = j >> log2(cols), j & (jnp.maximum(cols, 1) - 1)
     is_n8 = lay == 2
-    r = jnp.where(is_cube, jnp.where(is_n8, n8_r, m_r), o_r)
-    c = jnp.where(is_cube, jnp.where(is_n8, n8_c, m_c), o_c)
-    return r, c
+    r, c = jnp.where(is_n8, n8_r, m_r), jnp.where(is_n8, n8_c, m_c)
+    if ordinary is None:
+        return r, c
+    o_r, o_c = ordinary_coords(*ordinary, W)
+    return jnp.where(is_cube, r, o_r), jnp.where(is_cube, c, o_c)
 
 
 # ---------------------------------------------------------------- Local tiles
@@ -249,6 +254,7 @@ ORDINARY_LAYOUTS = (_ROW_MAJOR, _COL_MAJOR, _ZN, _NZ)
 def fractal_ok(layout, rows, cols, bits):
     """ZN/NZ tiles tile into 16-row x 32-byte fractals; others always fit."""
     inner = div(256, bits)
+    layout = jnp.asarray(layout)
     frac = (layout == _ZN) | (layout == _NZ)
     return ~frac | (((rows & 15) == 0) & (mod(cols, inner) == 0))
 
@@ -266,6 +272,40 @@ def ordinary_index(layout, rows, cols, bits, r, c):
     nz = (bc * (rows >> 4) + br) * 16 * inner + ir * inner + ic
     return jnp.select([layout == _COL_MAJOR, layout == _ZN, layout == _NZ],
                       [c * rows + r, zn, nz], r * cols + c)
+
+
+def ordinary_coords(layout, rows, cols, bits, W: int):
+    """(row, col) of payload slots 0..W-1 of an ordinary tile: the inverse of
+    ordinary_index. Rows, columns and the fractal width are powers of two in
+    any tile this is asked about, so it is shifts and masks; slots past the
+    tile land outside rows x cols."""
+    j = jnp.arange(W, dtype=jnp.int32)
+    inner = div(256, bits)
+    lr, lc, li = log2(rows), log2(cols), log2(inner)
+    fb, w = j >> (4 + li), j & ((inner << 4) - 1)          # fractal number, slot inside
+    # ZN: fractals row-major (cols/inner a row), each column-major (16 rows)
+    zn_f = lc - li
+    zn_r = ((fb >> zn_f) << 4) + (w & 15)
+    zn_c = ((fb & ((1 << zn_f) - 1)) << li) + (w >> 4)
+    # NZ: fractals column-major (rows/16 a column), each row-major (inner columns)
+    nz_f = lr - 4
+    nz_r = ((fb & ((1 << nz_f) - 1)) << 4) + (w >> li)
+    nz_c = ((fb >> nz_f) << li) + (w & (inner - 1))
+    r = jnp.select([layout == _COL_MAJOR, layout == _ZN, layout == _NZ],
+                   [j & (rows - 1), zn_r, nz_r], j >> lc)
+    c = jnp.select([layout == _COL_MAJOR, layout == _ZN, layout == _NZ],
+                   [j >> lr, zn_c, nz_c], j & (cols - 1))
+    return r, c
+
+
+def ordinary_span(layout, rows, cols, bits, vr, vc):
+    """Payload Words from slot 0 to the end of the last line a VR x VC region
+    touches (a row, a column, a row of fractals, a column of fractals): the
+    Words a tile of this shape needs within the model's bound (tile_words)."""
+    inner = div(256, bits)
+    up = lambda v, m: (v + m - 1) // m * m
+    return jnp.select([layout == _COL_MAJOR, layout == _ZN, layout == _NZ],
+                      [vc * rows, up(vr, 16) * cols, up(vc, inner) * rows], vr * cols)
 
 
 def valid_lanes(vr, vc, W: int):
@@ -306,14 +346,19 @@ def ordinary_slot(s, r, c):
     return ordinary_index(s["layout"], s["rows"], s["cols"], take(DT_BITS, s["dtype"]), r, c)
 
 
-def ordinary_shape(tsize, col, vr, vc, bits, W: int):
-    """C.7 step 4 destination shape: (legal, derived rows) for a TSize and Col."""
+def ordinary_shape(tsize, col, vr, vc, bits, W: int, layout=_ROW_MAJOR):
+    """C.7 step 4 destination shape: (legal, derived rows) for a TSize and Col,
+    the tile's Words within the model's bound (ordinary_span). A ZN/NZ shape
+    off the fractal grid is not bounded here: its own check (fractal_ok)
+    rejects it afterwards, as the model does."""
     cap_bits = tsize * 8
     unit = jnp.maximum(col * bits, 1)
     rows = div(cap_bits, unit)
+    in_words = (ordinary_span(layout, rows, col, bits, vr, vc) <= W) \
+        | ~fractal_ok(layout, rows, col, bits)
     ok = (col > 0) & ((col & (col - 1)) == 0) & (mod(cap_bits, unit) == 0) \
         & (rows >= 1) & (rows <= 65535) & (rows >= vr) & (vc <= col) \
-        & (vr * vc <= div(cap_bits, bits)) & (vr * col <= W)
+        & (vr * vc <= div(cap_bits, bits)) & in_words
     return ok, rows
 
 

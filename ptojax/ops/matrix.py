@@ -354,7 +354,8 @@ def _shared_sources(state, h: Header, blk: _Block, kb) -> _Shared:
         i, exists, _ = sh.lookup(state.shared, sid)
         r = sh.record(state.shared, i)
         good = sh.cooperative_ready(r, exists, tcap) & (r["cols"] == cols) \
-            & (rows <= r["valid_rows"]) & (cols <= r["valid_cols"]) & (r["dtype"] == dtype)
+            & (rows <= r["valid_rows"]) & (cols <= r["valid_cols"]) & (r["dtype"] == dtype) \
+            & (r["layout"] == sh.ROW_MAJOR)
         return i, good, r["cols"]
 
     sh4 = jax.vmap(shared_source_legal)(
@@ -377,7 +378,7 @@ def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc,
     Mi, N = blk.Mi, blk.N
     left_shared, shared_on = blk.left_shared, blk.shared_on
     trans_a, trans_b = shr.trans_a, shr.trans_b
-    r, c = tile_coords(True, jnp.clip(loc.d_lay, 0, 1), d_cr, d_cc, False, 0, 1, W)
+    r, c = tile_coords(True, jnp.clip(loc.d_lay, 0, 1), d_cr, d_cc, False, 0, W)
     lane_ok = (r < Mi) & (c < N) & (jnp.arange(W) < d_g["cell_count"] * d_cr * d_cc)
     # operands are read lane by lane from a Local tile row or a Shared record row
     # (no table of either is copied: a Shared record may be much longer than W)

@@ -16,7 +16,7 @@ import numpy as np
 from .. import cas_order, tables
 from ..indexing import row
 from . import memory
-from .common import (DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
+from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
                      fractal_ok, gpr_value, install, lane_count, ordered_fault, ordinary_index,
                      ordinary_shape, ordinary_slot, ordinary_source_legal, payload, settle, source,
                      take, trip_count, valid_lanes)
@@ -24,11 +24,6 @@ from .header import Header
 
 LAY = tables.TILE_LAYOUT_CODE
 LOC = tables.TILE_LOCATION_CODE
-# B.DATR Layout -> layout of the new destination (CUBE codes never get here)
-DEST_LAYOUT = np.full(32, LAY["RowMajor"], np.int32)
-for _codes, _name in (((1, 18, 28), "ColumnMajor"), ((3, 8, 30), "ZN"), ((4, 9, 20), "NZ")):
-    for _code in _codes:
-        DEST_LAYOUT[_code] = LAY[_name]
 MAX_LANES = 32768
 
 

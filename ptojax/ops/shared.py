@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from .. import tables
 from ..indexing import row
-from .common import DT_BITS, U64, capacity_register, div, mod, take
+from .common import DT_BITS, ORDINARY_LAYOUTS, U64, capacity_register, div, fractal_ok, mod, take
 
 ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 MAX_SHARED_BYTES = 262144
@@ -82,7 +82,9 @@ def descriptor_legal(r, exists, tile_capacity):
         & (r["rows"] == derived_rows(r["capacity"], r["cols"], bits)) & (r["rows"] != 0) \
         & (r["valid_rows"] >= 0) & (r["valid_cols"] >= 0) \
         & (r["valid_rows"] <= r["rows"]) & (r["valid_cols"] <= r["cols"]) \
-        & (r["rows"].astype(jnp.int64) * r["cols"] <= elems) & (r["layout"] == ROW_MAJOR)
+        & (r["rows"].astype(jnp.int64) * r["cols"] <= elems) \
+        & jnp.isin(r["layout"], jnp.asarray(ORDINARY_LAYOUTS)) \
+        & fractal_ok(r["layout"], r["rows"], r["cols"], bits)
 
 
 def quarter(e, bits, capacity):

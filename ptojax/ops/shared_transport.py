@@ -19,8 +19,9 @@ from .. import tables
 from ..indexing import row
 from . import memory, shared as sh
 from .header import Header
-from .common import (DT_BITS, DT_SIGNED, U64, capacity_register, core_charge, pe_count,
-                     div, elem_bytes, gpr_value, mod, ordered_fault, settle, shared_charge, take)
+from .common import (DEST_LAYOUT, DT_BITS, DT_SIGNED, U64, capacity_register, core_charge,
+                     elem_bytes, fractal_ok, gpr_value, ordered_fault, ordinary_coords,
+                     ordinary_index, pe_count, settle, shared_charge, take)
 
 OP = tables.OP_ID
 
@@ -70,6 +71,7 @@ class _Load(NamedTuple):
 
 class _Store(NamedTuple):
     """TSTORE steps 4-5: the shape stored and the verdicts."""
+    rows: jax.Array
     vr: jax.Array
     vc: jax.Array
     cols: jax.Array
@@ -79,8 +81,10 @@ class _Store(NamedTuple):
     bound_bad: jax.Array
 
 
-def _load_checks(state, h: Header, cfg, size, cap_reg, rec, exists, has_free, bits) -> _Load:
-    """TLOAD steps 4-7: schema, shape, a compatible update or a new record, bounds."""
+def _load_checks(state, h: Header, cfg, size, cap_reg, rec, exists, has_free, bits, lay) -> _Load:
+    """TLOAD steps 4-7: schema, shape, a compatible update or a new record, bounds.
+    A ZN/NZ shape off the fractal grid is a shape fault: the model has no index
+    for it (it stops on an assertion; docs/spec-notes.md)."""
     shared, WS = state.shared, cfg.shared_words
     mask, lb, lbp, edt = h.shared_mask, h.lb, h.lb_present, h.dtype
     vc_l, vr_l, cols_l = lb[0], lb[1], lb[2]
@@ -88,10 +92,11 @@ def _load_checks(state, h: Header, cfg, size, cap_reg, rec, exists, has_free, bi
     rows_l = sh.derived_rows(tsz, cols_l, bits)
     load_schema_bad = (size == 0) | (h.iot_count != 0) | ~lbp[0] | ~lbp[1] | ~lbp[2] \
         | (vc_l < 1) | (vr_l < 1) | (cols_l < 1) | (vc_l > cols_l)
-    load_shape_bad = ~sh.shape_legal(tsz, cols_l, vr_l, vc_l, bits)
+    load_shape_bad = ~sh.shape_legal(tsz, cols_l, vr_l, vc_l, bits) \
+        | ~fractal_ok(lay, rows_l, cols_l, bits)
     compatible = ((mask & ~rec["allocation_mask"] & 0xF) == 0) & (rec["capacity"] == tsz) \
         & (rec["rows"] == rows_l) & (rec["cols"] == cols_l) & (rec["valid_rows"] == vr_l) \
-        & (rec["valid_cols"] == vc_l) & (rec["dtype"] == edt) & (rec["layout"] == sh.ROW_MAJOR)
+        & (rec["valid_cols"] == vc_l) & (rec["dtype"] == edt) & (rec["layout"] == lay)
     pool = shared_charge(shared) + pe_count(mask) * tsz
     if cfg.semantics == "0.58.3":
         pool = pool + core_charge(state.tiles)
@@ -102,8 +107,10 @@ def _load_checks(state, h: Header, cfg, size, cap_reg, rec, exists, has_free, bi
                  load_bound_bad)
 
 
-def _store_checks(state, h: Header, cfg, size, spart, rec, exists, bits) -> _Store:
-    """TSTORE steps 4-5: bindings, the shape (defaults from the record) and bounds."""
+def _store_checks(state, h: Header, cfg, size, spart, rec, exists, bits, lay) -> _Store:
+    """TSTORE steps 4-5: bindings, the shape (defaults from the record) and bounds.
+    The register is read in the layout the code names: a record's own must be
+    it; without a record, a temporary descriptor in it must be indexable."""
     mask, lb, lbp, edt = h.shared_mask, h.lb, h.lb_present, h.dtype
     vc_s = jnp.where(lbp[0], lb[0], jnp.where(exists, rec["valid_cols"], 1))
     vr_s = jnp.where(lbp[1], lb[1], jnp.where(exists, rec["valid_rows"], 1))
@@ -111,15 +118,22 @@ def _store_checks(state, h: Header, cfg, size, spart, rec, exists, bits) -> _Sto
     store_bind_bad = jnp.where(spart, False, mask != 0xF) | (size != 0) | (h.iot_count != 0)
     min_cap = sh.minimum_capacity(cols_s, vr_s, vc_s, bits)
     schema_rec = sh.descriptor_legal(rec, exists, state.tile_capacity) & (rec["cols"] == cols_s) \
-        & (vr_s <= rec["valid_rows"]) & (vc_s <= rec["valid_cols"]) & (rec["dtype"] == edt)
-    schema_new = (min_cap != 0) & sh.capacity_legal(min_cap, state.tile_capacity)
+        & (vr_s <= rec["valid_rows"]) & (vc_s <= rec["valid_cols"]) & (rec["dtype"] == edt) \
+        & (rec["layout"] == lay)
+    rows_new = sh.derived_rows(min_cap, cols_s, bits)
+    schema_new = (min_cap != 0) & sh.capacity_legal(min_cap, state.tile_capacity) \
+        & fractal_ok(lay, rows_new, cols_s, bits)
     store_schema_bad = (vc_s < 1) | (vr_s < 1) | (cols_s < 1) | (vc_s > cols_s) \
         | ~jnp.where(exists, schema_rec, schema_new)
-    store_bound_bad = (vr_s - 1).astype(jnp.int64) * cols_s + vc_s > cfg.shared_words
-    return _Store(vr_s, vc_s, cols_s, min_cap, store_bind_bad, store_schema_bad, store_bound_bad)
+    rows_s = jnp.where(exists, rec["rows"], rows_new)
+    # the last valid element has the largest index of the region in every layout
+    last = ordinary_index(lay, rows_s, cols_s, bits, vr_s - 1, vc_s - 1)
+    store_bound_bad = last.astype(jnp.int64) >= cfg.shared_words
+    return _Store(rows_s, vr_s, vc_s, cols_s, min_cap, store_bind_bad, store_schema_bad,
+                  store_bound_bad)
 
 
-def _load_effect(state, h: Header, sid, i, exists, rec, ld: _Load, lane, loaded, do_load):
+def _load_effect(state, h: Header, sid, i, exists, rec, ld: _Load, lane, loaded, do_load, lay):
     """TLOAD effect: a new record or a compatible update of the selected quarters.
     Returns (the Shared file with the record's fields, the settled record
     index, the write of its Words)."""
@@ -130,7 +144,7 @@ def _load_effect(state, h: Header, sid, i, exists, rec, ld: _Load, lane, loaded,
     defined = init == alloc
     fields = dict(sid=sid, allocation_mask=alloc, initialized_mask=init,
                   published=jnp.where(exists, rec["published"] | defined, True),
-                  contents_defined=defined, dtype=edt, layout=sh.ROW_MAJOR, capacity=ld.tsz,
+                  contents_defined=defined, dtype=edt, layout=lay, capacity=ld.tsz,
                   rows=ld.rows, cols=ld.cols, valid_rows=ld.vr, valid_cols=ld.vc)
     fields = {k: jnp.asarray(v).astype(getattr(shared, k).dtype) for k, v in fields.items()}
     i, do_load, fields = settle((i, do_load, fields))
@@ -150,20 +164,20 @@ def complete(state, h: Header, cfg, enable):
 
     # steps 1-3: binding count, scalar schema, B.DATR attributes
     attr_bad = h.datr_present & ((h.datr_dtype != 0) | (h.pad != 0) | h.conversion_attrs)
-    relayout = h.datr_present & (h.layout != 0)
+    # the register's layout: a relayout code's second half (GM is row-major)
+    lay = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
     edt = h.dtype            # the Shared path transfers the BSTART DataType (never B.DATR's)
     bits = take(DT_BITS, edt)
 
     i, exists, has_free = sh.lookup(shared, sid)
     rec = sh.record(shared, i)
-    ld = _load_checks(state, h, cfg, size, cap_reg, rec, exists, has_free, bits)
-    st = _store_checks(state, h, cfg, size, spart, rec, exists, bits)
+    ld = _load_checks(state, h, cfg, size, cap_reg, rec, exists, has_free, bits, lay)
+    st = _store_checks(state, h, cfg, size, spart, rec, exists, bits, lay)
 
     fault = settle(ordered_fault(
         (h.ios_count != 1, "Fault_TileLegality"),
         (h.fpatr_present | h.ior_surplus, "Fault_BundleControl"),
         (attr_bad, "Fault_TileLegality"),
-        (relayout, "Fault_Unimplemented"),
         (is_load & (ld.schema_bad | ld.shape_bad | ld.update_bad), "Fault_TileLegality"),
         (is_load & ld.bound_bad, "Fault_TileAllocation"),
         (~is_load & (st.bind_bad | st.schema_bad), "Fault_TileLegality"),
@@ -174,9 +188,10 @@ def complete(state, h: Header, cfg, enable):
     # step 8 / 6: the selected quarters' elements, addressed through their PE's GPRs
     vr, vc, cols = jnp.where(is_load, ld.vr, st.vr), jnp.where(is_load, ld.vc, st.vc), \
         jnp.where(is_load, ld.cols, st.cols)
+    rows = jnp.where(is_load, ld.rows, st.rows)
     capacity = jnp.where(is_load, ld.tsz, jnp.where(exists, rec["capacity"], st.min_cap))
     e = jnp.arange(WS, dtype=jnp.int32)
-    r, c = div(e, cols), mod(e, cols)
+    r, c = ordinary_coords(lay, rows, cols, bits, WS)          # element e's (row, col)
     q = sh.quarter(e, bits, capacity)
     lane = (r < vr) & (c < vc) & sh.in_mask(mask, q)
     gpr_q = state.gpr[q]                                   # [WS, 24]: each lane's agent
@@ -195,7 +210,8 @@ def complete(state, h: Header, cfg, enable):
     ok = enable & legal & (mfault == 0)
 
     loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, take(DT_SIGNED, edt))
-    shared, i, write = _load_effect(state, h, sid, i, exists, rec, ld, lane, loaded, ok & is_load)
+    shared, i, write = _load_effect(state, h, sid, i, exists, rec, ld, lane, loaded, ok & is_load,
+                                    lay)
 
     # TSTORE effect: the register's Words (undefined ones included) to GM, in element order
     values = sh.read_words(state.shared, i, exists, sid, e)

@@ -16,9 +16,9 @@ import jax.numpy as jnp
 
 from .. import tables
 from . import memory
-from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
+from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
                      U64, capacity_register, cube_descriptor, cube_geometry, destination,
-                     elem_bytes, gpr_value, install, lane_count, payload, ordered_fault,
+                     elem_bytes, fractal_ok, gpr_value, install, lane_count, payload, ordered_fault,
                      ordinary_shape, ordinary_slot, ordinary_source_legal, row, settle, source,
                      take, tile_coords, valid_lanes)
 from .header import Header
@@ -70,7 +70,8 @@ class _Destination(NamedTuple):
     g: dict
     vr_c: jax.Array
     vc_c: jax.Array
-    edt: jax.Array                 # ordinary: effective dtype, dims, storage rows
+    edt: jax.Array                 # ordinary: effective dtype, layout, dims, storage rows
+    lay_o: jax.Array
     vr_o: jax.Array
     vc_o: jax.Array
     col_o: jax.Array
@@ -120,11 +121,13 @@ def _tload_destination(state, h: Header, cfg, cube_lay, cls) -> _Destination:
     vc_o = jnp.where(lb[0] == 0, 1, lb[0])
     vr_o = jnp.where(lb[1] == 0, 1, lb[1])
     col_o = jnp.where(lb[2] == 0, vc_o, lb[2])
-    ord_shape_ok, rows_o = ordinary_shape(tsize, col_o, vr_o, vc_o, ebits, W)
+    # the layout a relayout code names for the tile (GM is read row-major)
+    lay_o = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
+    ord_shape_ok, rows_o = ordinary_shape(tsize, col_o, vr_o, vc_o, ebits, W, lay_o)
 
     load_alloc_bad = ~found | ~budget_ok | ~jnp.where(cube, shape_ok, ord_shape_ok)
-    return _Destination(dslot, tsize, cr, cc, g, vr_c, vc_c, edt, vr_o, vc_o, col_o, rows_o,
-                        load_alloc_bad)
+    return _Destination(dslot, tsize, cr, cc, g, vr_c, vc_c, edt, lay_o, vr_o, vc_o, col_o,
+                        rows_o, load_alloc_bad)
 
 
 def _tstore_source(state, h: Header, cfg, cube_lay) -> _Source:
@@ -144,7 +147,7 @@ def _tstore_source(state, h: Header, cfg, cube_lay) -> _Source:
 
 def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source):
     """The ordered check list of C.5-C.8 up to the memory checks: the settled fault code."""
-    cube, code = h.cube, h.layout
+    cube = h.cube
     tl_op = is_load | is_store
     return settle(ordered_fault(
         (h.zero_mask, "Fault_None"),
@@ -159,8 +162,10 @@ def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source
         (~cube & (h.fpatr_present | ~ordinary_bindings_complete(h, is_load)),
          "Fault_BundleControl"),
         (~cube & ~ordinary_datr_legal(h), "Fault_TileLegality"),
-        (~cube & h.datr_present & (code != 0), "Fault_Unimplemented"),   # relayouts
         (~cube & is_load & d.alloc_bad, "Fault_TileAllocation"),
+        # the new descriptor generically indexable: a ZN/NZ tile on the fractal grid
+        (~cube & is_load & ~fractal_ok(d.lay_o, d.rows_o, d.col_o, take(DT_BITS, d.edt)),
+         "Fault_TileLegality"),
         (~cube & is_store & src.ord_bad, "Fault_TileLegality"),
     ))
 
@@ -185,6 +190,7 @@ def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, 
         cc=jnp.where(is_load, d.cc, src.scc),
         k_repeat=jnp.where(is_load, d.g["k_repeat"], s["k_repeat"]),
         cells=jnp.where(is_load, d.g["cell_count"], s["cell_count"]), col=d.col_o,
+        lay_o=d.lay_o, rows_o=d.rows_o,
         vr=jnp.where(is_load, jnp.where(cube, d.vr_c, d.vr_o), s["valid_rows"]),
         vc=jnp.where(is_load, jnp.where(cube, d.vc_c, d.vc_o), s["valid_cols"]),
         src={k: s[k] for k in ("layout", "rows", "cols", "dtype")},
@@ -193,7 +199,8 @@ def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, 
     # payload slot j -> (r, c) for the CUBE tiles and the RowMajor TLOAD
     # destination; an ordinary TSTORE source (any ordinary layout) is read
     # lane by lane over its valid region instead
-    r, c = tile_coords(p["cube"], p["lay"], p["cr"], p["cc"], four, p["k_repeat"], p["col"], W)
+    r, c = tile_coords(p["cube"], p["lay"], p["cr"], p["cc"], four, p["k_repeat"], W,
+                       (p["lay_o"], p["rows_o"], p["col"], p["bits"]))
     storage = jnp.where(p["cube"], jnp.arange(W) < p["cells"] * p["cr"] * p["cc"], True)
     valid = (r < vr) & (c < vc) & storage
     value_slot = jnp.arange(W)
@@ -231,7 +238,7 @@ def _effects(state, h: Header, tile_words: int, effects, ok, is_load, is_store, 
     l_vr, l_vc = jnp.where(cube, d.vr_c, d.vr_o), jnp.where(cube, d.vc_c, d.vc_o)
     vals = dict(
         dtype=jnp.where(cube, bdt, edt),
-        layout=jnp.where(cube, take(CUBE_TILE_LAYOUT, cube_lay), LAY["RowMajor"]),
+        layout=jnp.where(cube, take(CUBE_TILE_LAYOUT, cube_lay), d.lay_o),
         location=jnp.where(cube, LOC["Matrix"], LOC["Any"]), capacity=d.tsize,
         rows=jnp.where(cube, g["storage_rows"], d.rows_o), cols=jnp.where(cube, g["storage_cols"], d.col_o),
         valid_rows=l_vr, valid_cols=l_vc,

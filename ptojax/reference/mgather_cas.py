@@ -18,19 +18,11 @@ from .. import tables
 from ..cas_order import lane_order
 from . import layouts
 from .machine import MASK64, Block, Machine, Tile
-from .transport import (TILE_ALLOCATION, TILE_LEGALITY, Fault, derived_rows, allocate,
-                        binding_well_formed, budget_ok, free_slot, gpr, linear_index,
-                        load_element, ordinary_source_legal, probe, store_element)
+from .transport import (DESTINATION_LAYOUT, TILE_ALLOCATION, TILE_LEGALITY, Fault, allocate,
+                        binding_well_formed, budget_ok, derived_rows, free_slot,
+                        generic_indexable, gpr, linear_index, load_element,
+                        ordinary_source_legal, probe, store_element)
 
-# B.DATR Layout -> layout of the allocated destination (the model's
-# TileDataLayoutDestinationLayout; CUBE codes 21..26 never get here: the
-# block takes the CUBE transport path, which rejects Function 8).
-DESTINATION_LAYOUT = {
-    0: "RowMajor", 6: "RowMajor", 17: "RowMajor", 27: "RowMajor",
-    1: "ColumnMajor", 18: "ColumnMajor", 28: "ColumnMajor",
-    3: "ZN", 8: "ZN", 30: "ZN",
-    4: "NZ", 9: "NZ", 20: "NZ",
-}
 
 
 @dataclass(frozen=True)
@@ -160,14 +152,6 @@ def destination_shape(m: Machine, tsize: int, vr: int, vc: int, cols: int,
     return rows
 
 
-def destination_indexable(layout: str, rows: int, cols: int, d: tables.DataType) -> bool:
-    """D.4 step 7 (TileDescriptorLegal of the new tile): ZN/NZ need rows % 16 == 0
-    and Col a multiple of the 32-byte fractal width; RowMajor/ColumnMajor always."""
-    if layout in ("ZN", "NZ"):
-        return rows % 16 == 0 and cols % (256 // d.bits) == 0
-    return True
-
-
 # ----------------------------------------------------------------- D.3 / D.4 step 8
 
 
@@ -275,7 +259,7 @@ def mgather_cas(m: Machine, b: Block, pe: int) -> Optional[Fault]:
         return TILE_ALLOCATION
     # 7. destination legality (layout from B.DATR, location Any) -> rollback + TileLegality
     layout = DESTINATION_LAYOUT.get(b.datr[0] if b.datr_present else 0)
-    if layout is None or not destination_indexable(layout, rows, cols, d):
+    if layout is None or not generic_indexable(layout, rows, cols, d):
         return TILE_LEGALITY
     # 8. lane preflight (base: the current PE's GPR[RegSrc0]) -> memory fault + rollback
     base = gpr(m, pe, b.ior[1])

@@ -1,9 +1,9 @@
 """Shared tile registers of the reference model (docs/shared-decisions.md 1).
 
 The Core's Shared registers S0..S255 are the Machine's `shared` records; a
-SharedTileID without a record has no descriptor. Element e of a Shared tile
-sits at its RowMajor index e = r*cols + c and belongs to quarter (PE) q(e) =
-floor(4*floor(e*bits/8) / capacity). These are the rules the Shared
+SharedTileID without a record has no descriptor. Element (r, c) of a Shared
+tile sits at its layout's linear index e (r*cols + c when RowMajor) and
+belongs to quarter (PE) q(e) = floor(4*floor(e*bits/8) / capacity). These are the rules the Shared
 TLOAD/TSTORE (shared_transport.py) and the cooperative matrix forms
 (matrix.py) share: reading a Word, judging a descriptor, B.IOS fields.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .. import tables
 from .machine import MASK64, Block, Machine, SharedRecord
-from .transport import derived_rows
+from .transport import derived_rows, generic_indexable
 
 ALL_PES = 0b1111
 SHARED_MAX_BYTES = 262144          # 256 KiB per-PE Shared TSize (SizeCode 12)
@@ -59,16 +59,6 @@ def shape_legal(capacity: int, cols: int, vr: int, vc: int, d: tables.DataType) 
     return rows != 0 and vr <= rows and vc <= cols and vr * vc <= capacity * 8 // d.bits
 
 
-def generic_indexable(r: SharedRecord, d: tables.DataType) -> bool:
-    """An ordinary layout the generic element index can walk (never CUBE)."""
-    name = r.layout_name
-    if name in ("RowMajor", "ColumnMajor"):
-        return True
-    if name in ("ZN", "NZ"):
-        return r.rows % 16 == 0 and r.cols % (256 // d.bits) == 0
-    return False
-
-
 def descriptor_legal(m: Machine, i: int) -> bool:
     """SharedTileDescriptorLegal of record i."""
     r = m.shared[i]
@@ -82,7 +72,8 @@ def descriptor_legal(m: Machine, i: int) -> bool:
     rows = derived_rows(r.capacity, r.cols, d)
     return (rows != 0 and r.rows == rows and 0 <= r.valid_rows <= r.rows
             and 0 <= r.valid_cols <= r.cols and r.rows * r.cols <= r.capacity * 8 // d.bits
-            and generic_indexable(r, d))
+            and r.layout_name is not None
+            and generic_indexable(r.layout_name, r.rows, r.cols, d))
 
 
 def cooperative_ready(m: Machine, i: int) -> bool:

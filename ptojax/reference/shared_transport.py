@@ -12,11 +12,12 @@ from typing import Optional
 
 from .. import tables
 from .machine import Block, Machine, SharedRecord
-from .shared import (ALL_PES, ROW_MAJOR, capacity_legal, descriptor_legal, ios_well_formed,
+from .shared import (ALL_PES, capacity_legal, descriptor_legal, ios_well_formed,
                      minimum_capacity, quarter, read_word)
-from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, UNIMPLEMENTED, Fault,
-                        derived_rows, ordinary_datr_legal, dense_stride, element_address, gpr,
-                        ior_surplus, lb_in_range, load_element, pe_count, probe, store_element)
+from .transport import (BUNDLE_CONTROL, DESTINATION_LAYOUT, TILE_ALLOCATION, TILE_LEGALITY,
+                        Fault, derived_rows, ordinary_datr_legal, dense_stride, element_address,
+                        generic_indexable, gpr, ior_surplus, layout_index, lb_in_range,
+                        load_element, pe_count, probe, store_element)
 
 FUNCTION = {"TLOAD": 0, "TSTORE": 1, "TSTORE.SPART": 14}
 
@@ -41,16 +42,17 @@ def pe_base_stride(m: Machine, b: Block, pe: int, default_stride: int) -> tuple[
     return 0, default_stride
 
 
-def selected_elements(m: Machine, b: Block, mask: int, vr: int, vc: int, cols: int,
-                      capacity: int, d: tables.DataType) -> list:
+def selected_elements(m: Machine, b: Block, mask: int, vr: int, vc: int, layout: str,
+                      rows: int, cols: int, capacity: int, d: tables.DataType) -> list:
     """(r, c, e, address) of every valid element whose quarter PE is in the mask,
-    row-major; the address uses that PE's base and stride."""
+    row-major; e is its index in the register's layout (which sets its quarter),
+    the address uses that PE's base and stride."""
     stride0 = dense_stride(cols, d)
     regs = [pe_base_stride(m, b, p, stride0) for p in range(tables.NUM_PES)]
     out = []
     for r in range(vr):
         for c in range(vc):
-            e = r * cols + c
+            e = layout_index(layout, rows, cols, d, r, c)
             q = quarter(e, d, capacity)
             if mask & tables.pe_bit(q):
                 base, stride = regs[q]
@@ -85,20 +87,20 @@ def shared_tlsu(m: Machine, b: Block, name: str) -> Optional[Fault]:
     # 2. the ordinary path's scalar schema
     if b.fpatr_present or ior_surplus(b):
         return BUNDLE_CONTROL
-    # 3. B.DATR attributes; relayout codes are not modelled
+    # 3. B.DATR attributes
     if not ordinary_datr_legal(b):
         return TILE_LEGALITY
-    if b.datr_present and b.datr[0] != 0:
-        return UNIMPLEMENTED
+    # the register's layout: the second half of a relayout code (GM is row-major)
+    layout = DESTINATION_LAYOUT[b.datr[0]] if b.datr_present else "RowMajor"
     # transfer dtype: the BSTART DataType (the ASL's Shared path reads the
     # operation's DataType, not the B.DATR one; see the report / spec-notes)
     if function == 0:
-        return shared_tload(m, b, sid, size_code, mask, d)
-    return shared_tstore(m, b, function, sid, size_code, mask, d)
+        return shared_tload(m, b, sid, size_code, mask, d, layout)
+    return shared_tstore(m, b, function, sid, size_code, mask, d, layout)
 
 
 def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
-                 d: tables.DataType) -> Optional[Fault]:
+                 d: tables.DataType, layout: str) -> Optional[Fault]:
     """shared-decisions.md 3, steps 4-9."""
     # 4. a destination B.IOS, no B.IOT; LB0/LB1/LB2 present and 1..65535
     if size_code == 0 or b.iots:
@@ -113,6 +115,10 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
     rows = derived_rows(tsize, cols, d)
     if rows == 0 or vr > rows or vr * vc > tsize * 8 // d.bits:
         return TILE_LEGALITY
+    # a ZN/NZ register off the fractal grid has no element index (the model
+    # stops on an assertion there; docs/spec-notes.md)
+    if not generic_indexable(layout, rows, cols, d):
+        return TILE_LEGALITY
     # 6. SharedTileUpdateCompatible
     if not capacity_legal(m, tsize):
         return TILE_LEGALITY
@@ -122,7 +128,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
         if mask & ~r.allocation_mask:
             return TILE_LEGALITY
         if (r.capacity, r.rows, r.cols, r.valid_rows, r.valid_cols, r.dtype, r.layout) != (
-                tsize, rows, cols, vr, vc, d.code, ROW_MAJOR):
+                tsize, rows, cols, vr, vc, d.code, tables.TILE_LAYOUT_CODE[layout]):
             return TILE_LEGALITY
     elif not shared_pool_ok(m, mask, tsize):
         return TILE_LEGALITY
@@ -132,7 +138,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
     if i is None and m.free_record() is None:
         return TILE_ALLOCATION
     # 8. memory preflight of the selected quarters, each with its PE's base/stride
-    elements = selected_elements(m, b, mask, vr, vc, cols, tsize, d)
+    elements = selected_elements(m, b, mask, vr, vc, layout, rows, cols, tsize, d)
     f = preflight(m, elements, d)
     if f is not None:
         return f
@@ -141,7 +147,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
         i = m.free_record()
         m.shared[i] = SharedRecord(sid=sid, allocation_mask=mask, initialized_mask=mask,
                                    published=True, contents_defined=True, dtype=d.code,
-                                   layout=ROW_MAJOR, capacity=tsize, rows=rows, cols=cols,
+                                   layout=tables.TILE_LAYOUT_CODE[layout], capacity=tsize, rows=rows, cols=cols,
                                    valid_rows=vr, valid_cols=vc)
         words = m.shared_payload(i)
         for k in range(len(words)):
@@ -169,7 +175,7 @@ def store_shape(m: Machine, b: Block, sid: int) -> tuple[int, int, int]:
 
 
 def shared_tstore(m: Machine, b: Block, function: int, sid: int, size_code: int, mask: int,
-                  d: tables.DataType) -> Optional[Fault]:
+                  d: tables.DataType, layout: str) -> Optional[Fault]:
     """shared-decisions.md 4, steps 4-6."""
     # 4. mask (TSTORE: all four PEs; SPART: any), a source B.IOS, no B.IOT
     if (function == 1 and mask != ALL_PES) or size_code != 0 or b.iots:
@@ -181,19 +187,25 @@ def shared_tstore(m: Machine, b: Block, function: int, sid: int, size_code: int,
     i = m.record_of(sid)
     if i is not None:
         r = m.shared[i]
-        capacity = r.capacity
+        capacity, rows = r.capacity, r.rows
+        # the record read in the layout the code names, of the BSTART dtype
         if not (descriptor_legal(m, i) and r.cols == cols and vr <= r.valid_rows
-                and vc <= r.valid_cols and r.dtype == d.code and r.layout == ROW_MAJOR):
+                and vc <= r.valid_cols and r.dtype == d.code
+                and r.layout == tables.TILE_LAYOUT_CODE[layout]):
             return TILE_LEGALITY
     else:
+        # no record: a temporary descriptor of the smallest capacity, in that layout
         capacity = minimum_capacity(cols, vr, vc, d)
         if capacity == 0 or not capacity_legal(m, capacity):
             return TILE_LEGALITY
+        rows = derived_rows(capacity, cols, d)
+        if not generic_indexable(layout, rows, cols, d):
+            return TILE_LEGALITY
     # model bound: the stored elements must lie within shared_words (as a record's payload)
-    if (vr - 1) * cols + vc > m.shared_words:
+    if layout_index(layout, rows, cols, d, vr - 1, vc - 1) >= m.shared_words:
         return TILE_ALLOCATION
     # 6. preflight, then store each selected element's Word (undefined Words included)
-    elements = selected_elements(m, b, mask, vr, vc, cols, capacity, d)
+    elements = selected_elements(m, b, mask, vr, vc, layout, rows, cols, capacity, d)
     f = preflight(m, elements, d)
     if f is not None:
         return f

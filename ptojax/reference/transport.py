@@ -336,13 +336,13 @@ def ordinary_bindings_complete(b: Block, loads: bool) -> bool:
 
 
 def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
-    """C.7: ordinary Local TLOAD (B.DATR absent or Layout 0) into a RowMajor tile."""
+    """C.7: ordinary Local TLOAD, GM read row-major into a tile of the layout its
+    B.DATR code names (RowMajor without one; a relayout code's second half)."""
     if b.fpatr_present or not ordinary_bindings_complete(b, loads=True):
         return BUNDLE_CONTROL
     if not ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
         return TILE_LEGALITY
-    if b.datr_present and b.datr[0] != 0:
-        return UNIMPLEMENTED        # ordinary relayout codes: checked after steps 2-3
+    layout = DESTINATION_LAYOUT[b.datr[0]] if b.datr_present else "RowMajor"
     # effective dtype: B.DATR DataType when present and concrete, else BSTART (F.3)
     code = b.datr[1] if b.datr_present and b.datr[1] != tables.DTYPE_NONE else b.dtype
     d = tables.DTYPE_BY_CODE.get(code)
@@ -359,21 +359,27 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     if slot is None or not budget_ok(m, bind.mask, tsize):
         return TILE_ALLOCATION
     rows = derived_rows(tsize, cols, d)
-    if (rows == 0 or vr > rows or vc > cols or vr * vc > tsize * 8 // d.bits
-            or vr * cols > m.tile_words):
+    if rows == 0 or vr > rows or vc > cols or vr * vc > tsize * 8 // d.bits:
         return TILE_ALLOCATION
+    indexable = generic_indexable(layout, rows, cols, d)
+    if indexable and words_needed(layout, rows, cols, d, vr, vc) > m.tile_words:
+        return TILE_ALLOCATION
+    # the new descriptor must be generically indexable (TileDescriptorLegal),
+    # checked after the allocation, which it rolls back
+    if not indexable:
+        return TILE_LEGALITY
     # base/stride: dense default over the resolved Col with the BSTART dtype (F.3)
     base, stride = base_and_stride(m, b, pe, dense_stride(cols, start))
     f = preflight(m, base, stride, vr, vc, d)
     if f is not None:
         return f
-    allocate(m, slot, dtype=d.code, layout=tables.TILE_LAYOUT_CODE["RowMajor"],
+    allocate(m, slot, dtype=d.code, layout=tables.TILE_LAYOUT_CODE[layout],
              location=tables.TILE_LOCATION_CODE["Any"], capacity=tsize, rows=rows, cols=cols,
              valid_rows=vr, valid_cols=vc, mask=bind.mask & 0xF, defined_valid=vr * vc)
     words, defined = m.payload(slot)
     for r in range(vr):
         for c in range(vc):
-            i = r * cols + c
+            i = layout_index(layout, rows, cols, d, r, c)
             words[i] = load_element(m.gm, element_address(base, stride, r, c, d), c, d)
             defined[i] = True
     return None
@@ -392,23 +398,69 @@ def derived_rows(capacity: int, cols: int, d: tables.DataType) -> int:
     return rows if 1 <= rows <= 65535 else 0
 
 
-def linear_index(t: Tile, d: tables.DataType, row: int, col: int) -> Optional[int]:
-    """A.4 non-packed linear index of an ordinary layout; None when not indexable."""
-    layout = t.layout_name
-    if layout == "RowMajor":
-        return row * t.cols + col
-    if layout == "ColumnMajor":
-        return col * t.rows + row
+# B.DATR Layout -> layout of a new ordinary tile (the model's
+# TileDataLayoutDestinationLayout); TLOAD and MGATHER.CAS read only this half
+# of a code, and GM is always row-major.
+DESTINATION_LAYOUT = {
+    0: "RowMajor", 6: "RowMajor", 17: "RowMajor", 27: "RowMajor",
+    1: "ColumnMajor", 18: "ColumnMajor", 28: "ColumnMajor",
+    3: "ZN", 8: "ZN", 30: "ZN",
+    4: "NZ", 9: "NZ", 20: "NZ",
+}
+
+
+def fractal_width(d: tables.DataType) -> int:
+    """Elements in one 32-byte fractal row (a fractal is 16 such rows)."""
+    return 256 // d.bits
+
+
+def generic_indexable(layout: str, rows: int, cols: int, d: tables.DataType) -> bool:
+    """TileLayoutShapeLegal: RowMajor and ColumnMajor always; ZN and NZ only as
+    whole fractals (rows a multiple of 16, columns of the fractal width)."""
+    if layout in ("RowMajor", "ColumnMajor"):
+        return True
     if layout in ("ZN", "NZ"):
-        inner = 256 // d.bits
-        if t.rows % 16 or t.cols % inner:
-            return None
-        block_rows, block_cols = t.rows // 16, t.cols // inner
-        br, bc, ir, ic = row // 16, col // inner, row % 16, col % inner
-        if layout == "ZN":
-            return (br * block_cols + bc) * 16 * inner + ic * 16 + ir
-        return (bc * block_rows + br) * 16 * inner + ir * inner + ic
-    return None
+        return rows % 16 == 0 and cols % fractal_width(d) == 0
+    return False
+
+
+def layout_index(layout: str, rows: int, cols: int, d: tables.DataType, row: int,
+                 col: int) -> Optional[int]:
+    """A.4 linear index of (row, col) in an ordinary tile of rows x cols; None
+    when the layout cannot index that shape."""
+    if not generic_indexable(layout, rows, cols, d):
+        return None
+    if layout == "RowMajor":
+        return row * cols + col
+    if layout == "ColumnMajor":
+        return col * rows + row
+    inner = fractal_width(d)
+    fractal = 16 * inner
+    br, bc, ir, ic = row // 16, col // inner, row % 16, col % inner
+    if layout == "ZN":        # fractals in row order, each filled down its columns
+        return (br * (cols // inner) + bc) * fractal + ic * 16 + ir
+    return (bc * (rows // 16) + br) * fractal + ir * inner + ic   # NZ
+
+
+def linear_index(t: Tile, d: tables.DataType, row: int, col: int) -> Optional[int]:
+    """A.4 non-packed linear index of (row, col) of an ordinary tile; None when not indexable."""
+    if t.layout_name is None:
+        return None
+    return layout_index(t.layout_name, t.rows, t.cols, d, row, col)
+
+
+def words_needed(layout: str, rows: int, cols: int, d: tables.DataType, vr: int, vc: int) -> int:
+    """ptojax's model bound for a new ordinary tile: every payload Word up to the
+    end of the last line its valid region reaches (rows for RowMajor, columns
+    for ColumnMajor, rows of fractals for ZN, columns of fractals for NZ)."""
+    if layout == "RowMajor":
+        return vr * cols
+    if layout == "ColumnMajor":
+        return vc * rows
+    inner = fractal_width(d)
+    if layout == "ZN":
+        return -(-vr // 16) * 16 * cols
+    return -(-vc // inner) * inner * rows
 
 
 def ordinary_source_legal(m: Machine, t: Tile) -> bool:
@@ -444,8 +496,8 @@ def ordinary_tstore(m: Machine, b: Block, pe: int) -> Optional[Fault]:
         return BUNDLE_CONTROL
     if not ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
         return TILE_LEGALITY
-    if b.datr_present and b.datr[0] != 0:
-        return UNIMPLEMENTED        # ordinary relayout codes: checked after steps 2-3
+    # a relayout code changes nothing here: the source is read through its own
+    # layout and dtype, GM written row-major
     start = tables.DTYPE_BY_CODE.get(b.dtype)
     if start is None:
         return TILE_LEGALITY
