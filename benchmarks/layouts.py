@@ -1,13 +1,16 @@
-"""Throughput of the CUBE CELL layout kernels (ptojax.layouts) against numpy.
+"""Throughput of the layout kernels (ptojax.layouts) against numpy.
 
-For every CUBE layout x element width and geometric batch sizes from one tile
-up to --max-bytes of payload, one run measures side by side:
+For every layout (the CUBE CELL layouts and the ordinary ND, DN, ZN, NZ ones)
+x element width and geometric batch sizes from one tile up to --max-bytes of
+payload, one run measures side by side:
 
-* jax nd_to_cube, words only (defined=False) and with the definedness mask;
-* jax cube_to_nd;
+* jax ND -> layout: nd_to_cube, words only (defined=False) and with the
+  definedness mask; nd_to_ordinary for ND/DN/ZN/NZ (whole tiles, all
+  defined: no mask variant, "-" in the tables);
+* jax layout -> ND: cube_to_nd, ordinary_to_nd;
 * numpy doing the same conversions (vectorised reshape/transpose for the bound
   geometry; masks, pad words and the CUBE_N8 cell compaction for the rows with
-  per-tile random valid shapes);
+  per-tile random valid shapes, which only the CUBE layouts have);
 * numpy copying the same bytes: arr.copy() (fresh output, as every conversion
   here allocates its result; the headline's reference) and np.copyto into a
   preallocated array (no page faults; in the tables and JSON).
@@ -37,16 +40,19 @@ from pathlib import Path
 
 import numpy as np
 
-LAYOUTS = ("CUBE_M16", "CUBE_M32", "CUBE_N8")
+CUBE_LAYOUTS = ("CUBE_M16", "CUBE_M32", "CUBE_N8")
+ORDINARY = ("ND", "DN", "ZN", "NZ")        # RowMajor, ColumnMajor and the fractal layouts
+LAYOUTS = CUBE_LAYOUTS + ORDINARY
 # width class -> (representative dtype, container)
 WIDTHS = {"b32": ("FP32", np.uint32), "b16": ("FP16", np.uint16),
           "b8": ("E4M3", np.uint8), "b4": ("U4X2", np.uint8)}
-TILES = {"CUBE_M16": (16, 64), "CUBE_M32": (32, 64), "CUBE_N8": (64, 64)}
+TILES = {"CUBE_M16": (16, 64), "CUBE_M32": (32, 64), "CUBE_N8": (64, 64),
+         **{lay: (64, 64) for lay in ORDINARY}}
 RANDOM_VALID_WIDTH = "b16"          # one extra row per layout with random valid shapes
 RANDOM_VALID_PAD = "Max"
 
-METHODS = ("jax_nd_to_cube", "jax_nd_to_cube_defined", "jax_cube_to_nd",
-           "np_nd_to_cube", "np_cube_to_nd", "np_copy", "np_copyto")
+METHODS = ("jax_to_layout", "jax_to_layout_defined", "jax_to_nd",
+           "np_to_layout", "np_to_nd", "np_copy", "np_copyto")
 
 
 # ----------------------------------------------------------------- numpy conversions
@@ -135,6 +141,32 @@ def np_cube_to_nd(words, layout, cr, cc, swap, R, C, vr=None, vc=None):
     return np.where(valid, x, x.dtype.type(0))
 
 
+def np_nd_to_ordinary(x, layout, inner):
+    """Row-major [B, R, C] -> [B, R*C] in ND/DN/ZN/NZ order (as nd_to_ordinary)."""
+    B, R, C = x.shape
+    if layout == "ND":
+        return x.reshape(B, -1).copy()
+    if layout == "DN":
+        return np.ascontiguousarray(x.transpose(0, 2, 1)).reshape(B, -1)
+    f = x.reshape(B, R // 16, 16, C // inner, inner)
+    order = (0, 1, 3, 4, 2) if layout == "ZN" else (0, 3, 1, 2, 4)
+    return np.ascontiguousarray(f.transpose(order)).reshape(B, -1)
+
+
+def np_ordinary_to_nd(words, layout, inner, R, C):
+    """The inverse of np_nd_to_ordinary."""
+    B = words.shape[0]
+    if layout == "ND":
+        return words.reshape(B, R, C).copy()
+    if layout == "DN":
+        return np.ascontiguousarray(words.reshape(B, C, R).transpose(0, 2, 1))
+    if layout == "ZN":
+        t = words.reshape(B, R // 16, C // inner, inner, 16).transpose(0, 1, 4, 2, 3)
+    else:
+        t = words.reshape(B, C // inner, R // 16, 16, inner).transpose(0, 2, 3, 1, 4)
+    return np.ascontiguousarray(t).reshape(B, R, C)
+
+
 # ----------------------------------------------------------------- timing
 
 
@@ -178,7 +210,9 @@ def run_case(layout, width, batch, *, random_valid, repeats, rng, check, min_tot
 
     dt, container = WIDTHS[width]
     R, C = TILES[layout]
-    cr, cc = L.cell_shape(layout, dt)
+    ordinary = layout in ORDINARY
+    if not ordinary:
+        cr, cc = L.cell_shape(layout, dt)
     swap = layout == "CUBE_M16" and width == "b4"
     hi = 16 if width == "b4" else int(np.iinfo(container).max) + 1
     x_np = rng.integers(0, hi, size=(batch, R, C), dtype=np.uint64).astype(container)
@@ -196,7 +230,11 @@ def run_case(layout, width, batch, *, random_valid, repeats, rng, check, min_tot
     vr_a = R if vr_np is None else vr_np
     vc_a = C if vc_np is None else vc_np
 
+    inner = L.fractal_width(dt)
+
     def jf():
+        if ordinary:
+            return jax.block_until_ready(L.nd_to_ordinary(x_j, layout, dt))
         return jax.block_until_ready(L.nd_to_cube(x_j, layout, dt, vr_a, vc_a, pad=pad,
                                                   defined=False))
 
@@ -206,14 +244,20 @@ def run_case(layout, width, batch, *, random_valid, repeats, rng, check, min_tot
     words_j = jf()
 
     def jb():
+        if ordinary:
+            return jax.block_until_ready(L.ordinary_to_nd(words_j, layout, dt, R, C))
         return jax.block_until_ready(L.cube_to_nd(words_j, layout, dt, vr_a, vc_a, shape=(R, C)))
 
     def nf():
+        if ordinary:
+            return np_nd_to_ordinary(x_np, layout, inner)
         return np_nd_to_cube(x_np, layout, cr, cc, swap, vr_np, vc_np, padw)
 
     words_np = nf()
 
     def nb():
+        if ordinary:
+            return np_ordinary_to_nd(words_np, layout, inner, R, C)
         return np_cube_to_nd(words_np, layout, cr, cc, swap, R, C, vr_np, vc_np)
 
     def ncopy():             # fresh output, like every conversion here
@@ -226,10 +270,10 @@ def run_case(layout, width, batch, *, random_valid, repeats, rng, check, min_tot
 
     if check:   # the numpy conversion must be the same conversion
         if not np.array_equal(np.asarray(words_j), words_np):
-            raise AssertionError(f"numpy nd_to_cube differs from ptojax: {layout} {width} B={batch}")
+            raise AssertionError(f"numpy to-layout differs from ptojax: {layout} {width} B={batch}")
         back_np = nb()
         if not np.array_equal(np.asarray(jb()), back_np):
-            raise AssertionError(f"numpy cube_to_nd differs from ptojax: {layout} {width} B={batch}")
+            raise AssertionError(f"numpy to-ND differs from ptojax: {layout} {width} B={batch}")
         ref_back = x_np if vr_np is None else np.where(
             (np.arange(R)[None, :, None] < vr_np[:, None, None])
             & (np.arange(C)[None, None, :] < vc_np[:, None, None]), x_np, 0)
@@ -237,11 +281,12 @@ def run_case(layout, width, batch, *, random_valid, repeats, rng, check, min_tot
             raise AssertionError(f"round trip failed: {layout} {width} B={batch}")
 
     times = {
-        "jax_nd_to_cube": _best_time(jf, repeats, min_total),
-        "jax_nd_to_cube_defined": _best_time(jfd, repeats, min_total),
-        "jax_cube_to_nd": _best_time(jb, repeats, min_total),
-        "np_nd_to_cube": _best_time(nf, repeats, min_total),
-        "np_cube_to_nd": _best_time(nb, repeats, min_total),
+        "jax_to_layout": _best_time(jf, repeats, min_total),
+        # an ordinary tile converted whole is all defined: no mask variant
+        "jax_to_layout_defined": None if ordinary else _best_time(jfd, repeats, min_total),
+        "jax_to_nd": _best_time(jb, repeats, min_total),
+        "np_to_layout": _best_time(nf, repeats, min_total),
+        "np_to_nd": _best_time(nb, repeats, min_total),
         "np_copy": _best_time(ncopy, repeats, min_total),
         "np_copyto": _best_time(ncopyto, repeats, min_total),
     }
@@ -253,8 +298,12 @@ def run_case(layout, width, batch, *, random_valid, repeats, rng, check, min_tot
         "pad": pad, "batch": batch, "payload_bytes": payload,
         "storage_words_per_tile": int(words_np.shape[1]),
         "seconds": times,
-        "bytes_per_s": {k: payload / v for k, v in times.items()},
+        "bytes_per_s": {k: None if v is None else payload / v for k, v in times.items()},
     }
+
+
+def _ratio(a, b):
+    return None if a is None or b is None else a / b
 
 
 def headline(rows):
@@ -270,13 +319,14 @@ def headline(rows):
         out.append({
             "layout": layout, "width": width, "valid": valid, "batch": r["batch"],
             "payload_bytes": r["payload_bytes"],
-            **{f"{m}_GBps": bps[m] / 1e9 for m in METHODS},
-            "nd_to_cube_vs_copy": bps["jax_nd_to_cube"] / bps["np_copy"],
-            "nd_to_cube_defined_vs_copy": bps["jax_nd_to_cube_defined"] / bps["np_copy"],
-            "cube_to_nd_vs_copy": bps["jax_cube_to_nd"] / bps["np_copy"],
-            "nd_to_cube_speedup_vs_numpy": bps["jax_nd_to_cube"] / bps["np_nd_to_cube"],
-            "nd_to_cube_defined_speedup_vs_numpy": bps["jax_nd_to_cube_defined"] / bps["np_nd_to_cube"],
-            "cube_to_nd_speedup_vs_numpy": bps["jax_cube_to_nd"] / bps["np_cube_to_nd"],
+            **{f"{m}_GBps": None if bps[m] is None else bps[m] / 1e9 for m in METHODS},
+            "to_layout_vs_copy": _ratio(bps["jax_to_layout"], bps["np_copy"]),
+            "to_layout_defined_vs_copy": _ratio(bps["jax_to_layout_defined"], bps["np_copy"]),
+            "to_nd_vs_copy": _ratio(bps["jax_to_nd"], bps["np_copy"]),
+            "to_layout_speedup_vs_numpy": _ratio(bps["jax_to_layout"], bps["np_to_layout"]),
+            "to_layout_defined_speedup_vs_numpy": _ratio(bps["jax_to_layout_defined"],
+                                                         bps["np_to_layout"]),
+            "to_nd_speedup_vs_numpy": _ratio(bps["jax_to_nd"], bps["np_to_nd"]),
         })
     return out
 
@@ -288,6 +338,10 @@ def _fmt_bytes(n):
         n /= 1024
 
 
+def _f(v, scale=1.0):
+    return "-" if v is None else f"{v / scale:.2f}"
+
+
 def _print_tables(rows, head, console=None):
     try:
         from rich.console import Console
@@ -296,20 +350,19 @@ def _print_tables(rows, head, console=None):
         Console = Table = None
 
     cols = ["layout", "width", "valid", "batch", "payload",
-            "nd2cube", "nd2cube+def", "cube2nd", "np nd2cube", "np cube2nd", "np copy",
-            "np copyto"]
+            "to layout", "+def", "to ND", "np to layout", "np to ND", "np copy", "np copyto"]
     body = [[r["layout"], r["width"], r["valid"], str(r["batch"]), _fmt_bytes(r["payload_bytes"]),
-             *(f"{r['bytes_per_s'][m] / 1e9:.2f}" for m in METHODS)] for r in rows]
-    hcols = ["layout", "width", "valid", "payload", "nd2cube GB/s", "+def GB/s", "cube2nd GB/s",
-             "np copy GB/s", "nd2cube/copy", "+def/copy", "cube2nd/copy",
-             "nd2cube x np", "+def x np", "cube2nd x np"]
+             *(_f(r["bytes_per_s"][m], 1e9) for m in METHODS)] for r in rows]
+    hcols = ["layout", "width", "valid", "payload", "to layout GB/s", "+def GB/s", "to ND GB/s",
+             "np copy GB/s", "to layout/copy", "+def/copy", "to ND/copy",
+             "to layout x np", "+def x np", "to ND x np"]
     hbody = [[h["layout"], h["width"], h["valid"], _fmt_bytes(h["payload_bytes"]),
-              f"{h['jax_nd_to_cube_GBps']:.2f}", f"{h['jax_nd_to_cube_defined_GBps']:.2f}",
-              f"{h['jax_cube_to_nd_GBps']:.2f}", f"{h['np_copy_GBps']:.2f}",
-              f"{h['nd_to_cube_vs_copy']:.2f}", f"{h['nd_to_cube_defined_vs_copy']:.2f}",
-              f"{h['cube_to_nd_vs_copy']:.2f}",
-              f"{h['nd_to_cube_speedup_vs_numpy']:.2f}", f"{h['nd_to_cube_defined_speedup_vs_numpy']:.2f}",
-              f"{h['cube_to_nd_speedup_vs_numpy']:.2f}"] for h in head]
+              _f(h["jax_to_layout_GBps"]), _f(h["jax_to_layout_defined_GBps"]),
+              _f(h["jax_to_nd_GBps"]), _f(h["np_copy_GBps"]),
+              _f(h["to_layout_vs_copy"]), _f(h["to_layout_defined_vs_copy"]),
+              _f(h["to_nd_vs_copy"]), _f(h["to_layout_speedup_vs_numpy"]),
+              _f(h["to_layout_defined_speedup_vs_numpy"]), _f(h["to_nd_speedup_vs_numpy"])]
+             for h in head]
     titles = ("Throughput, GB/s of payload (input matrix bytes)",
               "Headline (largest batch): fraction of numpy copy, speed-up over numpy conversion")
     if Table is None:
@@ -338,8 +391,8 @@ def _plot(rows, path):
     except ImportError:
         print("matplotlib not importable: no plot", file=sys.stderr)
         return None
-    fig, axes = plt.subplots(len(LAYOUTS), len(WIDTHS), figsize=(18, 11), sharex=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(len(LAYOUTS), len(WIDTHS), figsize=(18, 2.2 * len(LAYOUTS) + 2),
+                             sharex=True, squeeze=False)
     for i, layout in enumerate(LAYOUTS):
         for j, width in enumerate(WIDTHS):
             ax = axes[i][j]
@@ -350,6 +403,8 @@ def _plot(rows, path):
                     continue
                 xs = [r["payload_bytes"] for r in series]
                 for k, m in enumerate(METHODS):
+                    if any(r["bytes_per_s"][m] is None for r in series):
+                        continue
                     ax.plot(xs, [r["bytes_per_s"][m] / 1e9 for r in series], style,
                             color=f"C{k}", marker="o", ms=3,
                             label=m if valid == "full" else None)
@@ -362,7 +417,7 @@ def _plot(rows, path):
             if i == len(LAYOUTS) - 1:
                 ax.set_xlabel("payload bytes")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("ptojax CUBE CELL layout kernels vs numpy (dotted: per-tile random valid shapes)")
+    fig.suptitle("ptojax layout kernels vs numpy (dotted: per-tile random valid shapes)")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -403,7 +458,7 @@ def main(argv=None):
 
     series = [(lay, w, False) for lay in layouts for w in widths]
     if not args.no_random:
-        series += [(lay, RANDOM_VALID_WIDTH, True) for lay in layouts]
+        series += [(lay, RANDOM_VALID_WIDTH, True) for lay in layouts if lay in CUBE_LAYOUTS]
     rng = np.random.default_rng(0)
     rows = []
     t_start = time.perf_counter()
@@ -418,12 +473,12 @@ def main(argv=None):
                 r = rows[-1]
                 print(f"  {layout:8s} {width:3s} {r['valid']:6s} B={b:<7d} "
                       f"{_fmt_bytes(r['payload_bytes']):>10s}  "
-                      + " ".join(f"{m}={r['bytes_per_s'][m] / 1e9:.2f}" for m in METHODS),
+                      + " ".join(f"{m}={_f(r['bytes_per_s'][m], 1e9)}" for m in METHODS),
                       file=sys.stderr, flush=True)
     head = headline(rows)
     dev = jax.devices()[0]
     result = {
-        "benchmark": "ptojax.layouts nd_to_cube / cube_to_nd",
+        "benchmark": "ptojax.layouts nd_to_cube / cube_to_nd, nd_to_ordinary / ordinary_to_nd",
         "meta": {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "python": platform.python_version(), "numpy": np.__version__,

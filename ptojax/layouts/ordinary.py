@@ -1,0 +1,146 @@
+"""Ordinary tile layouts (RowMajor "ND", ColumnMajor "DN", ZN, NZ): the payload
+index of an element, and batched ND <-> layout conversion kernels.
+
+ZN and NZ tiles are made of fractals of 16 rows x 32 bytes (16 x 256/bits
+elements): ZN puts the fractals in row order and fills each down its
+columns; NZ puts them in column order and fills each along its rows
+(state-and-transport.md A.4, the model's TileLinearIndex). A ZN/NZ tile is
+indexable only as whole fractals. A relayout TLOAD (B.DATR Layout 1..20,
+27..30) fills a tile of the layout its code names from row-major GM; these
+kernels do the same reordering for a batch of whole tiles, as reshapes and
+transposes (memory-speed copies, no per-element gather).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import tables
+from .._x64 import x64
+from .kernels import _as_words
+
+ORDINARY_LAYOUTS = ("RowMajor", "ColumnMajor", "ZN", "NZ")
+ALIASES = {"ND": "RowMajor", "DN": "ColumnMajor"}
+
+
+def ordinary_layout(spec) -> str:
+    """Validate an ordinary layout name (RowMajor/ND, ColumnMajor/DN, ZN, NZ)."""
+    if not isinstance(spec, str):
+        raise TypeError(f"layout must be a name such as 'NZ', got {type(spec).__name__}")
+    by_upper = {n.upper(): n for n in ORDINARY_LAYOUTS} | ALIASES
+    name = by_upper.get(spec.upper())
+    if name is None:
+        raise ValueError(f"unknown ordinary layout {spec!r}; expected one of "
+                         f"{', '.join(ORDINARY_LAYOUTS)} (or ND, DN)")
+    return name
+
+
+def fractal_width(dt) -> int:
+    """Elements in one 32-byte fractal row of dtype `dt` (4 for 64-bit types .. 64 for 4-bit)."""
+    return 256 // tables.dtype(dt).bits
+
+
+def indexable(layout, dt, rows: int, cols: int) -> bool:
+    """Whether a rows x cols tile of this layout has an element index: always
+    for RowMajor/ColumnMajor, whole fractals only for ZN/NZ."""
+    lay = ordinary_layout(layout)
+    if lay in ("ZN", "NZ"):
+        return rows % 16 == 0 and cols % fractal_width(dt) == 0
+    return True
+
+
+def payload_index(layout, dt, rows: int, cols: int, row, col):
+    """Payload slot of (row, col) in a rows x cols tile (ints or integer arrays)."""
+    lay = ordinary_layout(layout)
+    if not indexable(lay, dt, rows, cols):
+        raise ValueError(f"a {rows}x{cols} {tables.dtype(dt).name} tile is not whole "
+                         f"{lay} fractals (16 rows x {fractal_width(dt)} columns)")
+    if lay == "RowMajor":
+        return row * cols + col
+    if lay == "ColumnMajor":
+        return col * rows + row
+    inner = fractal_width(dt)
+    br, ir, bc, ic = row // 16, row % 16, col // inner, col % inner
+    if lay == "ZN":
+        return (br * (cols // inner) + bc) * 16 * inner + ic * 16 + ir
+    return (bc * (rows // 16) + br) * 16 * inner + ir * inner + ic
+
+
+# ----------------------------------------------------------------- kernels
+
+
+def _split(x, layout, inner):
+    """[B, R, C] -> [B, R*C] in `layout` order (R, C whole fractals for ZN/NZ)."""
+    B, R, C = x.shape
+    if layout == "RowMajor":
+        return x.reshape(B, R * C)
+    if layout == "ColumnMajor":
+        return x.transpose(0, 2, 1).reshape(B, R * C)
+    f = x.reshape(B, R // 16, 16, C // inner, inner)          # b, br, ir, bc, ic
+    order = (0, 1, 3, 4, 2) if layout == "ZN" else (0, 3, 1, 2, 4)
+    return f.transpose(order).reshape(B, R * C)
+
+
+def _join(w, layout, inner, R, C):
+    """The inverse of _split: [B, R*C] in `layout` order -> [B, R, C]."""
+    B = w.shape[0]
+    if layout == "RowMajor":
+        return w.reshape(B, R, C)
+    if layout == "ColumnMajor":
+        return w.reshape(B, C, R).transpose(0, 2, 1)
+    if layout == "ZN":
+        return w.reshape(B, R // 16, C // inner, inner, 16).transpose(0, 1, 4, 2, 3).reshape(B, R, C)
+    return w.reshape(B, C // inner, R // 16, 16, inner).transpose(0, 2, 3, 1, 4).reshape(B, R, C)
+
+
+_nd_to_layout = jax.jit(_split, static_argnames=("layout", "inner"))
+_layout_to_nd = jax.jit(_join, static_argnames=("layout", "inner", "R", "C"))
+
+
+def _shape_checked(lay, dt, R, C):
+    if R < 1 or C < 1:
+        raise ValueError(f"a tile needs at least one row and column, got {R}x{C}")
+    if not indexable(lay, dt, R, C):
+        raise ValueError(f"{lay} tiles are whole fractals of 16 rows x {fractal_width(dt)} "
+                         f"{tables.dtype(dt).name} columns; {R}x{C} is not")
+
+
+@x64
+def nd_to_ordinary(x, layout, dtype):
+    """Reorder row-major tiles into `layout` payload order, as a relayout TLOAD
+    places them (GM row-major, the tile in the code's layout).
+
+    x: [B, R, C] (or one [R, C]) unsigned array of raw element Words, (R, C)
+    the tiles' physical rows and columns. Returns [B, R*C] (or [R*C]).
+    """
+    lay = ordinary_layout(layout)
+    d = tables.dtype(dtype)
+    x = _as_words(x, "x")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"x must be [rows, cols] or [batch, rows, cols], got shape {x.shape}")
+    xb = x[None] if x.ndim == 2 else x
+    _shape_checked(lay, d, xb.shape[1], xb.shape[2])
+    out = _nd_to_layout(jnp.asarray(xb), layout=lay, inner=fractal_width(d))
+    return out[0] if x.ndim == 2 else out
+
+
+@x64
+def ordinary_to_nd(words, layout, dtype, rows: int, cols: int):
+    """Read `layout` payloads of rows x cols tiles back as row-major matrices
+    (the inverse of nd_to_ordinary). words: [B, rows*cols] (or one [rows*cols])."""
+    lay = ordinary_layout(layout)
+    d = tables.dtype(dtype)
+    words = _as_words(words, "words")
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    R, C = int(rows), int(cols)
+    _shape_checked(lay, d, R, C)
+    if words.ndim not in (1, 2) or words.shape[-1] != R * C:
+        raise ValueError(f"words must be [{R * C}] or [batch, {R * C}] for a {R}x{C} tile, "
+                         f"got shape {words.shape}")
+    wb = words[None] if words.ndim == 1 else words
+    out = _layout_to_nd(jnp.asarray(wb), layout=lay, inner=fractal_width(d), R=R, C=C)
+    return out[0] if words.ndim == 1 else out
