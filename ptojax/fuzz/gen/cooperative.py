@@ -92,6 +92,7 @@ COOP_MUTATIONS = {
     "sh_ios_count": 1,          # 1 two B.IOS bindings
     "sh_ior_surplus": 1,        # 2 B.IOR RegDst / RegSrc2 nonzero
     "sh_cube_code": 1,          # pre: a B.DATR CUBE code with a B.IOS
+    "sh_layout_mismatch": 2,    # 5/6 TSTORE in another layout than the record's; off-grid ZN/NZ
     "sh_ios_dir": 2,            # 4 TLOAD with a source B.IOS / TSTORE with a destination one
     "sh_iot": 1,                # 4 a B.IOT next to the B.IOS
     "sh_store_mask": 2,         # 4 TSTORE (function 1) with a mask != 1111

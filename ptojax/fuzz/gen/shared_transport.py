@@ -13,8 +13,9 @@ from ... import tables
 from ...isa.encode import bstart, datr, dim, ior, ios, iot_dst
 from .driver import Bundle, Builder, flatten
 from .matrix_tiles import MmGM, mm_codes
-from .values import (BITS, DT_CODE, DTYPES, LOAD_CODES, MASK64, PEMODE_MASK, STORE_CODES, elem_bytes, pick_one,
-                     pow2, rowbytes)
+from ...layouts.ordinary import payload_index
+from .values import (BITS, DT_CODE, DTYPES, LOAD_CODES, MASK64, PEMODE_MASK, RELAYOUT_CODES,
+                     RELAYOUT_TO, STORE_CODES, elem_bytes, pick_one, pow2, rowbytes)
 
 
 def sh_fit(bits: int, vr: int, vc: int, cols: int, Wsh: int, size: int = 0):
@@ -38,6 +39,23 @@ def _sh_quarter(e: int, bits: int, size: int) -> int:
     return (4 * ((e * bits) // 8)) // (64 << size)
 
 
+def _sh_rows(bits: int, cols: int, size: int) -> int:
+    return (64 << size) * 8 // (cols * bits)
+
+
+def _sh_indexable(t: "ShTile") -> bool:
+    """A ZN/NZ register must be whole fractals (16 rows x 32 bytes)."""
+    if RELAYOUT_TO.get(t.code, "RowMajor") not in ("ZN", "NZ"):
+        return True
+    return _sh_rows(BITS[t.dt], t.cols, t.size) % 16 == 0 and (t.cols * BITS[t.dt]) % 256 == 0
+
+
+def _sh_index(t: "ShTile", r: int, c: int, size: int) -> int:
+    """Element (r, c)'s payload index in the register's layout."""
+    return int(payload_index(RELAYOUT_TO.get(t.code, "RowMajor"), t.dt,
+                             _sh_rows(BITS[t.dt], t.cols, size), t.cols, r, c))
+
+
 @dataclass
 class ShTile:
     """A Shared register a Shared TLOAD makes (one B.IOS destination)."""
@@ -51,6 +69,7 @@ class ShTile:
     pemode: int = 7
     reload: Optional[int] = None  # PEMode of a second (subset) load of the same register
     in_stream: bool = False
+    code: int = 0                 # B.DATR Layout: 0 (no B.DATR, RowMajor) or a relayout code
 
 
 def coop_reg(b: Builder, values: dict) -> int:
@@ -76,6 +95,8 @@ def _sh_load_bundle(b: Builder, t: ShTile, addr: dict, pemode: int, *, vr=None) 
     """A Shared TLOAD: LB0 valid columns, LB1 valid rows, LB2 columns, B.IOS, B.IOR."""
     items = [("dim0", dim(0, t.vc)), ("dim1", dim(1, t.vr if vr is None else vr)),
              ("dim2", dim(2, t.cols)), ("ios", ios(t.sid, pemode, t.size)), _coop_ior(b, addr)]
+    if t.code:
+        items.insert(0, ("datr", datr(t.code, 0, 0)))
     if b.rng.random() < 0.3:
         b.rng.shuffle(items)
     return Bundle(bstart("TLOAD", t.dt), items, True, dict(op="TLOAD", role=t.role, sid=t.sid))
@@ -126,8 +147,15 @@ def _sh_draw_tile(b: Builder, role="x", sid=None) -> ShTile:
             continue
         if rng.random() < 0.2 and sh_fit(BITS[dt], vr, vc, cols, Wsh, size + 1):
             size += 1
-        return ShTile(role, int(rng.integers(0, 256)) if sid is None else sid, dt, vr, vc, cols,
-                       size, pemode=7 if rng.random() < 0.4 else int(rng.integers(1, 7)))
+        t = ShTile(role, int(rng.integers(0, 256)) if sid is None else sid, dt, vr, vc, cols,
+                   size, pemode=7 if rng.random() < 0.4 else int(rng.integers(1, 7)))
+        if role == "x" and rng.random() < 0.3:
+            # a relayout register (on the fractal grid when ZN/NZ), or the code is dropped
+            t.code = pick_one(rng, RELAYOUT_CODES)
+            if not _sh_indexable(t):
+                t.code = pick_one(rng, [c for c in RELAYOUT_CODES
+                                        if RELAYOUT_TO[c] in ("RowMajor", "ColumnMajor")])
+        return t
 
 
 def _sh_addr(b: Builder, gm: "MmGM", t: ShTile, pes, store: bool = False) -> dict:
@@ -150,7 +178,8 @@ def _sh_addr(b: Builder, gm: "MmGM", t: ShTile, pes, store: bool = False) -> dic
 
 def _sh_fault_pe(b: Builder, t: ShTile, mask: int, size: int) -> Optional[int]:
     """A PE in the mask whose quarter holds a valid element."""
-    qs = {_sh_quarter(r * t.cols + c, BITS[t.dt], size) for r in range(t.vr) for c in range(t.vc)}
+    qs = {_sh_quarter(_sh_index(t, r, c, size), BITS[t.dt], size)
+          for r in range(t.vr) for c in range(t.vc)}
     pes = [q for q in sorted(qs) if 0 <= q < 4 and mask & (1 << (3 - q))]
     return pick_one(b.rng, pes) if pes else None
 
@@ -237,6 +266,11 @@ def _sh_store_bundle(b: Builder, gm: MmGM, store_t: ShTile, kind: str, prior) ->
         st.vc = int(rng.integers(1, st.vc + 1))
     addr = _sh_addr(b, gm, st, range(4), store=True)
     items = [("ios", ios(st.sid, pemode, 0)), _coop_ior(b, addr)]
+    if st.code and rng.random() < 0.5:
+        # any code naming the record's layout reads it alike
+        st.code = pick_one(rng, [c for c in RELAYOUT_CODES if RELAYOUT_TO[c] == RELAYOUT_TO[st.code]])
+    if st.code:
+        items.insert(0, ("datr", datr(st.code, 0, 0)))
     for n, v in ((0, st.vc), (1, st.vr), (2, st.cols)):
         if rng.random() < 0.6 or (n == 2 and prior is None and kind == "sh_store"):
             items.insert(0, (f"dim{n}", dim(n, v)))
@@ -285,7 +319,24 @@ def _sh_edit(b: Builder, bd: Bundle, m: str, t: ShTile, prior) -> bool:
                                                 else int(rng.integers(1, 24)) << 27))
     elif m == "sh_cube_code":
         code = pick_one(rng, LOAD_CODES + STORE_CODES)
+        bd.items = [it for it in bd.items if it[0] != "datr"]
         bd.items.insert(0, ("datr", datr(code, 31, int(rng.integers(0, 4)))))
+    elif m == "sh_layout_mismatch":
+        # a TSTORE naming another layout than the record's; a TLOAD into a
+        # ZN/NZ register off the fractal grid (ptojax: Fault_TileLegality)
+        tile = bd.info.get("tile", t)
+        have = RELAYOUT_TO.get(tile.code, "RowMajor")
+        if is_load:
+            codes = [c for c in RELAYOUT_CODES if RELAYOUT_TO[c] in ("ZN", "NZ")]
+            off = ShTile(**{**tile.__dict__, "code": pick_one(rng, codes)})
+            if _sh_indexable(off):
+                return False
+        else:
+            codes = [c for c in (0,) + RELAYOUT_CODES if RELAYOUT_TO[c] != have]
+            off = ShTile(**{**tile.__dict__, "code": pick_one(rng, codes)})
+        bd.items = [it for it in bd.items if it[0] != "datr"]
+        if off.code:
+            bd.items.insert(0, ("datr", datr(off.code, 0, 0)))
     elif m == "sh_ios_dir":
         bd.items[k] = ("ios", (w & ~(0xF << 15)) | ((0 if is_load else int(rng.integers(1, 13))) << 15))
     elif m == "sh_iot":

@@ -2,8 +2,9 @@
 
 A case starts from one of the program kinds (`PROGRAM_KINDS`): legal CUBE
 (B.DATR Layout 21..26) and ordinary TLOAD bundles over all 25 dtypes
-(weighted to the CUBE-legal ones), CUBE/ordinary TLOAD -> TSTORE round trips
-of the loaded tile, crossed stores, several bundles in one stream, hands and
+(weighted to the CUBE-legal ones), relayout TLOADs (B.DATR Layout 1..20,
+27..30: a ColumnMajor/ZN/NZ/RowMajor FP64 tile), CUBE/ordinary/relayout
+TLOAD -> TSTORE round trips of the loaded tile, crossed stores, several bundles in one stream, hands and
 budgets filled up, zero-mask blocks, header commands outside a block, and
 random words. It may then carry mutations (`MUTATIONS`,
 transport_mutations.py). `Case.kind` and `Case.mutations` label what was
@@ -20,7 +21,8 @@ from .driver import Bundle, Case, GenConfig, Builder, flatten, gen_config
 from .transport_mutations import (BUNDLE_MUTATIONS, MUTATIONS, STREAM_MUTATIONS, m_shuffle, real_bundles,
                                   zero_all)
 from .values import (BITS, CELL, CODE_LAYOUT, CUBE_DTYPES, DTYPES, LOAD_CODES, MASK64, PEMODE_MASK,
-                     STORE_CODES, STORE_OF, elem_bytes, pick_one, size_for_bytes, weighted_key)
+                     RELAYOUT_CODES, RELAYOUT_TO, STORE_CODES, STORE_OF, elem_bytes, pick_one,
+                     size_for_bytes, weighted_key)
 
 LARGE_WORDS = 256        # a "large" tile's payload needs more Words than this
 
@@ -30,6 +32,8 @@ PROGRAM_KINDS = {
     "cube_roundtrip": 16,
     "ord_load": 8,
     "ord_roundtrip": 12,
+    "relayout_load": 4,
+    "relayout_roundtrip": 6,
     "cross_store": 4,
     "two_bundles": 6,
     "hand_fill": 3,
@@ -177,6 +181,43 @@ def ord_tload(b: Builder, *, dt=None) -> Bundle:
     return Bundle(bstart("TLOAD", dt), items, True, info)
 
 
+def relayout_tload(b: Builder) -> Bundle:
+    """An ordinary TLOAD with a relayout code: DataType 0 makes the tile FP64
+    (the BSTART type sizes only the dense stride), in the layout the code
+    names. ZN/NZ shapes are mostly whole fractals (16 rows x 4 FP64 columns),
+    sometimes not (Fault_TileLegality after the allocation)."""
+    rng = b.rng
+    code = pick_one(rng, RELAYOUT_CODES)
+    layout = RELAYOUT_TO[code]
+    start_dt = pick_one(rng, DTYPES) if rng.random() < 0.3 else 0
+    fractal = layout in ("ZN", "NZ")
+    grid = not fractal or rng.random() < 0.85
+    col = 1 << int(rng.integers(2 if fractal and grid else 0, 6))     # 1..32
+    vc = int(rng.integers(1, col + 1))
+    vr = int(rng.integers(1, 40))
+    rows = max(vr, 16 if fractal and grid else 1)
+    rows = 1 << (rows - 1).bit_length()
+    if fractal and not grid and rng.random() < 0.5:
+        rows = pick_one(rng, [1, 2, 4, 8])                    # too few rows for a fractal
+        vr = min(vr, rows)
+    size = max(1, min(10, size_for_bytes(rows * col * 8) + int(rng.integers(0, 2))))
+    hand = int(rng.integers(0, 4))
+    pemode = int(rng.integers(1, 8))
+    items = [("datr", datr(code, 0, 0)), ("dim0", b.dim_word(0, vc)), ("dim1", b.dim_word(1, vr))]
+    if col != vc or rng.random() < 0.4:
+        items.append(("dim2", b.dim_word(2, col)))
+    else:
+        col = vc if vc & (vc - 1) == 0 else col                # absent: Col = ValidCol
+    items += b.ior_items(vr, vc, 64, aligned_to=8)[0]
+    items.append(("iot", iot_dst(hand, size, pemode, 1)))
+    b.notes.append(f"relayout:{tables.LAYOUT_CODES[code]}/{vr}x{vc}/col{col}/size{size}"
+                   + ("" if grid else "/off_grid"))
+    info = dict(op="TLOAD", cube=False, code=code, dt=0, start_dt=start_dt, vr=vr, vc=vc,
+                col=col, hand=hand, mask=PEMODE_MASK[pemode], pemode=pemode, size=size,
+                index=b.next_index(hand))
+    return Bundle(bstart("TLOAD", start_dt), items, True, info)
+
+
 def cube_tstore(b: Builder, src: dict, *, fits=False) -> Bundle:
     """CUBE TSTORE of a loaded tile: matching codes/shape/dtype, or mismatched;
     `fits`: addressing inside GM."""
@@ -220,8 +261,9 @@ def ord_tstore(b: Builder, src: dict, *, fits=False) -> Bundle:
     start_dt = tdt if rng.random() < 0.6 else pick_one(rng, DTYPES)   # only sizes the default stride
     vr, vc = src["vr"], src["vc"]
     items = []
-    if rng.random() < 0.15:
-        items.append(("datr", datr(0, 0, 0)))
+    if rng.random() < 0.15 + 0.5 * (src.get("code", 0) != 0):
+        # the code is not read by a TSTORE: NORM or any relayout stores alike
+        items.append(("datr", datr(pick_one(rng, (0,) + RELAYOUT_CODES), 0, 0)))
     if rng.random() < 0.3:
         items.append(("dim0", b.dim_word(0, int(rng.integers(0, 50)))))   # ignored by the model
     if rng.random() < 0.3:
@@ -265,6 +307,15 @@ def _prog_ord_load(b):
 
 def _prog_ord_roundtrip(b):
     ld = ord_tload(b)
+    return [ld, ord_tstore(b, ld.info)]
+
+
+def _prog_relayout_load(b):
+    return [relayout_tload(b)]
+
+
+def _prog_relayout_roundtrip(b):
+    ld = relayout_tload(b)
     return [ld, ord_tstore(b, ld.info)]
 
 
@@ -411,6 +462,7 @@ def _prog_structured_random(b):
 PROGRAMS = {
     "cube_load": _prog_cube_load, "cube_roundtrip": _prog_cube_roundtrip,
     "ord_load": _prog_ord_load, "ord_roundtrip": _prog_ord_roundtrip,
+    "relayout_load": _prog_relayout_load, "relayout_roundtrip": _prog_relayout_roundtrip,
     "cross_store": _prog_cross_store, "two_bundles": _prog_two_bundles,
     "hand_fill": _prog_hand_fill, "budget": _prog_budget, "zero_mask": _prog_zero_mask,
     "outside_block": _prog_outside_block, "random_words": _prog_random_words,

@@ -15,8 +15,8 @@ import functools
 from ...isa.encode import (BSTOP, FPATR0, START, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
                            iot_src_dst)
 from .driver import Bundle
-from .values import (DTYPES, LOAD_CODES, RELAYOUT_CODES, RESERVED_DATR_DTYPES, RESERVED_LAYOUTS,
-                     RESERVED_START_DTYPES, STORE_CODES, pick_one)
+from .values import (DTYPES, FRACTAL_CODES, LOAD_CODES, RELAYOUT_CODES, RESERVED_DATR_DTYPES,
+                     RESERVED_LAYOUTS, RESERVED_START_DTYPES, STORE_CODES, pick_one)
 
 # mutation label -> weight (the fault each aims at in the comment)
 MUTATIONS = {
@@ -30,7 +30,8 @@ MUTATIONS = {
     "datr_attr": 4,              # CMode/RMode/Sat/Canon set -> TileLegality
     "datr_pad_ordinary": 2,      # ordinary PadValue != 0 -> TileLegality
     "datr_dup": 2,               # BundleControl
-    "relayout": 2,               # ordinary relayout Layout -> Fault_Unimplemented
+    "relayout": 2,               # a relayout code on an ordinary bundle (DataType / PadValue too)
+    "relayout_off_grid": 2,      # TLOAD to ZN/NZ with 1 or 2 FP64 columns -> TileLegality
     "ior_dup": 2,                # BundleControl
     "ior_surplus": 3,            # RegDst/RegSrc2 != 0 -> CUBE TileLegality / ordinary BundleControl
     "ios_add": 3,                # B.IOS: CUBE TileLegality, ordinary Unimplemented, mask checks
@@ -220,6 +221,20 @@ def _m_relayout(b, bd):
     dt = 0 if b.rng.random() < 0.6 else pick_one(b.rng, [31] + list(DTYPES))
     pad = 0 if b.rng.random() < 0.7 else int(b.rng.integers(1, 4))
     set_datr(bd, layout=pick_one(b.rng, RELAYOUT_CODES), dtype=dt, pad=pad)
+    return True
+
+
+@_on_target(lambda x: x.info.get("op") == "TLOAD" and not x.info.get("cube"))
+def _m_relayout_off_grid(b, bd):
+    # a ZN/NZ destination narrower than one 32-byte fractal row (4 FP64 columns):
+    # allocated, then not generically indexable
+    set_datr(bd, layout=pick_one(b.rng, FRACTAL_CODES), dtype=0, pad=0)
+    cols = pick_one(b.rng, [1, 2])
+    for t in ("dim0", "dim2"):
+        for i in bd.find(t):
+            bd.items[i] = (t, dim(int(t[-1]), 1 if t == "dim0" else cols))
+    if not bd.find("dim2"):
+        bd.items.insert(0, ("dim2", dim(2, cols)))
     return True
 
 
@@ -468,6 +483,7 @@ BUNDLE_MUTATIONS = {
     "lb_huge": _m_lb_huge, "lb2_extra": _m_lb2_extra, "lb_dup": _m_lb_dup,
     "datr_dtype": _m_datr_dtype, "datr_attr": _m_datr_attr,
     "datr_pad_ordinary": _m_datr_pad_ordinary, "datr_dup": _m_datr_dup, "relayout": _m_relayout,
+    "relayout_off_grid": _m_relayout_off_grid,
     "ior_dup": _m_ior_dup, "ior_surplus": _m_ior_surplus, "ios_add": _m_ios_add,
     "zero_mask_block": _m_zero_mask_block, "zero_mask_extra": _m_zero_mask_extra,
     "mask_mismatch": _m_mask_mismatch, "iot_after_last": _m_iot_after_last,
