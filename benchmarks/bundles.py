@@ -104,6 +104,10 @@ BUNDLES = {
     "TSTORE M162ND FP16 16x16": ("TSTORE", "M162ND", "FP16", 16, 16, 3, "M"),
     "TSTORE N82ND FP16 16x16":  ("TSTORE", "N82ND", "FP16", 16, 16, 3, "N"),
     "TSTORE M322ND FP16 32x8":  ("TSTORE", "M322ND", "FP16", 32, 8, 3, "M"),
+    # relayout codes: an FP64 tile (B.DATR DataType 0) in the code's layout
+    "TLOAD ND2NZ FP64 16x16":   ("TLOAD", "ND2NZ", "FP64", 16, 16, 5, "T"),
+    "TLOAD ND2DN FP64 16x16":   ("TLOAD", "ND2DN", "FP64", 16, 16, 5, "T"),
+    "TSTORE NZ FP64 16x16":     ("TSTORE", "ND2NZ", "FP64", 16, 16, 5, "T"),
     "MGATHER.CAS U32 4x4":      ("MGATHER.CAS", None, "U32", 4, 4, 1, "U"),
     "MGATHER.CAS U32 4x4 dup":  ("MGATHER.CAS", None, "U32", 4, 4, 1, "U"),
 }
@@ -146,11 +150,13 @@ def matrix_config(pj, name, base=None):
 
 # MGATHER.CAS lane addresses: "distinct" or "dup" (see the module docstring)
 CAS_LANES = {"MGATHER.CAS U32 4x4": "distinct", "MGATHER.CAS U32 4x4 dup": "dup"}
-LOAD_OF = {"M162ND": "ND2M16", "N82ND": "ND2N8", "M322ND": "ND2M32", None: None}
+LOAD_OF = {"M162ND": "ND2M16", "N82ND": "ND2N8", "M322ND": "ND2M32", None: None,
+           "ND2NZ": "ND2NZ"}          # a relayout TSTORE stores the tile its code loads
+CUBE_CODES = ("ND2M16", "ND2N8", "ND2M32", "M162ND", "N82ND", "M322ND")
 
 
 def _elem_bytes(dtype):
-    return {"U32": 4, "FP16": 2}[dtype]
+    return {"U32": 4, "FP16": 2, "FP64": 8}[dtype]
 
 
 def program(op, layout, dtype, rows, cols, size, hand):
@@ -161,8 +167,8 @@ def program(op, layout, dtype, rows, cols, size, hand):
                           f"B.DIM zero, {rows}, ->LB1", "B.IOT T#1, T#2, mask=1000",
                           f"B.IOT M#1, mask=1000, last, ->{hand}<{size}>", "B.IOR a0", "BSTOP"])
     lines = [f"BSTART.{op} {dtype}"]
-    if layout:
-        lines.append(f"B.DATR {{{layout}, DTYPE_NONE, Zero}}")
+    if layout:       # a relayout code takes DataType 0 (FP64), a CUBE one DTYPE_NONE
+        lines.append(f"B.DATR {{{layout}, {'DTYPE_NONE' if layout in CUBE_CODES else 'FP64'}, Zero}}")
     lines += [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1", "B.IOR a0, a1"]
     if op == "TLOAD":
         lines.append(f"B.IOT mask=1000, last, ->{hand}<{size}>")

@@ -142,29 +142,33 @@ def np_cube_to_nd(words, layout, cr, cc, swap, R, C, vr=None, vc=None):
 
 
 def np_nd_to_ordinary(x, layout, inner):
-    """Row-major [B, R, C] -> [B, R*C] in ND/DN/ZN/NZ order (as nd_to_ordinary)."""
+    """Row-major [B, R, C] -> [B, R*C] in ND/DN/ZN/NZ order (as nd_to_ordinary:
+    a ZN band of 16 rows column by column, an NZ band of `inner` columns row
+    by row), always a fresh array (np.array copies even where it is a view)."""
     B, R, C = x.shape
     if layout == "ND":
-        return x.reshape(B, -1).copy()
-    if layout == "DN":
-        return np.ascontiguousarray(x.transpose(0, 2, 1)).reshape(B, -1)
-    f = x.reshape(B, R // 16, 16, C // inner, inner)
-    order = (0, 1, 3, 4, 2) if layout == "ZN" else (0, 3, 1, 2, 4)
-    return np.ascontiguousarray(f.transpose(order)).reshape(B, -1)
+        t = x
+    elif layout == "DN":
+        t = x.transpose(0, 2, 1)
+    elif layout == "ZN":
+        t = x.reshape(B, R // 16, 16, C).transpose(0, 1, 3, 2)
+    else:
+        t = x.reshape(B, R, C // inner, inner).transpose(0, 2, 1, 3)
+    return np.array(t, order="C").reshape(B, -1)
 
 
 def np_ordinary_to_nd(words, layout, inner, R, C):
-    """The inverse of np_nd_to_ordinary."""
+    """The inverse of np_nd_to_ordinary (a fresh array too)."""
     B = words.shape[0]
     if layout == "ND":
-        return words.reshape(B, R, C).copy()
-    if layout == "DN":
-        return np.ascontiguousarray(words.reshape(B, C, R).transpose(0, 2, 1))
-    if layout == "ZN":
-        t = words.reshape(B, R // 16, C // inner, inner, 16).transpose(0, 1, 4, 2, 3)
+        t = words.reshape(B, R, C)
+    elif layout == "DN":
+        t = words.reshape(B, C, R).transpose(0, 2, 1)
+    elif layout == "ZN":
+        t = words.reshape(B, R // 16, C, 16).transpose(0, 1, 3, 2)
     else:
-        t = words.reshape(B, C // inner, R // 16, 16, inner).transpose(0, 2, 3, 1, 4)
-    return np.ascontiguousarray(t).reshape(B, R, C)
+        t = words.reshape(B, C // inner, R, inner).transpose(0, 2, 1, 3)
+    return np.array(t, order="C").reshape(B, R, C)
 
 
 # ----------------------------------------------------------------- timing

@@ -72,15 +72,19 @@ def payload_index(layout, dt, rows: int, cols: int, row, col):
 
 
 def _split(x, layout, inner):
-    """[B, R, C] -> [B, R*C] in `layout` order (R, C whole fractals for ZN/NZ)."""
+    """[B, R, C] -> [B, R*C] in `layout` order (R, C whole fractals for ZN/NZ).
+
+    A ZN row of fractals (16 rows) is that band stored column by column; NZ
+    stores each column band (`inner` columns) row by row: one 4-D transpose
+    each (XLA moves those faster than the 5-D fractal form)."""
     B, R, C = x.shape
     if layout == "RowMajor":
         return x.reshape(B, R * C)
     if layout == "ColumnMajor":
         return x.transpose(0, 2, 1).reshape(B, R * C)
-    f = x.reshape(B, R // 16, 16, C // inner, inner)          # b, br, ir, bc, ic
-    order = (0, 1, 3, 4, 2) if layout == "ZN" else (0, 3, 1, 2, 4)
-    return f.transpose(order).reshape(B, R * C)
+    if layout == "ZN":
+        return x.reshape(B, R // 16, 16, C).transpose(0, 1, 3, 2).reshape(B, R * C)
+    return x.reshape(B, R, C // inner, inner).transpose(0, 2, 1, 3).reshape(B, R * C)
 
 
 def _join(w, layout, inner, R, C):
@@ -91,8 +95,8 @@ def _join(w, layout, inner, R, C):
     if layout == "ColumnMajor":
         return w.reshape(B, C, R).transpose(0, 2, 1)
     if layout == "ZN":
-        return w.reshape(B, R // 16, C // inner, inner, 16).transpose(0, 1, 4, 2, 3).reshape(B, R, C)
-    return w.reshape(B, C // inner, R // 16, 16, inner).transpose(0, 2, 3, 1, 4).reshape(B, R, C)
+        return w.reshape(B, R // 16, C, 16).transpose(0, 1, 3, 2).reshape(B, R, C)
+    return w.reshape(B, C // inner, R, inner).transpose(0, 2, 1, 3).reshape(B, R, C)
 
 
 _nd_to_layout = jax.jit(_split, static_argnames=("layout", "inner"))
