@@ -113,7 +113,7 @@ def source_listing(text: str, start: int) -> list[str]:
 
 
 def build_report(before, result, words, *, model: str, config: str, pe,
-                 on_fault: str, profile: str = "portable") -> dict:
+                 on_fault: str, profile: str = "portable", semantics: str = "adr0100") -> dict:
     """`pe` is the executing PE, or "core" for a pj.run_core stream."""
     after = result.state
     start = int(np.asarray(before.pc))
@@ -126,7 +126,8 @@ def build_report(before, result, words, *, model: str, config: str, pe,
                "after": gm1[a:b].tobytes().hex()} for a, b in changed_ranges(gm0, gm1)]
     block = after.block
     return {
-        "model": model, "config": config, "profile": profile, "pe": pe, "on_fault": on_fault,
+        "model": model, "config": config, "profile": profile, "semantics": semantics, "pe": pe,
+        "on_fault": on_fault,
         "program": [{"address": start + 4 * i, "word": f"0x{w:08x}",
                      "text": asm.disassemble([w])} for i, w in enumerate(words)],
         "fault": result.fault,
@@ -164,7 +165,7 @@ def fault_line(rep: dict) -> str:
 def format_report(rep: dict) -> str:
     who = "the whole Core (PE0..PE3)" if rep["pe"] == "core" else f"PE {rep['pe']}"
     out = [f"program: {len(rep['program'])} words, {rep['model']} model, config {rep['config']}, "
-           f"{rep['profile']} profile, {who}"]
+           f"{rep['profile']} profile, {rep['semantics']} semantics, {who}"]
     words = [int(p["word"], 16) for p in rep["program"]]
     start = rep["program"][0]["address"] if words else rep["pc"]
     out += listing(words, start, rep["fault_word"], rep["fault"])

@@ -252,6 +252,22 @@ def test_run_tmatmul_example(capsys, profile, d_rows):
     assert rep["profile"] == profile and rep["tiles"][0]["name"] == "T#1"
 
 
+@pytest.mark.parametrize("semantics, expect", [
+    ("adr0100", "fault: Fault_TileLegality (word 22 at pc 0x58: BSTOP)"),
+    ("0.58.3", "mask 1100")])
+def test_run_semantics_switch(capsys, semantics, expect):
+    # the one-PE view under either cooperative rule set: ADR 0100 rejects a
+    # partial mask, the 0.58.3 model publishes D with the block's mask (reference
+    # model: the JAX side of both is tests/test_cooperative.py)
+    prog = Path(__file__).with_name("data") / "shared-tmatmul-partial-mask.s"
+    rc, out, err = run(capsys, "run", str(prog), *CFG, "--reference", "--semantics", semantics)
+    assert rc == 0, err
+    assert f"portable profile, {semantics} semantics, PE 0" in out and expect in out
+    rc, out, _ = run(capsys, "run", str(prog), *CFG, "--reference", "--semantics", semantics,
+                     "--json")
+    assert json.loads(out)["semantics"] == semantics
+
+
 def test_program_setup_lines(src, capsys):
     assert inputs.program_setup(";@ --gm-hex 0x10:ab --gpr a0=1\n# @x\n  #@ --gpr 1:a1=2\n") == (
         ["0x10:ab"], ["a0=1", "1:a1=2"])

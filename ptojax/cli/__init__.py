@@ -2,7 +2,8 @@
 
     ptojax run PROGRAM [--gm FILE] [--gm-hex ADDR:HEX] [--gpr [PE:]REG=VALUE]
                        [--pe N] [--config asl|small|tiny] [--profile portable|ieee]
-                       [--on-fault abandon|hold] [--reference] [--hex] [--json]
+                       [--semantics adr0100|0.58.3] [--on-fault abandon|hold]
+                       [--reference] [--hex] [--json]
     ptojax asm FILE|-  [--json]          assembly text -> hex words
     ptojax disasm FILE|- [--addresses]   hex words -> assembly text
     ptojax demo [--config NAME] [--batch N]

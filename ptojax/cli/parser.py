@@ -9,7 +9,7 @@ import argparse
 
 import ptojax as pj
 from ptojax.compile_cache import CACHE_ENV
-from ptojax.state import PROFILES
+from ptojax.state import PROFILES, SEMANTICS
 
 from .asm import cmd_asm, cmd_disasm
 from .bench import cmd_bench
@@ -67,6 +67,10 @@ def _add_run(sub, configs: str):
                    help="numeric profile of the matrix family (TMATMUL/TGEMV): portable "
                         "(default, the ASL model's raw-word multiply-accumulate) or ieee "
                         "(binary32 arithmetic on decoded values); docs/numerics.md")
+    r.add_argument("--semantics", choices=list(SEMANTICS), default="adr0100",
+                   help="the cooperative (Shared-operand) matrix rules: adr0100 (default, ADR "
+                        "0100's per-PE fragments) or 0.58.3 (the ASL model of release 0.58.3: "
+                        "any nonzero mask, D with the block's mask); docs/shared-decisions.md")
     r.add_argument("--on-fault", choices=["abandon", "hold"], default="abandon",
                    help="after a fault, discard the open block (default) or keep it pending")
     r.add_argument("--reference", action="store_true",

@@ -20,7 +20,7 @@ def cmd_run(args) -> int:
     words, _ = load_program(text, args.hex)
     if not 0 <= args.pe < tables.NUM_PES:
         raise CliError(f"--pe {args.pe}: expected 0..{tables.NUM_PES - 1}")
-    cfg = pj.preset(args.config).replace(profile=args.profile)
+    cfg = pj.preset(args.config).replace(profile=args.profile, semantics=args.semantics)
     setup_gm, setup_gpr = program_setup(text)
     before = build_state(cfg, args.gm, setup_gm + (args.gm_hex or []),
                          setup_gpr + (args.gpr or []), args.pe)
@@ -36,7 +36,7 @@ def cmd_run(args) -> int:
         result = runner(before, words, pe=args.pe, on_fault=args.on_fault, cfg=cfg)
     rep = build_report(before, result, words, model="reference" if args.reference else "jax",
                        config=args.config, pe="core" if args.core else args.pe,
-                       on_fault=args.on_fault, profile=args.profile)
+                       on_fault=args.on_fault, profile=args.profile, semantics=args.semantics)
     if args.json:
         for k in ("_tile_views", "_shared_views", "_gm_after"):
             rep.pop(k)

@@ -134,7 +134,7 @@ def _cube_to_nd(words, vr, vc, *, layout, cr, cc, swap, R, C, compact):
 # ----------------------------------------------------------------- public API
 
 
-def _as_words(x, what):
+def as_words(x, what):
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
         x = np.asarray(x)
     if np.dtype(x.dtype).type not in _UNSIGNED:
@@ -185,7 +185,7 @@ def nd_to_cube(x, layout, dtype, valid_rows=None, valid_cols=None, *, pad="Null"
     """
     lay = tables.cube_layout(layout)
     d = cube_dtype(dtype)
-    x = _as_words(x, "x")
+    x = as_words(x, "x")
     single = x.ndim == 2
     if x.ndim not in (2, 3):
         raise ValueError(f"x must be [rows, cols] or [batch, rows, cols], got shape {x.shape}")
@@ -221,7 +221,7 @@ def cube_to_nd(words, layout, dtype, valid_rows, valid_cols, *, shape=None):
     """
     lay = tables.cube_layout(layout)
     d = cube_dtype(dtype)
-    words = _as_words(words, "words")
+    words = as_words(words, "words")
     single = words.ndim == 1
     if words.ndim not in (1, 2):
         raise ValueError(f"words must be [W] or [batch, W], got shape {words.shape}")

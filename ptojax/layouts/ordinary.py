@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import tables
 from .._x64 import x64
-from .kernels import _as_words
+from .kernels import as_words
 
 ORDINARY_LAYOUTS = ("RowMajor", "ColumnMajor", "ZN", "NZ")
 ALIASES = {"ND": "RowMajor", "DN": "ColumnMajor"}
@@ -121,7 +121,7 @@ def nd_to_ordinary(x, layout, dtype):
     """
     lay = ordinary_layout(layout)
     d = tables.dtype(dtype)
-    x = _as_words(x, "x")
+    x = as_words(x, "x")
     if x.ndim not in (2, 3):
         raise ValueError(f"x must be [rows, cols] or [batch, rows, cols], got shape {x.shape}")
     xb = x[None] if x.ndim == 2 else x
@@ -136,7 +136,7 @@ def ordinary_to_nd(words, layout, dtype, rows: int, cols: int):
     (the inverse of nd_to_ordinary). words: [B, rows*cols] (or one [rows*cols])."""
     lay = ordinary_layout(layout)
     d = tables.dtype(dtype)
-    words = _as_words(words, "words")
+    words = as_words(words, "words")
     for name, v in (("rows", rows), ("cols", cols)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"{name} must be an int, got {type(v).__name__}")
