@@ -142,9 +142,10 @@ def read_tile(s: State, index: int, pe: int = 0) -> TileView:
 class SharedTileView(TileView):
     """One Shared register (S0..S255) as numpy data; `index` is its SharedTileID.
 
-    words/defined cover the rows x columns elements in RowMajor order; an
-    element is defined when its quarter is initialized and it lies in the
-    valid rectangle (docs/shared-decisions.md section 1).
+    words/defined cover the rows x columns elements in the register's layout
+    order (RowMajor r*columns + c, or the ColumnMajor/ZN/NZ a relayout TLOAD
+    gave it); an element is defined when its quarter is initialized and it
+    lies in the valid rectangle (docs/shared-decisions.md section 1).
     """
     allocation_mask: int = 0
     initialized_mask: int = 0
@@ -169,6 +170,21 @@ class SharedTileView(TileView):
                 f"{'published' if self.published else 'unpublished'}")
 
 
+def _valid_slots(layout: str, g: dict, n: int) -> np.ndarray:
+    """bool[n]: which of a record's first n element slots hold its valid rectangle."""
+    from .layouts.ordinary import indexable, payload_index
+    rows, cols, dt = g["rows"], g["cols"], tables.DTYPE_BY_CODE[g["dtype"]].name
+    out = np.zeros(n, bool)
+    if rows < 1 or cols < 1 or layout not in ("RowMajor", "ColumnMajor", "ZN", "NZ") \
+            or not indexable(layout, dt, rows, cols):
+        return out
+    r, c = np.meshgrid(np.arange(min(g["valid_rows"], rows)), np.arange(min(g["valid_cols"], cols)),
+                       indexing="ij")
+    e = np.asarray(payload_index(layout, dt, rows, cols, r, c)).ravel()
+    out[e[e < n]] = True
+    return out
+
+
 def read_shared(s: State, shared_id: int) -> SharedTileView:
     """The Shared register S<shared_id> (0..255) of the Core as a SharedTileView."""
     check_state(s)
@@ -187,8 +203,7 @@ def read_shared(s: State, shared_id: int) -> SharedTileView:
     e = np.arange(n)
     quarter = np.minimum((e * bits // 8) * 4 // max(g["capacity"], 1), 3)
     init = ((g["initialized_mask"] >> (3 - quarter)) & 1) == 1
-    inside = (e // max(g["cols"], 1) < g["valid_rows"]) & (e % max(g["cols"], 1) < g["valid_cols"])
-    defined = init & inside
+    defined = init & _valid_slots(tables.TILE_LAYOUTS[g["layout"]], g, n)
     return SharedTileView(
         index=sid, allocated=True, layout=tables.TILE_LAYOUTS[g["layout"]],
         dtype=tables.DTYPE_BY_CODE[g["dtype"]].name, rows=g["rows"], columns=g["cols"],

@@ -313,7 +313,8 @@ def test_run_core_cooperative_example(capsys):
     text = COOP_EXAMPLE.read_text()
     rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--reference", "--core")
     assert rc == 0, err
-    assert "reference model, config small, portable profile, the whole Core (PE0..PE3)" in out
+    assert ("reference model, config small, portable profile, adr0100 semantics, "
+            "the whole Core (PE0..PE3)") in out
     assert "tiles changed: 2" in out
     assert "PE0 T#1 (tile 0): CUBE_M16 U32 16x4, valid 16x4, 256 B, Matrix, mask 1000" in out
     assert "PE1 T#1 (tile 0): CUBE_M16 U32 16x4, valid 4x4, 256 B, Matrix, mask 0100" in out
@@ -346,7 +347,8 @@ def test_run_core_cooperative_example_on_jax(capsys):
     n = len(pj.asm.assemble(COOP_EXAMPLE.read_text()))
     rc, out, err = run(capsys, "run", str(COOP_EXAMPLE), *CFG, "--core")
     assert rc == 0, err
-    assert f"{n} words, jax model, config small, portable profile, the whole Core (PE0..PE3)" in out
+    assert (f"{n} words, jax model, config small, portable profile, adr0100 semantics, "
+            "the whole Core (PE0..PE3)") in out
     assert f"result: Fault_None: {n} of {n} words executed" in out
     assert "tiles changed: 2" in out
     lines = out.splitlines()

@@ -133,3 +133,27 @@ def test_kernels_match_a_relayout_tload(code, layout):
     assert (t.layout, t.rows, t.columns) == (layout, 16, 4)
     assert (t.words[:64] == np.asarray(L.nd_to_ordinary(x, layout, "FP64"))).all()
     assert (t.to_nd() == x).all()
+
+
+def test_read_shared_in_the_registers_layout():
+    # a Shared NZ register (FP16 2 x 32 of a 16 x 32 record): read_shared marks the
+    # valid elements at their NZ slots, and to_nd gives the matrix back
+    x = (np.arange(64, dtype=np.uint64).reshape(2, 32) + 0x100)
+    s = pj.write_memory(pj.reset(pj.preset("small")), 0x100, x.astype(np.uint16).view(np.uint8).reshape(-1))
+    for pe in range(4):
+        s = pj.write_gpr(pj.write_gpr(s, "a0", 0x100, pe=pe), "a1", 64, pe=pe)
+    r = pj.reference.run(s, pj.asm.assemble("""BSTART.TLOAD FP16
+        B.DATR {ND2NZ, FP64, Zero}
+        B.DIM zero, 32, ->LB0
+        B.DIM zero, 2, ->LB1
+        B.DIM zero, 32, ->LB2
+        B.IOS mask=1111, ->S7<4>
+        B.IOR a0, a1
+        BSTOP"""), cfg=pj.preset("small"))
+    assert r.fault == "Fault_None"
+    v = pj.read_shared(r.state, 7)
+    assert (v.layout, v.rows, v.columns) == ("NZ", 16, 32)
+    slots = {L.ordinary_index("NZ", "FP16", 16, 32, rr, c) for rr in range(2) for c in range(32)}
+    assert set(np.flatnonzero(v.defined).tolist()) == slots
+    assert v.defined_valid_elements == 64 and (v.to_nd() == x).all()
+
