@@ -386,6 +386,8 @@ def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc,
 
     def fetch(local, shared, slot, i, use_shared, idx):
         lv = local[slot, jnp.clip(idx, 0, W - 1)]
+        if shared is None:                  # no State of the batch has Shared operands
+            return lv
         sv = shared[i, jnp.clip(idx, 0, WS - 1)]
         return jnp.where(use_shared, sv, lv)
 
@@ -485,11 +487,24 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g
     trips = jnp.where(do, blk.K, 0)
 
     if cfg.profile != "ieee":
-        def body(k, acc):
-            sa, sb = scales(k)
-            a, b = operands((words, shared), (words, shared), k)
-            return jnp.where(k < trips, acc + (a * sa) * (b * sb), acc)
-        acc = jax.lax.fori_loop(0, trip_count(trips), body, jnp.where(blk.is_acc, c_words, U64(0)))
+        def loop(with_scales, with_shared):
+            """The K loop; a batch where no State has MX scales (Shared operands)
+            runs the one that never fetches them (lane-wide gathers are its cost)."""
+            tables = (words, shared) if with_shared else (words, None)
+
+            def body(k, acc):
+                a, b = operands(tables, tables, k)
+                if not with_scales:
+                    return jnp.where(k < trips, acc + a * b, acc)
+                sa, sb = scales(k)
+                return jnp.where(k < trips, acc + (a * sa) * (b * sb), acc)
+            init = jnp.where(blk.is_acc, c_words, U64(0))
+            return lambda: jax.lax.fori_loop(0, trip_count(trips), body, init)
+        any_scales = trip_count((blk.sa_on | blk.sb_on).astype(jnp.int32)) > 0
+        any_shared = trip_count(blk.shared_on.astype(jnp.int32)) > 0
+        which = any_scales.astype(jnp.int32) * 2 + any_shared.astype(jnp.int32)
+        acc = jax.lax.switch(which, [loop(False, False), loop(False, True), loop(True, False),
+                                     loop(True, True)])
         return lane_ok, acc + jnp.where(blk.is_bias, bias_words, U64(0))
     return lane_ok, _ieee_product(blk, shr, words, shared, scales, operands, trips, c_words,
                                   bias_words)
