@@ -490,10 +490,10 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g
         def loop(with_scales, with_shared):
             """The K loop; a batch where no State has MX scales (Shared operands)
             runs the one that never fetches them (lane-wide gathers are its cost)."""
-            tables = (words, shared) if with_shared else (words, None)
+            reads = (words, shared) if with_shared else (words, None)
 
             def body(k, acc):
-                a, b = operands(tables, tables, k)
+                a, b = operands(reads, reads, k)
                 if not with_scales:
                     return jnp.where(k < trips, acc + a * b, acc)
                 sa, sb = scales(k)

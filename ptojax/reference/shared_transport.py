@@ -147,8 +147,8 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
         i = m.free_record()
         m.shared[i] = SharedRecord(sid=sid, allocation_mask=mask, initialized_mask=mask,
                                    published=True, contents_defined=True, dtype=d.code,
-                                   layout=tables.TILE_LAYOUT_CODE[layout], capacity=tsize, rows=rows, cols=cols,
-                                   valid_rows=vr, valid_cols=vc)
+                                   layout=tables.TILE_LAYOUT_CODE[layout], capacity=tsize,
+                                   rows=rows, cols=cols, valid_rows=vr, valid_cols=vc)
         words = m.shared_payload(i)
         for k in range(len(words)):
             words[k] = 0
