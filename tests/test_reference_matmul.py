@@ -363,15 +363,6 @@ def test_e2_acc_index_collision_golden_words():
     check_d(ok(s, words2), 32, "CUBE_M16", "FP32", 1, 1, 1, [[11]], mask=0b1000)
 
 
-def test_e2_converted_destination_is_unimplemented():
-    st = Setup()
-    c = st.cube("CUBE_M16", "FP32", [[5, 5, 5]], hand=2, size=2)
-    a = st.cube("CUBE_M16", "FP16", [[2]])
-    b = st.cube("CUBE_N8", "FP16", [[1, 2, 3]])
-    fails(st.state(), matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 1, 3, 1, fp=fpatr(pre=1),
-                                   split=True), "Fault_Unimplemented")
-
-
 # ----------------------------------------------------------------- E3 (BIAS)
 
 
@@ -920,26 +911,6 @@ def test_check_6_prequant_mode_vs_accumulator(atype, pre):
     fails(st.state(), words, "Fault_TileLegality")
 
 
-@pytest.mark.parametrize("fp, extra_srcs, extra_dsts", [
-    (fpatr(pre=1), 0, 0), (fpatr(pre=27), 0, 0), (fpatr(pre=38), 1, 0), (fpatr(relu=1), 0, 0),
-    (fpatr(relu=3), 1, 0), (fpatr(row_max=1), 0, 1), (fpatr(row_max=1, row_max_init=1), 1, 1),
-    (fpatr(group_max=1, group_n=1), 0, 1)])
-def test_check_6_post_processing_unimplemented(fp, extra_srcs, extra_dsts):
-    s, a, b, c, bias = base_state()
-    words = [mstart("TMATMUL", "FP16"), fp, *dims(1, 1, 2), iot(a, b, hand=0, last=0)]
-    words += [iot(bias, last=0)] * extra_srcs + [iot(hand=1, last=0)] * extra_dsts
-    words[-1] |= 1 << 19
-    fails(s, words + [BSTOP], "Fault_Unimplemented")
-
-
-def test_check_6_scalar_mode_ior_slot():
-    # a scalar mode consumes RegSrc0 (schema legal) -> then post-processing is unimplemented
-    s, a, b, *_ = base_state()
-    words = matmul_words("TMATMUL", "FP16", [a, b], 1, 1, 2, fp=fpatr(pre=24))
-    fails(s, words[:-1] + [ior(X2), BSTOP], "Fault_Unimplemented")
-    fails(s, words[:-1] + [ior(X2, X3), BSTOP], "Fault_TileLegality")
-
-
 def hs_slot(index):
     hs = SMALL.hand_slots
     return (index // 16) * hs + index % 16
@@ -1333,3 +1304,302 @@ def test_ieee_integer_classes():
 def test_ieee_tgemv_and_mixed_float_widths():
     # E4M3 x FP16 (ordinary floating class): 1.5 * 2.25
     assert ieee_run("E4M3", [[0x3C]], [[FP16[2.25]]], btype="FP16", op="TGEMV") == [[0x40580000]]
+
+
+# ----------------------------------------------------------------- B.FPATR post-processing
+#
+# Element arithmetic vectors are in test_reference_postprocess.py; here, whole
+# bundles: D's element type and geometry, the RowMax / GroupMax outputs, and a
+# test per post-process check (step 3 parameter Words, step 6 sources, step 10
+# destination group).
+
+P_ONE, P_TWO, P_HALF, P_QUARTER = 0x3F800000 >> 13, 0x40000000 >> 13, 0x3F000000 >> 13, \
+    0x3E800000 >> 13                                                   # FP19 codes
+PARAM = (20, 21)                                                       # GPRs for B.IOR scalars
+
+
+def qword(scale, offset=0, width=0):
+    """A quant parameter Word: FP19 scale in bits 31:13, signed offset from bit 37."""
+    return scale << 13 | ((offset & ((1 << width) - 1)) << 37 if width else 0)
+
+
+def post_words(op, atype, srcs, post_srcs, m, n, k, fp, aux=(), hand=0, size=1, extra=(),
+               scalars=None):
+    """A matrix block: D (hand, size) on the first B.IOT with the mathematical
+    sources, then the post-process sources, then one destination-only B.IOT
+    per (hand, size) of `aux`; B.IOR RegSrc = `scalars` GPRs when given."""
+    words = [mstart(op, atype), *extra, fp, *dims(m, n, k)]
+    srcs = list(srcs) + list(post_srcs)
+    bindings = [iot(*srcs[:2], hand=hand, size=size, last=0)]
+    srcs = srcs[2:]
+    while srcs:
+        bindings.append(iot(*srcs[:2], last=0))
+        srcs = srcs[2:]
+    bindings += [iot(hand=h, size=z, last=0) for h, z in aux]
+    bindings[-1] |= 1 << 19
+    if scalars is not None:
+        bindings.append(ior(*scalars))
+    return words + bindings + [BSTOP]
+
+
+def s32_state(B=((3, -7, 5), (-1, -2, -3)), **loads):
+    """A = 2x2 identity (S8), B (S8) as given: D = B as S32 accumulators."""
+    st = Setup()
+    a = st.cube("CUBE_M16", "S8", [[1, 0], [0, 1]])
+    b = st.cube("CUBE_N8", "S8", [list(r) for r in B], size=size_code(-(-len(B[0]) // 8)))
+    extra = {name: st.ordinary(dt, rows) for name, (dt, rows) in loads.items()}
+    return st, a, b, extra
+
+
+def size_code(cells):
+    """The smallest SizeCode holding `cells` CELLs of 128 B."""
+    return (cells - 1).bit_length() + 1
+
+
+def gprs(s, *values):
+    for reg, v in zip(PARAM, values):
+        s = pj.write_gpr(s, reg, v)
+    return s
+
+
+def aux_tile(s, index, dt, rows, cols, values, size=1):
+    """A RowMaxOut / GroupMaxOut: RowMajor at Any, accumulator-typed, rows
+    derived from its capacity, valid region = values (defined)."""
+    t = tile(s, index)
+    d = tables.dtype(dt)
+    assert bool(t["allocated"]) and int(t["dtype"]) == d.code
+    assert tables.TILE_LAYOUTS[int(t["layout"])] == "RowMajor"
+    assert tables.TILE_LOCATIONS[int(t["location"])] == "Any"
+    assert (int(t["valid_rows"]), int(t["valid_cols"]), int(t["cols"])) == (rows, cols, cols)
+    assert int(t["rows"]) == (128 << (size - 1)) * 8 // (cols * d.bits)
+    assert int(t["defined_valid"]) == rows * cols
+    assert [[int(t["words"][r * cols + c]) for c in range(cols)] for r in range(rows)] == [
+        [v & MASK64 for v in row] for row in values]
+
+
+def test_post_e2_converted_destination():
+    # acc-convert-023: C FP32 1x3 of 2 CELLs (256 B); PreQuantMode 1 gives an FP16 D of one
+    # CELL in 128 B (no capacity rule with a conversion); raw 5 + 2*j are FP32 subnormals
+    # that round to +0 in FP16. C is unchanged.
+    st = Setup()
+    c = st.cube("CUBE_M16", "FP32", [[5, 5, 5]], hand=2, size=2)
+    a = st.cube("CUBE_M16", "FP16", [[2]])
+    b = st.cube("CUBE_N8", "FP16", [[1, 2, 3]])
+    s = st.state()
+    out = ok(s, matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 1, 3, 1, fp=fpatr(pre=1),
+                             split=True))
+    check_d(out, 0, "CUBE_M16", "FP16", 1, 3, 1, [[0, 0, 0]])
+    assert int(tile(out, 0)["cell_count"]) == 1 and int(tile(out, 0)["storage_bytes"]) == 128
+    assert all(np.array_equal(tile(s, c)[k], tile(out, c)[k]) for k in tile(s, c))
+    # PreQuantMode 0 keeps the capacity rule: D 128 B against C 256 B
+    fails(s, matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 1, 3, 1, split=True),
+          "Fault_TileLegality")
+
+
+def fp32_acc_state(c_values):
+    """C (FP32 raw bits) + A = B = 0: D's accumulators are C's Words."""
+    st = Setup()
+    c = st.cube("CUBE_M16", "FP32", [c_values], hand=2, size=2)
+    a = st.cube("CUBE_M16", "FP16", [[0]])
+    b = st.cube("CUBE_N8", "FP16", [[0] * len(c_values)])
+    return st.state(), c, a, b
+
+
+def test_post_fp32_to_fp16_bf16_and_relu():
+    s, c, a, b = fp32_acc_state([0x3FC00000, 0xC0000000, 0x7F800000, 0x80000000])
+    def run1(fp, dt, extra):
+        size = 2 if dt == "FP32" else 1          # 1 x 4 FP32 is two CELLs, FP16/BF16 one
+        words = matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 1, 4, 1, fp=fp, split=True,
+                             extra=extra, size=size)
+        check_d(ok(s, words), 0, "CUBE_M16", dt, 1, 4, size, RESULTS[fp, extra])
+    RESULTS = {(fpatr(pre=1), ()): [[0x3E00, 0xC000, 0x7C00, 0x8000]],
+               (fpatr(pre=16), ()): [[0x3FC0, 0xC000, 0x7F80, 0x8000]],
+               # Sat on (B.DATR, BType = AType): infinity saturates to the largest finite
+               (fpatr(pre=1), (datr(0, 31, 0, sat=1),)): [[0x3E00, 0xC000, 0x7BFF, 0x8000]],
+               # ReLU, no conversion: FP32 D, -2 and -0 give +0
+               (fpatr(relu=1), ()): [[0x3FC00000, 0, 0x7F800000, 0]]}
+    for fp, extra in RESULTS:
+        run1(fp, "FP32" if fp == fpatr(relu=1) else ("BF16" if fp == fpatr(pre=16) else "FP16"),
+             extra)
+
+
+def test_post_s32_relu_modes():
+    # D = [[5, -6]]: ReLU 0s the negative; LReLU (B.IOR) and PReLU (vector) scale it
+    st, a, b, x = s32_state(B=((5, -6), (0, 0)),
+                            alpha=("U64", [[P_HALF, P_QUARTER]]))
+    s = gprs(st.state(), P_HALF)
+    check_d(ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 2, 2, fpatr(relu=1))),
+            0, "CUBE_M16", "S32", 2, 2, 1, [[5, 0], [0, 0]])
+    check_d(ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 2, 2, fpatr(relu=2),
+                             scalars=(PARAM[0],))), 0, "CUBE_M16", "S32", 2, 2, 1, [[5, -3], [0, 0]])
+    # PReLU 0.25: -1.5 rounds to even (RNE): -2
+    check_d(ok(s, post_words("TMATMUL", "S8", [a, b], [x["alpha"]], 2, 2, 2, fpatr(relu=3))),
+            0, "CUBE_M16", "S32", 2, 2, 1, [[5, -2], [0, 0]])
+    # without a B.IOR the LReLU parameter is zero
+    check_d(ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 2, 2, fpatr(relu=2))),
+            0, "CUBE_M16", "S32", 2, 2, 1, [[5, 0], [0, 0]])
+
+
+def test_post_s32_quantization_scalar_and_vector():
+    st, a, b, x = s32_state(B=((5, -6), (0, 0)),
+                            q=("U64", [[qword(P_ONE, 1, 5), qword(P_TWO, 0, 5)]]))
+    s = gprs(st.state(), qword(P_TWO, -1, 9))
+    # mode 3: S32 x 2 -> S9, -1 -> S8: 9, -13
+    check_d(ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 2, 2, fpatr(pre=3),
+                             scalars=(PARAM[0],))), 0, "CUBE_M16", "S8", 2, 2, 1, [[9, -13], [-1, -1]])
+    # mode 18 (vector, S4X2): 5 + 1 = 6; -12 fits S5, wraps to S4 as 4
+    check_d(ok(s, post_words("TMATMUL", "S8", [a, b], [x["q"]], 2, 2, 2, fpatr(pre=18))),
+            0, "CUBE_M16", "S4X2", 2, 2, 1, [[6, 4], [1, 0]])
+    # mode 13 (shift): parameter 0 shifts right by 1
+    s13 = gprs(s, 0)
+    check_d(ok(s13, post_words("TMATMUL", "S8", [a, b], [], 2, 2, 2, fpatr(pre=13),
+                               scalars=(PARAM[0],))), 0, "CUBE_M16", "S16", 2, 2, 1, [[2, -3], [0, 0]])
+    # a scalar mode without B.IOR: scale 0
+    check_d(ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 2, 2, fpatr(pre=3))),
+            0, "CUBE_M16", "S8", 2, 2, 1, [[0, 0], [0, 0]])
+
+
+def test_post_fp8_outputs():
+    s, c, a, b = fp32_acc_state([0x3FC00000, 0x3F800000, 0xC3E00000])       # 1.5, 1, -448
+    s = gprs(s, qword(P_ONE))
+    # E4M3: -448 is its largest finite; HiF8 (RHB): -448 is the midpoint of -384 (0xE1)
+    # and -512, a tie rounded toward +infinity
+    for mode, want in ((26, [[0x3C, 0x38, 0xFE]]), (25, [[0x0C, 0x08, 0xE1]])):
+        words = post_words("TMATMUL.ACC", "FP16", [c, a], [b], 1, 3, 1, fpatr(pre=mode),
+                           scalars=(PARAM[0],))
+        check_d(ok(s, words), 0, "CUBE_M16", tables.DTYPE_BY_CODE[
+            tables.dtype("E4M3" if mode == 26 else "HiF8").code].name, 1, 3, 1, want)
+
+
+def test_post_row_and_group_max():
+    B = ((3, -7, 5) + (0,) * 13, (-1, -2, -3) + (-9,) * 13)
+    st, a, b, x = s32_state(B=B, rin=("S32", [[9], [0]]))
+    s = st.state()
+    D = [list(r) for r in B]
+    rmax = fpatr(row_max=1)
+    out = ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 16, 2, rmax, aux=[(1, 1)],
+                           size=4))
+    check_d(out, 0, "CUBE_M16", "S32", 2, 16, 4, D)
+    aux_tile(out, 16 + 2, "S32", 2, 1, [[5], [-1]])
+    # MaxAbs, RowMaxInit (RowMaxIn [9, 0] on the left), GroupMax of 8 columns
+    fp = fpatr(row_max=1, row_max_init=1, max_abs=1, group_max=1, group_n=1)
+    out = ok(s, post_words("TMATMUL", "S8", [a, b], [x["rin"]], 2, 16, 2, fp,
+                           aux=[(1, 1), (2, 1)], size=4))
+    aux_tile(out, 16 + 2, "S32", 2, 1, [[9], [9]])
+    aux_tile(out, 32, "S32", 2, 2, [[7, 0], [9, 9]])
+
+
+@pytest.mark.parametrize("value, legal", [(qword(P_TWO, -1, 9), True), (qword(P_TWO) | 1, False),
+                                          (qword(P_TWO) | 1 << 46, False),
+                                          (qword(P_TWO | 1 << 18), False)])
+def test_check_3_scalar_quant_parameter_word(value, legal):
+    st, a, b, _ = s32_state()
+    s = gprs(st.state(), value)
+    words = post_words("TMATMUL", "S8", [a, b], [], 2, 3, 2, fpatr(pre=3), scalars=(PARAM[0],))
+    if legal:
+        ok(s, words)
+    else:
+        fails(s, words, "Fault_TileLegality")
+
+
+@pytest.mark.parametrize("value, legal", [(0, True), (P_HALF, True), (1, False),
+                                          (P_HALF | 1 << 18, False), (1 << 19, False)])
+def test_check_3_scalar_lrelu_parameter_word(value, legal):
+    st, a, b, _ = s32_state()
+    s = gprs(st.state(), qword(P_ONE, 0, 9), value)
+    words = post_words("TMATMUL", "S8", [a, b], [], 2, 3, 2, fpatr(pre=3, relu=2),
+                       scalars=PARAM)
+    if legal:
+        ok(s, words)
+    else:
+        fails(s, words, "Fault_TileLegality")
+
+
+@pytest.mark.parametrize("what", ["shape", "dtype", "layout", "location", "undefined"])
+def test_check_6_rowmax_input(what):
+    rows = [[9], [0], [1]] if what == "shape" else [[9], [0]]
+    dt = "U32" if what == "dtype" else "S32"
+    st, a, b, x = s32_state(rin=(dt, rows))
+    s = st.state()
+    slot = hs_slot(x["rin"])
+    if what == "layout":
+        s = poke_tiles(s, "layout", slot, tables.TILE_LAYOUT_CODE["ColumnMajor"])
+    if what == "location":
+        s = poke_tiles(s, "location", slot, tables.TILE_LOCATION_CODE["Matrix"])
+    if what == "undefined":
+        s = poke_tiles(s, "defined_valid", slot, 1)
+    fp = fpatr(row_max=1, row_max_init=1)
+    fails(s, post_words("TMATMUL", "S8", [a, b], [x["rin"]], 2, 3, 2, fp, aux=[(1, 1)]),
+          "Fault_TileLegality")
+
+
+@pytest.mark.parametrize("what", ["good", "shape", "dtype", "content", "offset_bits"])
+def test_check_6_vector_quant_source(what):
+    q = [qword(P_ONE, 1, 5), qword(P_TWO), qword(P_HALF, -3, 5)]
+    if what == "shape":
+        q = q[:2]
+    if what == "content":
+        q[1] |= 1 << 12
+    if what == "offset_bits":
+        q[2] |= 1 << 42                                   # past mode 18's 5-bit offset
+    st, a, b, x = s32_state(q=("S64" if what == "dtype" else "U64", [q]))
+    words = post_words("TMATMUL", "S8", [a, b], [x["q"]], 2, 3, 2, fpatr(pre=18))
+    if what == "good":
+        check_d(ok(st.state(), words), 0, "CUBE_M16", "S4X2", 2, 3, 1, [[4, 2, -1], [0, -4, -5]])
+    else:
+        fails(st.state(), words, "Fault_TileLegality")
+
+
+@pytest.mark.parametrize("word, legal", [(P_HALF, True), (0, True), (P_HALF | 1 << 18, False),
+                                         (1 << 20, False)])
+def test_check_6_vector_prelu_source(word, legal):
+    st, a, b, x = s32_state(alpha=("U64", [[P_ONE, word, P_ONE]]))
+    words = post_words("TMATMUL", "S8", [a, b], [x["alpha"]], 2, 3, 2, fpatr(relu=3), size=2)
+    if legal:
+        ok(st.state(), words)
+    else:
+        fails(st.state(), words, "Fault_TileLegality")
+
+
+def test_check_10_converted_d_geometry():
+    # D 16 x 16: S32 needs 1 KiB (SizeCode 4), an FP16 conversion 512 B (SizeCode 3)
+    st = Setup()
+    c = st.cube("CUBE_M16", "FP32", [[0x3F800000] * 16] * 16, hand=2, size=4)
+    a = st.cube("CUBE_M16", "FP16", [[0]] * 16)
+    b = st.cube("CUBE_N8", "FP16", [[0] * 16], size=2)
+    s = st.state()
+    out = ok(s, matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 16, 16, 1, fp=fpatr(pre=1),
+                             size=3, split=True))
+    check_d(out, 0, "CUBE_M16", "FP16", 16, 16, 3, [[0x3C00] * 16] * 16)
+    fails(s, matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 16, 16, 1, fp=fpatr(pre=1), size=2,
+                          split=True), "Fault_TileAllocation")
+
+
+def test_check_10_group_max_columns_power_of_two():
+    # N = 24 in groups of 8: 3 GroupMax columns, no power of two: no RowMajor shape
+    st, a, b, _ = s32_state(B=((1,) * 24, (2,) * 24))
+    s = st.state()
+    fp = fpatr(group_max=1, group_n=1)
+    fails(s, post_words("TMATMUL", "S8", [a, b], [], 2, 24, 2, fp, aux=[(1, 1)], size=5),
+          "Fault_TileAllocation")
+    fp = fpatr(group_max=1, group_n=2)                   # 16: 2 columns
+    aux_tile(ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 24, 2, fp, aux=[(1, 1)], size=5)),
+             16 + 2, "S32", 2, 2, [[1, 1], [2, 2]])
+
+
+def test_check_10_auxiliary_destination_slots_and_budget():
+    st, a, b, _ = s32_state()
+    for _ in range(2):
+        st.cube("CUBE_M16", "S8", [[1]], hand=0)          # hand 0 keeps two free slots
+    s = st.state()
+    fp = fpatr(row_max=1, group_max=1, group_n=1)
+    ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 3, 2, fp, aux=[(0, 1), (1, 1)], size=2))
+    fails(s, post_words("TMATMUL", "S8", [a, b], [], 2, 3, 2, fp, aux=[(0, 1), (0, 1)], size=2),
+          "Fault_TileAllocation")
+    # the Core budget counts all three destinations
+    used = sum(bin(int(m)).count("1") * int(c) for al, m, c in
+               zip(np.asarray(s.tiles.allocated)[0], np.asarray(s.tiles.mask)[0],
+                   np.asarray(s.tiles.capacity)[0]) if al)
+    words = post_words("TMATMUL", "S8", [a, b], [], 2, 3, 2, fp, aux=[(1, 1), (1, 2)], size=2)
+    ok(poke(s, tile_capacity=used + 4 * (256 + 128 + 256)), words)
+    fails(poke(s, tile_capacity=used + 4 * (256 + 128 + 256) - 1), words, "Fault_TileAllocation")

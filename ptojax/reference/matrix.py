@@ -25,11 +25,12 @@ import numpy as np
 
 from .. import numerics, tables
 from . import layouts, minifloat
+from . import postprocess as pp
 from .machine import MASK64, Block, Machine, Tile
 from .shared import ALL_PES, ROW_MAJOR, cooperative_ready, ios_well_formed, read_word
 from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, UNIMPLEMENTED, Fault,
-                        allocate, binding_well_formed, budget_ok, cube_descriptor_legal,
-                        free_slot, ordinary_source_legal)
+                        allocate, binding_well_formed, cube_descriptor_legal, derived_rows, gpr,
+                        ordinary_source_legal, pe_count)
 
 # ----------------------------------------------------------------- type classes (matrix.md A.5)
 
@@ -39,12 +40,6 @@ SIGNED_INPUTS = frozenset({"S16", "S8", "S4X2"})
 UNSIGNED_INPUTS = frozenset({"U16", "U8", "U4X2"})
 MX_INPUTS = frozenset({"FP16", "BF16", "E4M3", "E5M2", "E2M1X2", "E1M2X2"})
 MX_SCALED = frozenset({"E4M3", "E5M2", "E2M1X2", "E1M2X2"})     # need an E8M0 scale tile
-
-# B.FPATR PreQuantMode (encoding.md 5.9)
-VECTOR_MODES = frozenset({2, 4, 12, 18, 20, 23, 28, 33, 36, 37, 38, 39})
-SCALAR_MODES = frozenset({3, 5, 13, 17, 19, 24, 25, 26, 27, 32, 34, 35})
-S32_MODES = frozenset({2, 3, 4, 5, 12, 13, 17, 18, 19, 20, 35, 39})
-FP32_MODES = frozenset({1, 16, 23, 24, 25, 26, 27, 28, 32, 33, 34, 36, 37, 38})
 
 SCALE_BLOCK = 32           # MX: one E8M0 scale per 32 consecutive k
 MASK32 = (1 << 32) - 1
@@ -145,7 +140,8 @@ def mathematical_sources(f: Form, a: tables.DataType, bt: tables.DataType) -> in
 
 def post_process_sources(p: Fpatr) -> int:
     """RowMaxIn + vector quant parameters + vector PReLU parameters."""
-    return int(p.row_max and p.row_max_init) + int(p.pre_quant in VECTOR_MODES) + int(p.relu == 3)
+    return (int(p.row_max and p.row_max_init) + int(p.pre_quant in pp.VECTOR_MODES)
+            + int(p.relu == 3))
 
 
 def dimensions(b: Block) -> Optional[tuple[int, int, int]]:
@@ -176,13 +172,29 @@ def stream_legal(f: Form, b: Block, p: Fpatr, a: tables.DataType, bt: tables.Dat
     return b.iot_closed
 
 
-def ior_legal(b: Block, p: Fpatr) -> bool:
-    """Step 3 B.IOR schema: RegDst 0; RegSrc_i 0 for i >= the scalar parameter count."""
+def scalar_count(p: Fpatr) -> int:
+    """B.IOR sources the post-processing reads: quant parameter, then LReLU parameter."""
+    return int(p.pre_quant in pp.SCALAR_MODES) + int(p.relu == 2)
+
+
+def ior_legal(m: Machine, b: Block, p: Fpatr, pe: int) -> bool:
+    """Step 3 B.IOR: RegDst 0; RegSrc_i 0 for i >= the scalar parameter count;
+    each parameter GPR's Word legal for its use (BundleOperationGPRBindingValuesLegal)."""
     if not b.ior_present:
         return True
-    n_scalar = int(p.pre_quant in SCALAR_MODES) + int(p.relu == 2)
+    n_scalar = scalar_count(p)
     reg_dst, *reg_src = b.ior
-    return reg_dst == 0 and all(r == 0 for r in reg_src[n_scalar:])
+    if reg_dst != 0 or any(r != 0 for r in reg_src[n_scalar:]):
+        return False
+    quant, relu = scalar_parameters(m, b, p, pe)
+    return ((p.pre_quant not in pp.SCALAR_MODES or pp.quant_parameter_legal(p.pre_quant, quant))
+            and (p.relu != 2 or pp.relu_parameter_legal(relu)))
+
+
+def scalar_parameters(m: Machine, b: Block, p: Fpatr, pe: int) -> tuple[int, int]:
+    """(quant, LReLU) parameter Words from PE `pe`'s GPRs (zero without a B.IOR)."""
+    regs = [gpr(m, pe, r) for r in b.ior[1:3]] if b.ior_present else None
+    return pp.scalar_parameters(regs, p.pre_quant, p.relu)
 
 
 def datr_legal(b: Block) -> bool:
@@ -199,40 +211,56 @@ def masks_legal(b: Block) -> bool:
             and all(binding_well_formed(x) for x in b.iots))
 
 
-def gate_legal(f: Form, b: Block, p: Fpatr) -> bool:
+def gate_legal(m: Machine, f: Form, b: Block, p: Fpatr, pe: int) -> bool:
     """Step 3: the one combined TileLegality gate."""
     a, bt = operand_types(b)
     if not types_legal(f, a, bt):
         return False
-    return (stream_legal(f, b, p, a, bt) and ior_legal(b, p) and datr_legal(b)
+    return (stream_legal(f, b, p, a, bt) and ior_legal(m, b, p, pe) and datr_legal(b)
             and dimensions(b) is not None and masks_legal(b))
 
 
 # ----------------------------------------------------------------- step 6
 
 
-def mode_matches_accumulator(mode: int, acc: tables.DataType) -> bool:
-    """PreQuantMode 0 takes any accumulator; the others need S32 or FP32."""
-    if mode == 0:
-        return True
-    if mode in S32_MODES:
-        return acc.name == "S32"
-    return mode in FP32_MODES and acc.name == "FP32"
+U64 = tables.DTYPE_BY_NAME["U64"]
 
 
-def accumulator_fault(p: Fpatr, acc: tables.DataType) -> Optional[Fault]:
-    """Step 6: PreQuantMode must match the accumulator class; any post-processing
-    is not modelled."""
-    if not mode_matches_accumulator(p.pre_quant, acc):
-        return TILE_LEGALITY
-    if post_processing(p):
-        return UNIMPLEMENTED
-    return None
+def post_source_legal(m: Machine, index: int, vr: int, vc: int, d: tables.DataType) -> bool:
+    """A post-process source (TileMatrixAuxiliarySourceSchemaLegal): a legal,
+    fully defined RowMajor tile at location Any of this valid shape and dtype."""
+    return (auxiliary_legal(m, index, vr, vc, d)
+            and m.tile_at(index).location == tables.TILE_LOCATION_CODE["Any"])
 
 
-def post_processing(p: Fpatr) -> bool:
-    """Any conversion, activation or reduction: not modelled (Fault_Unimplemented)."""
-    return p.pre_quant != 0 or p.relu != 0 or p.row_max or p.group_max
+def vector_words(m: Machine, index: int, n: int) -> list[int]:
+    """Row 0's n Words of a RowMajor vector source."""
+    words, _ = m.payload(m.slot_of(index))
+    return words[:n]
+
+
+def post_sources_legal(m: Machine, b: Block, p: Fpatr, n_math: int, M: int, N: int,
+                       acc: tables.DataType) -> bool:
+    """Step 6: PreQuantMode against the accumulator class, then the post-process
+    sources after the n_math mathematical ones: RowMaxIn (M x 1, accumulator
+    type), the vector quant parameters and the vector PReLU parameters (1 x N
+    U64, every Word legal for its use)."""
+    if not pp.mode_matches_accumulator(p.pre_quant, acc.name):
+        return False
+    stream = iter(source_stream(b)[n_math:])
+    if p.row_max and p.row_max_init and not post_source_legal(m, next(stream), M, 1, acc):
+        return False
+    if p.pre_quant in pp.VECTOR_MODES:
+        quant = next(stream)
+        if not post_source_legal(m, quant, 1, N, U64) or not all(
+                pp.quant_parameter_legal(p.pre_quant, w) for w in vector_words(m, quant, N)):
+            return False
+    if p.relu == 3:
+        relu = next(stream)
+        if not post_source_legal(m, relu, 1, N, U64) or not all(
+                pp.relu_parameter_legal(w) for w in vector_words(m, relu, N)):
+            return False
+    return True
 
 
 # ----------------------------------------------------------------- step 7
@@ -286,7 +314,12 @@ def auxiliary_legal(m: Machine, index: int, vr: int, vc: int, d: tables.DataType
             and t.dtype == d.code)
 
 
-def sources_legal(m: Machine, ops: Operands, a: tables.DataType, bt: tables.DataType,
+def c_capacity_legal(m: Machine, c: int, p: Fpatr, d_tsize: int) -> bool:
+    """Without a conversion (PreQuantMode 0) C's capacity must be D's."""
+    return p.pre_quant != 0 or m.tile_at(c).capacity == d_tsize
+
+
+def sources_legal(m: Machine, ops: Operands, p: Fpatr, a: tables.DataType, bt: tables.DataType,
                   acc: tables.DataType, dims: tuple[int, int, int], d_tsize: int) -> bool:
     """Step 7, stream order C, A, sA, B, sB, Bias (all Fault_TileLegality)."""
     M, N, K = dims
@@ -294,8 +327,8 @@ def sources_legal(m: Machine, ops: Operands, a: tables.DataType, bt: tables.Data
     a_layout = m.tile_at(ops.a).layout_name
     e8m0 = tables.DTYPE_BY_NAME["E8M0"]
     if ops.c is not None:
-        # PreQuantMode != 0 never gets here (post-processing is unimplemented)
-        if not primary_legal(m, ops.c, M, N, acc, a_layout) or m.tile_at(ops.c).capacity != d_tsize:
+        if not primary_legal(m, ops.c, M, N, acc, a_layout) or not c_capacity_legal(m, ops.c, p,
+                                                                                   d_tsize):
             return False
     if not m_layout_legal(a_layout, M) or not primary_legal(m, ops.a, M, K, a, a_layout):
         return False
@@ -431,7 +464,7 @@ def ieee_int_element(rd: Readers, i: int, j: int, K: int, a: tables.DataType,
 
 def compute(m: Machine, rd: Readers, dims: tuple[int, int, int], a: tables.DataType,
             bt: tables.DataType, acc: tables.DataType) -> list[list[int]]:
-    """D's M x N valid Words under the Machine's profile."""
+    """The M x N accumulator Words under the Machine's profile."""
     M, N, K = dims
     out = []
     for i in range(M):
@@ -445,6 +478,106 @@ def compute(m: Machine, rd: Readers, dims: tuple[int, int, int], a: tables.DataT
                 row.append(portable_element(rd, i, j, K))
         out.append(row)
     return out
+
+
+# ----------------------------------------------------------------- post-processing
+
+
+def post_parameters(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, N: int):
+    """column -> (quant, LReLU/PReLU) parameter Words: a vector source's Word of
+    that column, else the B.IOR scalar (zero without a B.IOR)."""
+    quant, relu = scalar_parameters(m, b, p, pe)
+    stream = iter(source_stream(b)[n_math + int(p.row_max and p.row_max_init):])
+    quant_row = vector_words(m, next(stream), N) if p.pre_quant in pp.VECTOR_MODES else None
+    relu_row = vector_words(m, next(stream), N) if p.relu == 3 else None
+    return lambda j: (quant_row[j] if quant_row else quant, relu_row[j] if relu_row else relu)
+
+
+def post_process(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, acc: tables.DataType,
+                 result: list[list[int]]) -> list[list[int]]:
+    """D's Words: each accumulator Word through B.FPATR's conversion and
+    activation (postprocess.py; the identity for PreQuantMode = ReluMode = 0)."""
+    params = post_parameters(m, b, p, n_math, pe, len(result[0]))
+    control = pp.control_of(p.pre_quant, b.datr[4], b.datr[5])
+    return [[pp.post_process(w, p.pre_quant, p.relu, acc.name, *params(j), control)
+             for j, w in enumerate(row)] for row in result]
+
+
+def publish_group(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, slots: list[int],
+                  layout: str, out: tables.DataType, acc: tables.DataType, M: int, N: int,
+                  mask: int, result: list[list[int]]) -> None:
+    """CommitMatrixResult: D from the post-processed Words; RowMaxOut and
+    GroupMaxOut from the raw accumulator Words (RowMaxIn read before any write)."""
+    outputs = []
+    if p.row_max:
+        initial = None
+        if p.row_max_init:
+            words, _ = m.payload(m.slot_of(source_stream(b)[n_math]))
+            initial = [words[i] for i in range(M)]          # M x 1 RowMajor: row i is Word i
+        outputs.append([[w] for w in pp.row_max(result, initial, p.max_abs, acc.name)])
+    if p.group_max:
+        outputs.append(pp.group_max(result, p.group_n, p.max_abs, acc.name))
+    d_words = post_process(m, b, p, n_math, pe, acc, result)
+    sizes = [tables.size_code_bytes(x.size_code) for x in destinations(b)]
+    publish(m, slots[0], layout, out, M, N, sizes[0], mask, d_words)
+    for slot, tsize, words in zip(slots[1:], sizes[1:], outputs):
+        publish_row_major(m, slot, acc, tsize, mask, words)
+
+
+def publish_row_major(m: Machine, slot: int, d: tables.DataType, tsize: int, mask: int,
+                      words: list[list[int]]) -> None:
+    """An auxiliary output: a new RowMajor tile at location Any, rows derived
+    from its capacity, valid region the Words given (defined)."""
+    vr, vc = len(words), len(words[0])
+    allocate(m, slot, dtype=d.code, layout=tables.TILE_LAYOUT_CODE["RowMajor"],
+             location=tables.TILE_LOCATION_CODE["Any"], capacity=tsize,
+             rows=derived_rows(tsize, vc, d), cols=vc, valid_rows=vr, valid_cols=vc,
+             mask=mask & 0xF, defined_valid=vr * vc)
+    payload, defined = m.payload(slot)
+    for i, row in enumerate(words):
+        for j, w in enumerate(row):
+            payload[i * vc + j] = w
+            defined[i * vc + j] = True
+
+
+# ----------------------------------------------------------------- destination group
+
+
+def destination_group(m: Machine, b: Block, p: Fpatr, layout: Optional[str], out: tables.DataType,
+                      acc: tables.DataType, M: int, N: int,
+                      charge_pes: Optional[int] = None) -> Optional[list[int]]:
+    """Step 10 (ResolveBundleTMATMULCubeDestinationGroup): D, [RowMaxOut,]
+    [GroupMaxOut,] each the lowest free slot of its hand not taken by an
+    earlier one; the Core budget for all of them; then D's CUBE geometry for
+    its element type and each auxiliary output's RowMajor shape (M x 1, M x
+    ceil(N / GroupN), accumulator type). The slots, or None (Fault_TileAllocation)."""
+    slots, charge = [], 0
+    for x in destinations(b):
+        slot = next((x.dst_hand * m.hand_slots + k for k in range(m.hand_slots)
+                     if not m.tiles[x.dst_hand * m.hand_slots + k].allocated
+                     and x.dst_hand * m.hand_slots + k not in slots), None)
+        if slot is None:
+            return None
+        slots.append(slot)
+        charge += (pe_count(x.mask) if charge_pes is None else charge_pes) \
+            * tables.size_code_bytes(x.size_code)
+    if m.capacity_in_use() + charge > m.tile_capacity:
+        return None
+    sizes = [tables.size_code_bytes(x.size_code) for x in destinations(b)]
+    if not layouts.legal(layout, out, M, N, sizes[0], m.tile_capacity, m.tile_words):
+        return None
+    for tsize, cols in zip(sizes[1:], auxiliary_columns(p, N)):
+        rows = derived_rows(tsize, cols, acc)
+        if (rows == 0 or M > rows or M * cols > tsize * 8 // acc.bits
+                or rows * cols > layouts.MODEL_TILE_ELEMENTS or M * cols > m.tile_words):
+            return None
+    return slots
+
+
+def auxiliary_columns(p: Fpatr, N: int) -> list[int]:
+    """Columns of RowMaxOut (1) and GroupMaxOut (ceil(N / GroupN)), in destination order."""
+    group = (0, 8, 16, 32, 48, 64, 80, 96, 112, 128)[p.group_n] if p.group_n <= 9 else 0
+    return [1] * p.row_max + [-(-N // group) if group else N] * p.group_max
 
 
 # ----------------------------------------------------------------- completion
@@ -463,8 +596,9 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
     if b.ios and not f.gemv:
         return cooperative_matmul(m, b, f)
     p = Fpatr.of(b.fpatr)
-    # 3. the combined gate: types, stream, B.IOR, B.DATR, dimensions, masks
-    if not gate_legal(f, b, p):
+    # 3. the combined gate: types, stream, B.IOR (with its parameter Words), B.DATR,
+    # dimensions, masks
+    if not gate_legal(m, f, b, p, pe):
         return TILE_LEGALITY
     a, bt = operand_types(b)
     dims = dimensions(b)
@@ -475,48 +609,49 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
     # 5. TransA/TransB need a Shared primary (never, All-Local)
     if p.trans_a or p.trans_b:
         return TILE_LEGALITY
-    # 6. PreQuantMode vs the accumulator class, then post-processing is not modelled
+    # 6. PreQuantMode vs the accumulator class, the post-process sources
     acc = accumulator_type(f, a)
-    fault = accumulator_fault(p, acc)
-    if fault is not None:
-        return fault
+    n_math = mathematical_sources(f, a, bt)
+    if not post_sources_legal(m, b, p, n_math, M, N, acc):
+        return TILE_LEGALITY
     # 7. Local sources C, A, sA, B, sB, Bias
     ops = operands_of(f, b, a, bt)
     dest = destinations(b)[0]
     tsize = tables.size_code_bytes(dest.size_code)
-    if not sources_legal(m, ops, a, bt, acc, dims, tsize):
+    if not sources_legal(m, ops, p, a, bt, acc, dims, tsize):
         return TILE_LEGALITY
     # 8. ACC: C's raw 6-bit source index against D's 2-bit hand
     if f.acc and ops.c == dest.dst_hand:
         return TILE_LEGALITY
     # (9. D's M layout = A's layout, legal for M: established by step 7)
     layout = m.tile_at(ops.a).layout_name
-    # 10. destination: free slot, Core budget, CUBE geometry for the TSize
-    slot = free_slot(m, dest.dst_hand)
-    if slot is None or not budget_ok(m, dest.mask, tsize):
+    # 10. the destination group: slots, Core budget, D's geometry for its element type
+    out = tables.DTYPE_BY_NAME[pp.output_type(p.pre_quant, acc.name)]
+    slots = destination_group(m, b, p, layout, out, acc, M, N)
+    if slots is None:
         return TILE_ALLOCATION
-    if not layouts.legal(layout, acc, M, N, tsize, m.tile_capacity, m.tile_words):
-        return TILE_ALLOCATION
-    # 11. compute from the sources, then publish D
+    if not pp.modelled(p.pre_quant, p.row_max, p.group_max):
+        return UNIMPLEMENTED
+    # 11. compute from the sources, post-process, then publish the group
     result = compute(m, readers_of(m, ops), dims, a, bt, acc)
-    publish(m, slot, layout, acc, M, N, tsize, dest.mask, result)
+    publish_group(m, b, p, n_math, pe, slots, layout, out, acc, M, N, dest.mask, result)
     return None
 
 
-def publish(m: Machine, slot: int, layout: str, acc: tables.DataType, M: int, N: int,
+def publish(m: Machine, slot: int, layout: str, d: tables.DataType, M: int, N: int,
             tsize: int, mask: int, result: list[list[int]]) -> Tile:
     """A new CUBE Matrix descriptor as a CUBE TLOAD derives it for (M, N); the
     valid Words get the results and are defined. Every other payload Word
     keeps its old value and is undefined (the ASL configures D without
     touching its payload and writes only the valid region)."""
-    g = layouts.geometry(layout, acc, M, N)
-    tile = allocate(m, slot, dtype=acc.code, layout=tables.TILE_LAYOUT_CODE[layout],
+    g = layouts.geometry(layout, d, M, N)
+    tile = allocate(m, slot, dtype=d.code, layout=tables.TILE_LAYOUT_CODE[layout],
                     location=tables.TILE_LOCATION_CODE["Matrix"], capacity=tsize,
                     rows=g["storage_rows"], cols=g["storage_cols"], valid_rows=M, valid_cols=N,
                     k_repeat=g["k_repeat"], n_repeat=g["n_repeat"], cell_count=g["cell_count"],
                     storage_bytes=g["required_bytes"], mask=mask & 0xF, defined_valid=M * N)
     words, defined = m.payload(slot)
-    at = layouts.index_function(layout, acc, M, N)
+    at = layouts.index_function(layout, d, M, N)
     for i in range(M):
         for j in range(N):
             words[at(i, j)] = result[i][j]
@@ -592,7 +727,7 @@ def cooperative_gate_legal(m: Machine, f: Form, b: Block, p: Fpatr) -> bool:
         return False
     if len(destinations(b)) != 1 + int(p.row_max) + int(p.group_max) or not b.iot_closed:
         return False
-    if not (ior_legal(b, p) and datr_legal(b)):
+    if not (ior_legal(m, b, p, m.cur) and datr_legal(b)):
         return False
     # masks: one common mask over every B.IOT and B.IOS, encodable fields
     if not b.iots or not all(binding_well_formed(x) for x in b.iots) or not ios_well_formed(b):
@@ -682,15 +817,16 @@ def d_layout(m: Machine, f: Form, g: Groups, ops: LocalOperands, G: int) -> Opti
     return "CUBE_M32" if G <= 32 else None
 
 
-def local_sources_legal(m: Machine, f: Form, ops: LocalOperands, layout: Optional[str],
-                        a: tables.DataType, acc: tables.DataType, M: int, N: int, K: int,
-                        d_tsize: int) -> bool:
+def local_sources_legal(m: Machine, f: Form, ops: LocalOperands, p: Fpatr,
+                        layout: Optional[str], a: tables.DataType, acc: tables.DataType, M: int,
+                        N: int, K: int, d_tsize: int) -> bool:
     """Step 7 on an active PE: its C, A, sA, Bias for its M rows."""
     kb = -(-K // SCALE_BLOCK)
     if ops.c is not None:
         if not m_layout_legal(m.tile_at(ops.c).layout_name, M):
             return False
-        if not primary_legal(m, ops.c, M, N, acc, layout) or m.tile_at(ops.c).capacity != d_tsize:
+        if not primary_legal(m, ops.c, M, N, acc, layout) or not c_capacity_legal(m, ops.c, p,
+                                                                                 d_tsize):
             return False
     if ops.a is not None:
         a_layout = m.tile_at(ops.a).layout_name
@@ -748,11 +884,11 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     # 5. TransA needs a Shared A (B is always Shared here)
     if p.trans_a and not g.both:
         return TILE_LEGALITY
-    # 6. PreQuantMode vs the accumulator class, then post-processing is not modelled
+    # 6. PreQuantMode vs the accumulator class (the post-process sources are
+    # Local: checked with the others, on a PE with rows)
     acc = accumulator_type(f, a)
-    fault = accumulator_fault(p, acc)
-    if fault is not None:
-        return fault
+    if not pp.mode_matches_accumulator(p.pre_quant, acc.name):
+        return TILE_LEGALITY
     # 7s. Shared sources, collectively
     if not shared_sources_legal(m, f, b, p, g, a, bt, (G, N, K)):
         return TILE_LEGALITY
@@ -765,9 +901,11 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     dest = destinations(b)[0]
     tsize = tables.size_code_bytes(dest.size_code)
     active = M > 0
-    # 7. Local sources, only on a PE with rows to compute
+    # 7. Local sources, post-process ones first, only on a PE with rows to compute
     layout = d_layout(m, f, g, ops, G) if active else None
-    if active and not local_sources_legal(m, f, ops, layout, a, acc, M, N, K, tsize):
+    n_math = g.local_sources(f, a)
+    if active and not (post_sources_legal(m, b, p, n_math, M, N, acc)
+                       and local_sources_legal(m, f, ops, p, layout, a, acc, M, N, K, tsize)):
         return TILE_LEGALITY
     # 8. ACC: C's raw source index against D's hand (every PE)
     if f.acc and ops.c == dest.dst_hand:
@@ -777,18 +915,18 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     # 9. D's M layout must hold the fragment's rows
     if not m_layout_legal(layout, M):
         return TILE_LEGALITY
-    # 10. D in PE cur's file: slot, pool, geometry
-    slot = free_slot(m, dest.dst_hand)
-    if m.semantics == "adr0100":
-        mask, pool_ok = tables.pe_bit(pe), budget_ok(m, dest.mask, tsize, charge_pes=1)
-    else:
-        mask, pool_ok = dest.mask, budget_ok(m, dest.mask, tsize)
-    if slot is None or not pool_ok:
+    # 10. the destination group in PE cur's file: slots, pool, geometry
+    # (adr0100: a private fragment, its own mask bit, charged once)
+    out = tables.DTYPE_BY_NAME[pp.output_type(p.pre_quant, acc.name)]
+    adr0100 = m.semantics == "adr0100"
+    mask = tables.pe_bit(pe) if adr0100 else dest.mask
+    slots = destination_group(m, b, p, layout, out, acc, M, N, charge_pes=1 if adr0100 else None)
+    if slots is None:
         return TILE_ALLOCATION
-    if not layouts.legal(layout, acc, M, N, tsize, m.tile_capacity, m.tile_words):
-        return TILE_ALLOCATION
-    # 11. compute the fragment, publish it
+    if not pp.modelled(p.pre_quant, p.row_max, p.group_max):
+        return UNIMPLEMENTED
+    # 11. compute the fragment, post-process, publish the group
     rd = readers(m, f, b, p, g, ops, a, bt, row0)
     result = compute(m, rd, (M, N, K), a, bt, acc)
-    publish(m, slot, layout, acc, M, N, tsize, mask, result)
+    publish_group(m, b, p, n_math, pe, slots, layout, out, acc, M, N, mask, result)
     return None
