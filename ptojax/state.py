@@ -613,27 +613,37 @@ class PeFile:
     pe: jax.Array               # int32
     lane: jax.Array             # int32[L] 0..L-1, a constant: L is the completion's lane count
     write: PoolWrite            # the window the block writes (at most one tile's)
+    aux: Optional[PoolWrite] = None     # [2, n]: two small windows (a matrix block's
+                                        # RowMax / GroupMax outputs), where the program has one
 
 
-def pe_file(local: LocalFile, pe, lanes: int) -> PeFile:
+def pe_file(local: LocalFile, pe, lanes: int, aux_slots: int = 0) -> PeFile:
     """PE `pe`'s view of the Core's Local files (pe may be traced) for a
-    completion over `lanes` lanes (ops.dispatch.lane_classes; at most tile_words)."""
+    completion over `lanes` lanes (ops.dispatch.lane_classes; at most tile_words),
+    with two auxiliary windows of `aux_slots` slots when that is nonzero."""
+    aux = None
+    if aux_slots:
+        aux = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), no_pool_write(local, aux_slots))
     return PeFile(desc=row(local.desc, pe), words=local.words, defined=local.defined,
                   pe=jnp.asarray(pe, jnp.int32), lane=jnp.arange(lanes, dtype=jnp.int32),
-                  write=no_pool_write(local, window_slots(lanes, local.words.dtype == jnp.uint64)))
+                  write=no_pool_write(local, window_slots(lanes, local.words.dtype == jnp.uint64)),
+                  aux=aux)
 
 
 def with_pe_file(local: LocalFile, f: PeFile) -> LocalFile:
     """`local` after PE `f.pe`'s block: its descriptors written back and its
-    pool write applied (in place: one window of the PE's pool)."""
-    w = f.write
-    n = w.words.shape[0]
+    pool writes applied (in place: its window, then the auxiliary ones)."""
+    words, defined = local.words, local.defined
+    writes = [f.write] + ([jax.tree_util.tree_map(lambda x, k=k: x[k], f.aux) for k in range(2)]
+                          if f.aux is not None else [])
+    for w in writes:
+        n = w.words.shape[0]
 
-    def put(a, new, mask):
-        old = jax.lax.dynamic_slice(a, (f.pe, w.base), (1, n))[0]
-        return jax.lax.dynamic_update_slice(a, jnp.where(mask, new, old)[None], (f.pe, w.base))
-    return LocalFile(desc=set_row(local.desc, f.pe, f.desc), words=put(local.words, w.words, w.words_mask),
-                     defined=put(local.defined, w.defined, w.defined_mask))
+        def put(a, new, mask):
+            old = jax.lax.dynamic_slice(a, (f.pe, w.base), (1, n))[0]
+            return jax.lax.dynamic_update_slice(a, jnp.where(mask, new, old)[None], (f.pe, w.base))
+        words, defined = put(words, w.words, w.words_mask), put(defined, w.defined, w.defined_mask)
+    return LocalFile(desc=set_row(local.desc, f.pe, f.desc), words=words, defined=defined)
 
 
 # ----------------------------------------------------------------- host helpers

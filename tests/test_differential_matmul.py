@@ -52,8 +52,7 @@ N_HOLD = ROWS                # the first 63 again with on_fault="hold" (portable
 OTHER_PE = 2
 
 # the faults the generated matrix cases must reach (issue 4)
-MATMUL_FAULTS = ("Fault_None", "Fault_TileLegality", "Fault_TileAllocation", "Fault_BundleControl",
-                 "Fault_Unimplemented")
+MATMUL_FAULTS = ("Fault_None", "Fault_TileLegality", "Fault_TileAllocation", "Fault_BundleControl")
 
 # Never executed (length 0): 3 completions + BSTOP (bucket 4), effects TLOAD/TSTORE/MATMUL
 FILLER = [G.START["TLOAD"], G.START["TSTORE"], G.START["TMATMUL"]] + [G.BSTOP] * (L - 3)
@@ -64,7 +63,7 @@ PE_CASES = G.random_matmul_cases(SEED + OTHER_PE, ROWS, G.GenConfig(machine=CFG,
 
 def _forced_kind(m: str) -> str:
     """A legal kind the mutation applies to on its own."""
-    return next(k for k in ("mm_float", "mm_mx", "mm_int") if G.mm_mutation_ok(m, k, [])
+    return next(k for k in ("mm_float", "mm_mx", "mm_int", "mm_post") if G.mm_mutation_ok(m, k, [])
                 and any(G.mm_form_ok(f, k, [m]) for f in G.MATMUL_FORMS))
 
 

@@ -125,15 +125,15 @@ def _draws() -> dict:
 DIGESTS = {
     'transport': '274ecd02cbf504dec3a7c81bb419906ef4e3439c4b6f1d55e7c40941f606f02d',
     'cas': 'cf745652cfb3c65cb912f5d4a6b0bce73e3e5aafb5e6ea377611d4c684a73559',
-    'matmul': '537c05d01e9388810f95cc839f1998c087397f6f0894f91a3645a38a6e5549c7',
+    'matmul': '66d874f85b848c946935d8cc3db6ea4f7959340401853905d1447ce57322eedf',
     'coop': '1999c8e5307e0f6560bd1dc1f229db9c7df68eb7b6b9b74aad5635cc0c2c827d',
-    'mixed_core': '1c50f3ec155570dda4e0dfe4280171f07ecb8cdb8a3bc63d98c7c1287bf5ac2a',
-    'mixed': '4053eb09d751f42ee8a308521e9d42c93cab78489ec26606b1f86aa2a4eafc72',
-    'small_seeds': '8672dc2a8e45463ed595021f16e1946db45c20052d9086ee3224cbcd07cd2a9b',
-    'matmul_forms': '394454c0b83f45697955a45900b473fd2c4b5619fddfb6a40ce2de9c3024388a',
+    'mixed_core': '7b86f5a2e5548aac55b87873ed86c504b8cd8ebe3fdf41a3c967e067e217aef1',
+    'mixed': '4e66659323a94a1dad287cd05f60dca32d3a0092fd620491728af7426e6d1270',
+    'small_seeds': 'f980dea47ea1f315baf703043a3c55e1ecc365a473e0ea12ef10748a7f52b105',
+    'matmul_forms': '753a01fc84659ce113f73fc012ab351013fa8158d1c143d8e5cdaae1189fd880',
     'words': 'b742bb8344c5c936cfd6668bdef69f4a077fae210328f2fa4c23c2b2fd12a8a1',
     'forced_cas': '66cf65ed31da316bb2dfba8351ab4b8016419e4eaac526fad7f441e766cd5e85',
-    'forced_matmul': '81db77dd3a26dadaa694764fa6032e5261578c053de52c9d43f54cf4f3bcf958',
+    'forced_matmul': '23fb6af1a9fea32cd8bfba94252a24059febe8a75ceb5e5c21803453f25ff5f6',
     'forced_coop': 'be1e5848e3c47a905e0b30e3596573adc2eb4976acf76784f1eeae88b5adca18',
 }
 

@@ -470,6 +470,45 @@ def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
                          write=write)
 
 
+def aux_words(lanes: int) -> int:
+    """Words an auxiliary window holds: a matrix block's RowMax output (at most
+    32 rows) or GroupMax output (M x ceil(N / GroupN) <= lanes / 8 + 32 with
+    GroupN >= 8 and M x N <= lanes)."""
+    return min(lanes // 8 + 32, lanes)
+
+
+def aux_slots(lanes: int, s64: bool) -> int:
+    """Pool slots of an auxiliary window: its Words are 32-bit, kept whole."""
+    return aux_words(lanes) * (1 if s64 else 2)
+
+
+def install_aux(tiles, k: int, slot, do, fields: dict, words, W: int):
+    """Allocate free slot `slot` as a small ordinary tile when `do`, like
+    install, through auxiliary window `k` (state.PeFile.aux): placed at the
+    pool top (above the tiles installed before it), its aux_words(lanes)
+    `words` (32-bit, the valid ones first) written and its own slots' definedness
+    set from `fields["defined_valid"]` leading Words."""
+    assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
+    s64 = _s64(tiles)
+    n = aux_words(lane_count(tiles))
+    base = _next_base(tiles, W)
+    desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k_]).astype(jnp.int32)
+                                      for k_ in DESCRIPTOR_FIELDS] + [base])
+    written = jnp.arange(n) < jnp.asarray(fields["defined_valid"])
+    slots, slots_defined = encode_window(words, written, True, n, s64=s64)
+    own = jnp.arange(slots.shape[0]) < pool_extent(jnp.asarray(fields["capacity"]),
+                                                   jnp.asarray(fields["dtype"]), W, s64=s64)
+    slot, do, desc, own = settle((slot, do, desc, own))
+    prev = jax.tree_util.tree_map(lambda x: x[k], tiles.aux)
+    fit = lambda new, old: jnp.where(do, new, old)
+    write = prev.replace(base=fit(base, prev.base), words=fit(slots, prev.words),
+                         words_mask=fit(own & slots_defined, prev.words_mask),
+                         defined=fit(slots_defined, prev.defined), defined_mask=fit(own, prev.defined_mask))
+    aux = jax.tree_util.tree_map(lambda a, x: a.at[k].set(x), tiles.aux, write)
+    return tiles.replace(desc=set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))),
+                         aux=aux)
+
+
 # ---------------------------------------------------------------- CUBE descriptors
 
 

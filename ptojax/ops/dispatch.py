@@ -23,7 +23,7 @@ from .. import tables
 from ..indexing import row
 from ..state import TILE_COLUMN as COL, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
-from .common import DT_BITS, div, slot_of, take, trip_count, under_batch
+from .common import DT_BITS, aux_slots, div, slot_of, take, trip_count, under_batch
 from .shared_transport import apply_row_write, no_row_write
 from .header import Header
 
@@ -137,7 +137,9 @@ def _join(light, big):
 def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: int):
     """complete, over `lanes` lanes, writes held: (fault, fault address, the
     view (tiles: the PeFile with its PoolWrite), the RowWrite or None)."""
-    view = state.replace(tiles=pe_file(state.tiles, pe, lanes))
+    s64 = state.tiles.words.dtype == jnp.uint64
+    view = state.replace(tiles=pe_file(state.tiles, pe, lanes,
+                                       aux_slots(lanes, s64) if "MATMUL" in effects else 0))
     routed = ~h.cube & ~h.zero_mask
     cas = (h.op == OP["MGATHER.CAS"]) & routed
     mat = (h.op >= matrix.FIRST) & (h.op <= matrix.LAST) & routed

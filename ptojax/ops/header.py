@@ -74,6 +74,7 @@ class Header(NamedTuple):
     row_max_init: jax.Array
     group_max: jax.Array
     row_max: jax.Array
+    group_n: jax.Array          # GroupNCode
     relu: jax.Array
     pre_quant_mode: jax.Array
     # B.CATR
@@ -113,7 +114,8 @@ def decode(blk) -> Header:
         zero_mask=blk.zero_seen & (blk.iot_count == 0) & (blk.ios_count == 0),
         fpatr_present=blk.fpatr_present, trans_a=_bit(fp, 7), trans_b=_bit(fp, 8),
         max_abs=_bit(fp, 15), row_max_init=_bit(fp, 16), group_max=_bit(fp, 17),
-        row_max=_bit(fp, 18), relu=((fp >> 23) & 7).astype(jnp.int32),
+        row_max=_bit(fp, 18), group_n=((fp >> 19) & 15).astype(jnp.int32),
+        relu=((fp >> 23) & 7).astype(jnp.int32),
         pre_quant_mode=((fp >> 26) & 63).astype(jnp.int32),
         catr_present=blk.catr_present, catr_dr=blk.catr_present & (_bit(catr, 26) == 1),
         catr_trap=blk.catr_present & (_bit(catr, 19) == 1))

@@ -29,19 +29,25 @@ import numpy as np
 
 from .. import tables
 from ..indexing import row
+from ..state import TILE_COLUMN
 from . import binary32
+from . import postprocess as pp
 from . import shared as sh
 from .header import Header
-from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, capacity_register,
-                     cube_descriptor, cube_geometry, destination, install, lane_count, log2,
-                     ordered_fault, ordinary_source_legal, payload, settle, source, take,
-                     tile_coords, trip_count)
+from .common import (CELL_C, CELL_R, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, aux_words,
+                     capacity_register, cube_descriptor, cube_geometry, gpr_value, install,
+                     install_aux, lane_count,
+                     local_pool_in_use, log2, ordered_fault, ordinary_shape,
+                     ordinary_source_legal, payload, pe_count, settle, source, take, tile_coords,
+                     trip_count)
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
 LOC = tables.TILE_LOCATION_CODE
 ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 FIRST, LAST = OP["TMATMUL"], OP["TGEMVMX.ACC"]
+COL_ALLOCATED = TILE_COLUMN["allocated"]
+GROUP_N = (0, 8, 16, 32, 48, 64, 80, 96, 112, 128)      # GroupNCode -> columns a group
 
 # per operation id: (uses MX, uses C, uses Bias, is TGEMV)
 _FORM = np.zeros((len(tables.OPS), 4), bool)
@@ -66,12 +72,6 @@ for _n in ("FP16", "BF16", "E4M3", "E5M2", "E2M1X2", "E1M2X2"):
     MX_TYPE[DT[_n]] = True
 for _n in ("E4M3", "E5M2", "E2M1X2", "E1M2X2"):
     MX_SCALED[DT[_n]] = True
-
-# B.FPATR PreQuantMode sets (encoding.md 5.9)
-_VECTOR_MODES = (2, 4, 12, 18, 20, 23, 28, 33, 36, 37, 38, 39)
-_SCALAR_MODES = (3, 5, 13, 17, 19, 24, 25, 26, 27, 32, 34, 35)
-_S32_MODES = (2, 3, 4, 5, 12, 13, 17, 18, 19, 20, 35, 39)
-_FP32_MODES = (1, 16, 23, 24, 25, 26, 27, 28, 32, 33, 34, 36, 37, 38)
 
 
 def _pow2(x):
@@ -234,9 +234,9 @@ def _decode(h: Header, pe, cfg) -> _Block:
                   m_per_pe, Mi, row0, active)
 
 
-def _binding_stream(h: Header, cfg, blk: _Block):
-    """Step 3, the binding stream: (D's binding row, gate_legal, post_processing,
-    mode_matches_accumulator)."""
+def _binding_stream(h: Header, cfg, blk: _Block, gpr):
+    """Step 3, the binding stream, with the B.IOR parameter Words from this PE's
+    GPRs `gpr`: (gate_legal, the scalar (quant, LReLU) parameter Words)."""
     rows = h.bound
     n_src, n_dst = h.n_src, h.n_dst
     d_row = jnp.argmax(rows & h.has_dst)          # the (first) destination binding
@@ -248,16 +248,22 @@ def _binding_stream(h: Header, cfg, blk: _Block):
                                 | (((G < 1) | (G > 128) | (mask != 0xF)) if cfg.semantics == "adr0100"
                                    else ~_pow2(G)))
     mode = h.pre_quant_mode
-    vector_mode, scalar_mode = _member(mode, _VECTOR_MODES), _member(mode, _SCALAR_MODES)
-    n_math = blk.is_acc.astype(jnp.int32) + blk.a_local * (1 + blk.sa_on) + blk.b_local * (1 + blk.sb_on) \
-        + blk.is_bias
+    vector_mode, scalar_mode = _member(mode, pp.VECTOR_MODES), _member(mode, pp.SCALAR_MODES)
     n_post = (h.row_max & h.row_max_init) + vector_mode + (h.relu == 3)
     n_scalar = scalar_mode.astype(jnp.int32) + (h.relu == 2)
     # step 3, the one combined gate, by its parts (the reference's twins)
-    stream_legal = ~(blk.is_gemv & (h.ios_count > 0)) & (n_src == n_math + n_post) \
+    stream_legal = ~(blk.is_gemv & (h.ios_count > 0)) & (n_src == _math_sources(blk) + n_post) \
         & (n_dst == 1 + h.row_max + h.group_max) & h.iot_closed
+    # the scalar parameters: dense B.IOR sources, quant first (zero without a B.IOR)
+    reg0 = jnp.where(h.ior_present, gpr_value(gpr, h.reg_src0), U64(0))
+    reg1 = jnp.where(h.ior_present, gpr_value(gpr, h.reg_src1), U64(0))
+    quant = jnp.where(scalar_mode, reg0, U64(0))
+    relu = jnp.where(h.relu == 2, jnp.where(scalar_mode, reg1, reg0), U64(0))
+    params_legal = (~scalar_mode | pp.quant_parameter_legal(mode, quant)) \
+        & ((h.relu != 2) | pp.relu_parameter_legal(relu))
     ior_legal = ~h.ior_present | ((h.reg_dst == 0) & ((n_scalar >= 1) | (h.reg_src0 == 0))
-                                  & ((n_scalar >= 2) | (h.reg_src1 == 0)) & (h.reg_src2 == 0))
+                                  & ((n_scalar >= 2) | (h.reg_src1 == 0)) & (h.reg_src2 == 0)
+                                  & params_legal)
     datr_legal = ~h.datr_present | ((h.layout == 0) & (h.pad == 0) & (h.cmode == 0)
                                     & (h.canonicalize == 0))
     dimensions_legal = ~jnp.any(h.lb_present & (h.lb == 0))
@@ -269,12 +275,13 @@ def _binding_stream(h: Header, cfg, blk: _Block):
                  & (h.src0 >= 0) & (h.src0 < 64) & (h.src1 >= 0) & (h.src1 < 64)))
     gate_legal = blk.types_legal & stream_legal & ior_legal & datr_legal & dimensions_legal \
         & masks_legal & ~shared_bad
+    return gate_legal, (quant, relu)
 
-    post_processing = (mode != 0) | (h.relu != 0) | (h.row_max == 1) | (h.group_max == 1)
-    mode_matches_accumulator = jnp.where(
-        _member(mode, _S32_MODES), blk.acc_type == DT["S32"],
-        ~_member(mode, _FP32_MODES) | (blk.acc_type == DT["FP32"]))
-    return d_row, gate_legal, post_processing, mode_matches_accumulator
+
+def _math_sources(blk: _Block):
+    """Local mathematical sources: [C] + Local [A, sA] + Local [B, sB] + [Bias]."""
+    return blk.is_acc.astype(jnp.int32) + blk.a_local * (1 + blk.sa_on) \
+        + blk.b_local * (1 + blk.sb_on) + blk.is_bias
 
 
 def _local_indices(h: Header, blk: _Block):
@@ -371,14 +378,97 @@ def _shared_sources(state, h: Header, blk: _Block, kb) -> _Shared:
                    sources_legal)
 
 
-def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g):
+class _Post(NamedTuple):
+    """The post-process sources (step 6): legality and the vector parameter rows."""
+    legal: jax.Array
+    row_max_in: jax.Array           # uint64[lanes]: RowMaxIn (Mi x 1: Word i is row i)
+    quant_row: jax.Array            # the vector quant parameters (row 0)
+    relu_row: jax.Array             # the vector PReLU parameters
+
+
+def _post_sources(state, cfg, h: Header, blk: _Block) -> _Post:
+    """Step 6: PreQuantMode against the accumulator class (every PE), then the
+    post-process sources after the mathematical ones (on a PE with rows):
+    RowMaxIn Mi x 1 accumulator-typed, the vector quant and PReLU parameters
+    1 x N U64 with every Word legal; RowMajor at location Any, defined."""
+    tiles, W, HS = state.tiles, cfg.tile_words, cfg.hand_slots
+    mode = h.pre_quant_mode
+    rin_on = (h.row_max & h.row_max_init) == 1
+    vec_on = _member(mode, pp.VECTOR_MODES)
+    prelu_on = h.relu == 3
+    o_rin = _math_sources(blk)
+    o_q = o_rin + rin_on
+    o_r = o_q + vec_on
+    indices = [_source_at(h.sources, h.source_ok, o) for o in (o_rin, o_q, o_r)]
+
+    def legal(index, vr, vc, dtype):
+        slot, alloc, s, defined = source(tiles, index, HS)
+        good = ordinary_source_legal(s, alloc, defined, state.tile_capacity, W) \
+            & (s["layout"] == ROW_MAJOR) & (s["location"] == LOC["Any"]) & (s["dtype"] == dtype) \
+            & (s["valid_rows"] == vr) & (s["valid_cols"] == vc)
+        return slot, good
+
+    slots, ok = jax.vmap(legal)(_stack(*indices), _stack(blk.Mi, 1, 1), _stack(1, blk.N, blk.N),
+                                _stack(blk.acc_type, DT["U64"], DT["U64"]))
+    rows = payload(tiles, slots, W)                   # RowMaxIn and the two parameter vectors
+    in_row = jnp.arange(rows.shape[-1]) >= blk.N
+    quant_ok = jnp.all(in_row | pp.quant_parameter_legal(mode, rows[1]))
+    relu_ok = jnp.all(in_row | pp.relu_parameter_legal(rows[2]))
+    sources_ok = (~rin_on | ok[0]) & (~vec_on | (ok[1] & quant_ok)) & (~prelu_on | (ok[2] & relu_ok))
+    legal_all = pp.mode_matches_accumulator(mode, blk.acc_type) & (~blk.active | sources_ok)
+    return _Post(legal_all, rows[0], rows[1], rows[2])
+
+
+class _Destinations(NamedTuple):
+    """The destination group (step 10): D, [RowMaxOut,] [GroupMaxOut]."""
+    slots: jax.Array                # int32[3]
+    tsize: jax.Array                # int32[3] bytes
+    present: jax.Array              # bool[3]
+    cols: jax.Array                 # int32[3]: the auxiliary outputs' columns (D's: N)
+    mask: jax.Array                 # the tiles' PE mask
+    legal: jax.Array                # slots found, budget, the auxiliary shapes (D's geometry apart)
+
+
+def _destinations(state, cfg, h: Header, blk: _Block, pe) -> _Destinations:
+    """Each destination the lowest free slot of its hand not taken by an earlier
+    one; the Core budget for all of them (a cooperative fragment's own: one
+    PE each, its own mask bit); each auxiliary output RowMajor M x cols,
+    accumulator-typed (RowMax 1 column, GroupMax ceil(N / GroupN))."""
+    tiles, HS = state.tiles, cfg.hand_slots
+    dst = h.bound & h.has_dst
+    ordinal = jnp.cumsum(dst) - 1
+    rows = [jnp.argmax(dst & (ordinal == k)) for k in range(3)]
+    present = jnp.stack([jnp.any(dst & (ordinal == k)) for k in range(3)])
+    hands = jnp.stack([h.dst_hand[r] for r in rows])
+    tsize = jnp.int32(128) << jnp.clip(jnp.stack([h.size_code[r] for r in rows]) - 1, 0, 11)
+    allocated = tiles.desc[:, COL_ALLOCATED] != 0
+    slots, found, taken = [], [], jnp.zeros(allocated.shape, bool)
+    for k in range(3):
+        free = jax.lax.dynamic_slice_in_dim(~allocated & ~taken, hands[k] * HS, HS)
+        slot = hands[k] * HS + jnp.argmax(free).astype(jnp.int32)
+        slots.append(slot)
+        found.append(jnp.any(free) | ~present[k])
+        taken = taken | ((jnp.arange(allocated.shape[0]) == slot) & present[k])
+    mask = jnp.where(blk.coop, 1 << (3 - pe), h.mask)
+    charge = jnp.sum(jnp.where(present, pe_count(mask) * tsize, 0).astype(jnp.int64))
+    budget_ok = local_pool_in_use(state, cfg) + charge <= capacity_register(state.tile_capacity)
+    group_n = jnp.asarray(GROUP_N)[jnp.clip(h.group_n, 0, 9)]
+    group_cols = (blk.N + group_n - 1) // jnp.maximum(group_n, 1)
+    cols = jnp.stack([blk.N, jnp.where(h.row_max == 1, 1, group_cols), group_cols])
+    shapes_ok = [~present[k] | ordinary_shape(tsize[k], cols[k], blk.Mi, cols[k], 32,
+                                                cfg.tile_words)[0] for k in (1, 2)]
+    legal = found[0] & found[1] & found[2] & budget_ok & shapes_ok[0] & shapes_ok[1]
+    return _Destinations(jnp.stack(slots), tsize, present, cols, mask, legal)
+
+
+def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g, d_b4):
     """Lanes = D's payload slots: (column of each lane, lane_ok, the Local operand rows,
     scales(k), operands(a_table, b_table, k, rows)) for the product's loop over K."""
     W = lane_count(state.tiles)
     Mi, N = blk.Mi, blk.N
     left_shared, shared_on = blk.left_shared, blk.shared_on
     trans_a, trans_b = shr.trans_a, shr.trans_b
-    r, c = tile_coords(True, jnp.clip(loc.d_lay, 0, 1), d_cr, d_cc, False, 0, W)
+    r, c = tile_coords(True, jnp.clip(loc.d_lay, 0, 1), d_cr, d_cc, d_b4, 0, W)
     lane_ok = (r < Mi) & (c < N) & (jnp.arange(W) < d_g["cell_count"] * d_cr * d_cc)
     # operands are read lane by lane from a Local tile row or a Shared record row
     # (no table of either is copied: a Shared record may be much longer than W)
@@ -434,7 +524,7 @@ def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc,
         b = fetch(b_table[0], b_table[1], rows[2], rows[3], shared_on, b_base + b_step(k))
         return a, b
 
-    return c, lane_ok, words, scales, operands
+    return r, c, lane_ok, words, scales, operands
 
 
 def _ieee_product(blk: _Block, shr: _Shared, words, shared, scales, operands, trips, c_words,
@@ -477,12 +567,19 @@ def _ieee_product(blk: _Block, shr: _Shared, words, shared, scales, operands, tr
     return jnp.where(is_float, binary32.round_bits(acc_f), acc_i)
 
 
-def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g, do):
+def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g, d_b4, do):
     """D's Words of every lane (one loop over K, ascending) and which lanes D keeps."""
     tiles = state.tiles
-    c, lane_ok, words, scales, operands = _element_map(state, cfg, blk, loc, shr, d_cr, d_cc, d_g)
+    r, c, lane_ok, words, scales, operands = _element_map(state, cfg, blk, loc, shr, d_cr, d_cc, d_g,
+                                                          d_b4)
     shared = state.shared.words
-    c_words = payload(tiles, loc.c_slot, cfg.tile_words)     # C has D's layout and shape: same slots
+    # C has D's M layout and shape, in the accumulator's 32-bit CELLs (D's own
+    # CELLs differ when a PreQuantMode converts): C[r][c] of each lane
+    lay = jnp.clip(loc.d_lay, 0, 1)
+    c_cr, c_cc = take(CELL_R.reshape(-1), lay * 4), take(CELL_C.reshape(-1), lay * 4)
+    lcr, lcc = log2(c_cr), log2(c_cc)
+    c_lane = ((c >> lcc) << (lcr + lcc)) + (jnp.clip(r, 0, 31) << lcc) + (c & (c_cc - 1))
+    c_words = payload(tiles, loc.c_slot, cfg.tile_words)[jnp.clip(c_lane, 0, lane_count(tiles) - 1)]
     bias_words = payload(tiles, loc.bias_slot, cfg.tile_words)[jnp.clip(c, 0, lane_count(tiles) - 1)]
     trips = jnp.where(do, blk.K, 0)
 
@@ -505,51 +602,128 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g
         which = any_scales.astype(jnp.int32) * 2 + any_shared.astype(jnp.int32)
         acc = jax.lax.switch(which, [loop(False, False), loop(False, True), loop(True, False),
                                      loop(True, True)])
-        return lane_ok, acc + jnp.where(blk.is_bias, bias_words, U64(0))
-    return lane_ok, _ieee_product(blk, shr, words, shared, scales, operands, trips, c_words,
-                                  bias_words)
+        return c, lane_ok, acc + jnp.where(blk.is_bias, bias_words, U64(0))
+    return c, lane_ok, _ieee_product(blk, shr, words, shared, scales, operands, trips, c_words,
+                                     bias_words)
 
 
 def complete(state, h: Header, pe, cfg, enable):
     """Complete the matrix block with header `h`: (fault, fault address, new state)."""
     blk = _decode(h, pe, cfg)
-    d_row, gate_legal, post_processing, mode_matches_accumulator = _binding_stream(h, cfg, blk)
+    gate_legal, (quant, relu) = _binding_stream(h, cfg, blk, row(state.gpr, pe))
+    post = _post_sources(state, cfg, h, blk)
     indices = _local_indices(h, blk)
     c_idx = indices[0]
-    d_hand, d_size = h.dst_hand[d_row], h.size_code[d_row]
-    # a cooperative fragment is private to its PE (ADR 0100): its own mask bit, 1 x TSize
-    d_mask = jnp.where(blk.coop, 1 << (3 - pe), h.mask)
-    dslot, found, tsize, budget_ok = destination(state, d_hand, d_size, d_mask, cfg)
+    dst = _destinations(state, cfg, h, blk, pe)
+    d_hand, dslot, tsize = h.dst_hand[jnp.argmax(h.bound & h.has_dst)], dst.slots[0], dst.tsize[0]
     loc = _local_sources(state, cfg, blk, indices, h.pre_quant_mode, tsize)
     shr = _shared_sources(state, h, blk, loc.kb)
 
-    # ---- destination (step 10): D's M layout, accumulator type, valid Mi x N
-    d_cls = take(DT_CLASS, blk.acc_type)
+    # ---- destination (step 10): D's M layout, its element type, valid Mi x N
+    out_type = pp.output_type(h.pre_quant_mode, blk.acc_type)
+    d_cls = take(DT_CLASS, out_type)
     d_cr, d_cc, d_g, d_shape_ok = cube_geometry(jnp.clip(loc.d_lay, 0, 1), d_cls, blk.Mi, blk.N, tsize,
                                                 capacity_register(state.tile_capacity), cfg.tile_words)
+    aux_on = (h.row_max == 1) | (h.group_max == 1)
 
     fault = settle(ordered_fault(
         (~h.fpatr_present, "Fault_BundleControl"),
         (~gate_legal, "Fault_TileLegality"),
         (blk.is_gemv & (blk.M != 1), "Fault_TileLegality"),
         ((shr.trans_a & blk.a_local) | (shr.trans_b & blk.b_local), "Fault_TileLegality"),
-        (~mode_matches_accumulator, "Fault_TileLegality"),
-        (post_processing, "Fault_Unimplemented"),                       # not modelled
+        (~post.legal, "Fault_TileLegality"),
         (~shr.sources_legal | ~loc.sources_legal, "Fault_TileLegality"),
         (blk.is_acc & (c_idx == d_hand), "Fault_TileLegality"),
-        (blk.active & (~found | ~budget_ok | ~d_shape_ok), "Fault_TileAllocation"),
+        (blk.active & (~dst.legal | ~d_shape_ok), "Fault_TileAllocation"),
+        (blk.active & aux_on & (not tables.POSTPROCESS_AUX_OUTPUTS), "Fault_Unimplemented"),
     ))
     do = enable & (fault == 0) & blk.active
-    lane_ok, d_words = _product(state, cfg, blk, loc, shr, d_cr, d_cc, d_g, do)
+    d_b4 = take(DT_BITS, out_type) == 4                  # an S4X2 D: M16 CELLs swizzled
+    col, lane_ok, acc_words = _product(state, cfg, blk, loc, shr, d_cr, d_cc, d_g, d_b4, do)
+    lane_col = jnp.clip(col, 0, lane_count(state.tiles) - 1)
+    d_words = pp.element(
+        acc_words, h.pre_quant_mode, h.relu, blk.acc_type,
+        jnp.where(_member(h.pre_quant_mode, pp.VECTOR_MODES), post.quant_row[lane_col], quant),
+        jnp.where(h.relu == 3, post.relu_row[lane_col], relu),
+        pp.rounding(h.pre_quant_mode, jnp.where(h.datr_present, h.rmode, 0)),
+        h.datr_present & (h.sat != 0))
 
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
     tiles = state.tiles
     Mi, N = blk.Mi, blk.N
-    vals = dict(dtype=blk.acc_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(loc.d_lay, 0, 1)),
+    d_mask = dst.mask
+    vals = dict(dtype=out_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(loc.d_lay, 0, 1)),
                 location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
                 cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
                 n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
                 storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
     tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok, cfg.tile_words)
+    if tables.POSTPROCESS_AUX_OUTPUTS:
+        tiles = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, loc.d_lay, d_b4,
+                                    d_cr, d_cc, do & aux_on)
     return fault, U64(0), state.replace(tiles=tiles)
+
+
+def _reductions(h: Header, blk: _Block, post: _Post, acc_words, d_lay, b4, d_cr, d_cc, go, n_out):
+    """MatrixRowMaxResult / MatrixGroupMaxResult over D's raw accumulator Words,
+    one column at a time (the fold's order is the model's: a tie keeps the
+    earlier Word, and an FP32 Word passes through whole): (RowMax Words of
+    rows 0..31, GroupMax Words row-major M x G in n_out Words)."""
+    acc_type, max_abs = blk.acc_type, h.max_abs == 1
+    rows = jnp.arange(32)
+    lcr, lcc = log2(d_cr), log2(d_cc)
+    group_n = jnp.maximum(jnp.asarray(GROUP_N)[jnp.clip(h.group_n, 0, 9)], 1)
+    G = (blk.N + group_n - 1) // group_n
+    L = acc_words.shape[0]
+
+    def lane(c):
+        """D's lane of (row, c) for every row: its CUBE M layout (a 4-bit M16 CELL swizzled)."""
+        q = c & (d_cc - 1)
+        q = jnp.where(b4 & (d_lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
+        return jnp.clip(((c >> lcc) << (lcr + lcc)) + (rows << lcc) + q, 0, L - 1)
+
+    def first(w):
+        return jnp.where(max_abs, pp.reduction_step(w, w, True, acc_type), w)
+
+    def body(c, carry):
+        # the batch runs to its largest N: a State's own columns end at its N
+        row_v, grp_v, out = carry
+        w = acc_words[lane(c)]
+        mine = c < blk.N
+        row_v = jnp.where(mine, jnp.where(c == 0, first(w),
+                                          pp.reduction_step(row_v, w, max_abs, acc_type)), row_v)
+        grp_v = jnp.where(mine, jnp.where(c % group_n == 0, first(w),
+                                          pp.reduction_step(grp_v, w, max_abs, acc_type)), grp_v)
+        closes = mine & ((c % group_n == group_n - 1) | (c == blk.N - 1))
+        at = jnp.where(closes & (rows < blk.Mi), rows * G + c // group_n, n_out)
+        return row_v, grp_v, out.at[at].set(grp_v, mode="drop")
+
+    zeros = jnp.zeros(32, U64)
+    row_v, _, out = jax.lax.fori_loop(0, trip_count(jnp.where(go, blk.N, 0)), body,
+                                      (zeros, zeros, jnp.zeros(n_out, U64)))
+    init = (h.row_max_init == 1)
+    row_v = jnp.where(init, pp.reduction_step(post.row_max_in[rows % L], row_v, max_abs, acc_type),
+                      row_v)
+    return row_v, out
+
+
+def _install_reductions(tiles, cfg, h: Header, blk: _Block, dst: _Destinations, post: _Post,
+                        acc_words, d_lay, b4, d_cr, d_cc, go):
+    """Publish RowMaxOut and GroupMaxOut (destinations 1 and 2 in stream order)
+    after D: RowMajor at location Any, accumulator-typed, valid Mi x cols."""
+    n = aux_words(lane_count(tiles))
+    row_v, group_v = _reductions(h, blk, post, acc_words, jnp.clip(d_lay, 0, 1), b4, d_cr, d_cc,
+                                 go, n)
+    row_words = jnp.zeros(n, U64).at[:32].set(row_v[: min(32, n)]) if n >= 32 else row_v[:n]
+    for k in (1, 2):
+        is_row = (k == 1) & (h.row_max == 1)
+        cols = dst.cols[k]
+        fields = dict(dtype=blk.acc_type, layout=ROW_MAJOR, location=LOC["Any"],
+                      capacity=dst.tsize[k], rows=(dst.tsize[k] * 8) // jnp.maximum(cols * 32, 1),
+                      cols=cols, valid_rows=blk.Mi, valid_cols=cols, k_repeat=0, n_repeat=0,
+                      cell_count=0, storage_bytes=0, mask=dst.mask, defined_valid=blk.Mi * cols)
+        words = jnp.where(is_row, row_words, group_v)
+        tiles = install_aux(tiles, k - 1, dst.slots[k], go & dst.present[k], fields, words,
+                            cfg.tile_words)
+    return tiles

@@ -22,7 +22,7 @@ codes) and random bytes elsewhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -34,10 +34,11 @@ from .driver import (Bundle, Case, Family, Builder, core_setup, flatten, gen_con
 from .edges import edge_capacity
 from .matrix_bundle import (MM_ITEM_MUTATIONS, MM_SPEC_MUTATIONS, mi_zero_mask_block, mm_bundle,
                             mm_zero_mask_junk)
+from .matrix_post import POST_MUTATIONS, draw_post, post_values
 from .matrix_tiles import (E8M0, MM_LOAD_CODE, MM_MX_SCALED, MM_STORE_CODE, cube_fits, cube_min_size,
-                           d_size_short, MmGM, MmTile, mm_acc_type, mm_codes, mm_dims, mm_flags,
+                           d_size_short, MmGM, MmTile, mm_acc_type, mm_dims, mm_flags,
                            mm_name, mm_style, mm_tile, mm_types, other_dtype)
-from .values import BITS, CUBE_DTYPES, DT_CODE, PEMODE_MASK, TA, TL, UN, elem_bytes, pick_one, rowbytes
+from .values import BITS, CUBE_DTYPES, DT_CODE, PEMODE_MASK, TA, TL, elem_bytes, pick_one, rowbytes
 
 MATMUL_FORMS = tuple(n for n, e, _ in tables.OPS if e == "CUBE")        # the 12 operations
 
@@ -52,6 +53,7 @@ MATMUL_KINDS = {
     "mm_in_stream": 3,     # one operand TLOAD in the stream before the matrix bundle
     "mm_specials": 3,      # floating operands dense in NaN / inf / subnormal / -0 codes
     "mm_zero_mask": 2,     # every binding PEMode 000, block otherwise illegal: strict no-op
+    "mm_post": 8,          # B.FPATR post-processing: PreQuantMode, ReLU modes, RowMax / GroupMax
 }
 
 
@@ -72,7 +74,9 @@ MATMUL_MUTATIONS = {
     "mm_gemv_m": 2,             # 4 TGEMV* with LB0 = M != 1
     "mm_trans": 2,              # 5 TransA / TransB with Local primaries
     "mm_quant_class": 2,        # 6 PreQuantMode of the other accumulator class
-    "mm_post": 3,               # 6 post-processing (ReLU, quantization, row/group max): not modelled
+    "mm_post_param": 2,         # 3/6 an illegal quant or LReLU/PReLU parameter Word (mm_post)
+    "mm_post_src": 2,           # 6 a post-process source of the wrong shape or dtype (mm_post)
+    "mm_post_dst": 2,           # 10 a RowMax/GroupMax output that cannot be allocated (mm_post)
     "mm_a_layout": 2,           # 7 A RowMajor or N8
     "mm_b_layout": 2,           # 7 B not N8
     "mm_c_layout": 2,           # 7 C layout != A layout
@@ -99,7 +103,8 @@ MATMUL_AIMS = {
     "mm_src_count": TL, "mm_extra_dst": TL, "mm_ior": TL, "mm_datr_attr": TL,
     "mm_lb_zero": TL, "mm_cube_layout": TL, "mm_gemv_cube_layout": "Fault_IllegalInstruction",
     "mm_ios_tmatmul": TL, "mm_ios_gemv": TL, "mm_gemv_m": TL, "mm_trans": TL,
-    "mm_quant_class": TL, "mm_post": UN, "mm_a_layout": TL, "mm_b_layout": TL,
+    "mm_quant_class": TL, "mm_post_param": TL, "mm_post_src": TL, "mm_post_dst": TA,
+    "mm_a_layout": TL, "mm_b_layout": TL,
     "mm_c_layout": TL, "mm_c_capacity": TL, "mm_src_dtype": TL, "mm_src_shape": TL,
     "mm_src_undefined": TL, "mm_src_unallocated": TL, "mm_aux_cube": TL,
     "mm_c_is_d_hand": TL, "mm_d_size": TA, "mm_hand_full": TA, "mm_budget": TA,
@@ -139,8 +144,11 @@ _MM_FIRST_FAULTS = ("mm_a_layout", "mm_b_layout", "mm_src_dtype", "mm_src_shape"
 
 # not combined in one case (they edit the same field, or the second undoes the first)
 _MM_CONFLICTS = {frozenset(p) for p in (
-    ("mm_no_fpatr", "mm_trans"), ("mm_no_fpatr", "mm_quant_class"), ("mm_no_fpatr", "mm_post"),
-    ("mm_quant_class", "mm_post"), ("mm_datr_attr", "mm_cube_layout"),
+    ("mm_no_fpatr", "mm_trans"), ("mm_no_fpatr", "mm_quant_class"),
+    ("mm_no_fpatr", "mm_post_param"), ("mm_no_fpatr", "mm_post_src"), ("mm_no_fpatr", "mm_post_dst"),
+    ("mm_quant_class", "mm_post_param"), ("mm_quant_class", "mm_post_src"),
+    ("mm_quant_class", "mm_post_dst"), ("mm_post_dst", "mm_budget"), ("mm_post_dst", "mm_hand_full"),
+    ("mm_post_dst", "mm_d_size"), ("mm_datr_attr", "mm_cube_layout"),
     ("mm_datr_attr", "mm_gemv_cube_layout"), ("mm_catr_dr", "mm_catr_trap"),
     ("mm_hand_full", "mm_budget"), ("mm_hand_full", "mm_c_is_d_hand"), ("mm_budget", "mm_c_is_d_hand"),
     ("mm_d_size", "mm_hand_full"), ("mm_d_size", "mm_budget"), ("mm_type_class", "mm_mx_type"),
@@ -164,6 +172,10 @@ def mm_mutation_ok(m: str, kind: str, muts) -> bool:
         return False
     if kind == "mm_zero_mask":
         return False
+    if m in POST_MUTATIONS and kind != "mm_post":
+        return False                     # they edit a post-processing only mm_post draws
+    if kind == "mm_post" and m in ("mm_d_size", "mm_c_capacity", "mm_ior"):
+        return False                     # a converted D's CELLs, C's free capacity, B.IOR in use
     if kind == "mm_acc_chain" and (m in _MM_PLAN_MUTATIONS or m in ("mm_type_class", "mm_mx_type")):
         return False                     # the first bundle (maybe in the setup) must succeed
     if kind == "mm_roundtrip" and m == "mm_zero_mask_block":
@@ -217,6 +229,13 @@ class _MmPlan:
     undefine_role: Optional[str] = None
     unallocated_role: Optional[str] = None
     first_faults: bool = False    # a chain's first bundle faults too (_MM_FIRST_FAULTS)
+    fpatr: int = FPATR0           # the main bundle's B.FPATR (mm_post: matrix_post.draw_post)
+    post_roles: list = field(default_factory=list)    # post-process sources, stream order
+    scalars: Optional[list] = None                    # B.IOR parameter Words (None: no B.IOR)
+    aux: list = field(default_factory=list)           # RowMax / GroupMax output SizeCodes
+    aux_hands: list = field(default_factory=list)
+    aux_budget: bool = False      # mm_post_dst: TILE_CAPACITY one byte short of the aux outputs
+    post_notes: list = field(default_factory=list)
 
     @property
     def f(self) -> dict:
@@ -224,7 +243,12 @@ class _MmPlan:
 
     @property
     def d_charge(self) -> int:
+        """The main bundle's Core charge without its auxiliary outputs (D's)."""
         return bin(PEMODE_MASK[self.pemode]).count("1") * (128 << (self.d_size - 1))
+
+    @property
+    def aux_charge(self) -> int:
+        return bin(PEMODE_MASK[self.pemode]).count("1") * sum(128 << (s - 1) for s in self.aux)
 
 
 def _mm_draw(b: Builder, kind: str, form: str, muts) -> Optional[_MmPlan]:
@@ -260,6 +284,8 @@ def _mm_draw(b: Builder, kind: str, form: str, muts) -> Optional[_MmPlan]:
             continue
         plan = _MmPlan(kind, form, atype, btype, acc, M, N, K, a_lay, tiles, d_size,
                        int(rng.integers(1, 8)), mm_style(rng, kind))
+        if kind == "mm_post" and not draw_post(b, plan, muts):
+            continue
         if kind == "mm_acc_chain":
             plan.first_form = mm_name(f["mx"], f["gemv"], ".BIAS" if rng.random() < 0.35 else "")
             if plan.first_form.endswith(".BIAS"):
@@ -438,6 +464,8 @@ MM_PLAN_MUTATIONS = {
     "mm_src_unallocated": _mp_src_unallocated, "mm_aux_cube": _mp_aux_cube, "mm_d_size": _mp_d_size,
     "mm_c_is_d_hand": _mp_flag("c_is_d_hand"), "mm_hand_full": _mp_flag("hand_full"),
     "mm_budget": _mp_flag("budget"),
+    # satisfied by the post-processing draw (matrix_post.draw_post)
+    "mm_post_param": None, "mm_post_src": None, "mm_post_dst": None,
 }
 
 
@@ -453,6 +481,17 @@ def _mm_spec(plan: _MmPlan, form: str, srcs: list, d_hand: int) -> dict:
                 srcs=list(srcs), extra_srcs=[], d_hand=d_hand, d_size=plan.d_size,
                 extra_dsts=[], pemode=plan.pemode, fpatr=FPATR0, datr=None, ior=None, ios=[],
                 catr=None, lb_forced=set())
+
+
+def _mm_post_spec(b: Builder, plan: _MmPlan, spec: dict) -> None:
+    """The main bundle's post-processing: B.FPATR, the auxiliary destinations,
+    the B.IOR parameter GPRs (quant first)."""
+    spec["fpatr"] = plan.fpatr
+    spec["extra_dsts"] = list(zip(plan.aux_hands, plan.aux))
+    if plan.scalars is not None:
+        regs = [b.reg(w) for w in plan.scalars]
+        spec["ior"] = tuple(regs + [0] * (4 - len(regs)))
+    b.notes.extend(plan.post_notes)
 
 
 def _mm_pins(b: Builder, plan: _MmPlan, rest: list, fills: list, d_hand: int) -> Optional[tuple]:
@@ -507,6 +546,13 @@ def _mm_hands(b: Builder, plan: _MmPlan, loads: list) -> Optional[tuple]:
         reserve[d_hand] += 1
     if d1_hand is not None:
         reserve[d1_hand] += 1
+    plan.aux_hands = []
+    for _ in plan.aux:                       # the auxiliary outputs' hands keep a slot each
+        opts = [h for h in range(4) if h not in closed and reserve[h] < HS]
+        if not opts:
+            return None
+        plan.aux_hands.append(pick_one(rng, opts))
+        reserve[plan.aux_hands[-1]] += 1
     counts = [0] * 4
     order = []
     for t, h in pinned:
@@ -581,7 +627,7 @@ def _mm_load(b: Builder, gm: MmGM, t: MmTile, style: dict) -> Bundle:
     eb = elem_bytes(bits)
     dense = rowbytes(t.vc, bits)
     base, stride = gm.region(t.vr, dense, eb)
-    values = [mm_codes(rng, t.dt, t.vc, style) for _ in range(t.vr)]
+    values = post_values(rng, t, style)
     gm.write(base, stride, t.dt, values)
 
     cube_datr = datr(MM_LOAD_CODE[t.layout], 31, t.pad) if t.cube else None
@@ -711,11 +757,16 @@ def _mm_words(b: Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: lis
 def _mm_capacity(b: Builder, plan: _MmPlan, loads: list) -> Optional[int]:
     """mm_budget: a TILE_CAPACITY the tiles in use fit and D does not; with an
     edge weight, sometimes one at the edge (edges.edge_capacity)."""
-    if not plan.budget and b.g.edge_weight <= 0:
+    if not (plan.budget or plan.aux_budget) and b.g.edge_weight <= 0:
         return None
     charge = sum(4 * (128 << (t.size - 1)) if b.g.core else t.charge for t in loads) \
         + (plan.d_charge if plan.chain else 0)          # core: mask 1111 (core_setup)
-    cap = edge_capacity(b, "matmul", charge, plan.d_charge, plan.budget)
+    if plan.aux_budget:                                 # D fits, the auxiliary outputs do not
+        cap = charge + plan.d_charge + plan.aux_charge - 1
+        b.notes.append(f"tile_capacity:{cap} (in use {charge}, D {plan.d_charge}, "
+                       f"aux {plan.aux_charge})")
+        return cap
+    cap = edge_capacity(b, "matmul", charge, plan.d_charge + plan.aux_charge, plan.budget)
     if cap is not None:
         b.notes.append(f"tile_capacity:{cap} (in use {charge}, D {plan.d_charge})")
     return cap
@@ -731,9 +782,11 @@ def _mm_program(b: Builder, plan: _MmPlan, spec_muts: list, item_muts: list):
     bundles = [_mm_load(b, gm, t, plan.style) for t in loads]
     index, undefine = _mm_operands(b, plan, loads, d_index, d1_index)
     srcs = [index[r] for r in ("c", "a", "sa", "b", "sb", "bias")
-            if r in index and (r != "c" or plan.f["acc"])]
+            if r in index and (r != "c" or plan.f["acc"])] + [index[r] for r in plan.post_roles]
     first = _mm_first(b, plan, index, d1_hand, d1_index)
     spec = _mm_spec(plan, plan.form, srcs, d_hand)
+    if plan.kind == "mm_post":
+        _mm_post_spec(b, plan, spec)
     applied = [m for m in spec_muts if MM_SPEC_MUTATIONS[m](b, spec, plan)]
     tail = _mm_roundtrip(b, plan, gm, d_index)
     setup, words, item_applied = _mm_words(b, plan, spec, item_muts, loads, bundles, first, tail)

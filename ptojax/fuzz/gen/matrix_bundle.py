@@ -12,8 +12,7 @@ from ... import tables
 from ...isa.encode import (FPATR0, START, bstart, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
                            iot_src_dst)
 from .driver import Bundle, Builder
-from .matrix_tiles import (FP32, MM_FP32_MODES, MM_OTHER_LAYOUTS, MM_S32_MODES, MM_SCALAR_MODES,
-                           MM_VECTOR_MODES, S32)
+from .matrix_tiles import FP32, MM_FP32_MODES, MM_OTHER_LAYOUTS, MM_S32_MODES, MM_SCALAR_MODES, S32
 from .values import LOAD_CODES, STORE_CODES, pick_one
 
 
@@ -70,12 +69,17 @@ def _mm_items(b: Builder, spec: dict, minimal: bool = False) -> list:
         groups[int(rng.integers(0, len(groups)))][1] = dst
     else:
         groups.insert(int(rng.integers(0, len(groups) + 1)), [[], dst])
+    # extra destinations (in order) after D's and each other's: the stream order
+    # of destinations is D, RowMaxOut, GroupMaxOut
+    last = next(k for k, g in enumerate(groups) if g[1] is dst)
     for extra in spec["extra_dsts"]:
-        free = [g for g in groups if g[1] is None and g[0]]
+        free = [k for k, g in enumerate(groups) if k > last and g[1] is None and g[0]]
         if free and rng.random() < 0.5:
-            pick_one(rng, free)[1] = extra
+            last = pick_one(rng, free)
+            groups[last][1] = extra
         else:
-            groups.insert(int(rng.integers(0, len(groups) + 1)), [[], extra])
+            last = int(rng.integers(last + 1, len(groups) + 1))
+            groups.insert(last, [[], extra])
     for k, (g, d) in enumerate(groups):
         items.append(("iot", _iot_word(g, d, spec["pemode"], int(k == len(groups) - 1))))
     if spec["catr"] is not None:
@@ -182,12 +186,6 @@ def _ms_trans(b, spec, plan):
     return True
 
 
-def _fpatr_word(pre=0, relu=0, group_n=0, row_max=0, group_max=0, row_max_init=0, max_abs=0,
-                trans_a=0, trans_b=0) -> int:
-    return (FPATR0 | trans_a << 7 | trans_b << 8 | max_abs << 15 | row_max_init << 16
-            | group_max << 17 | row_max << 18 | group_n << 19 | relu << 23 | pre << 26)
-
-
 def _ms_quant_class(b, spec, plan):
     if spec["fpatr"] is None:           # forced after mm_no_fpatr: no B.FPATR to edit
         return False
@@ -205,49 +203,6 @@ def _ms_quant_class(b, spec, plan):
     return True
 
 
-def _ms_post(b, spec, plan):
-    """A consistent post-processing request the gate accepts."""
-    rng = b.rng
-    opts = ["relu1", "relu2", "relu3", "rowmax", "groupmax"]
-    if plan.acc in (FP32, S32):
-        opts += ["quant_scalar", "quant_vector", "quant_none"] if plan.acc == FP32 else \
-            ["quant_scalar", "quant_vector"]
-    what = pick_one(rng, opts)
-    kw = {}
-    extra_src = lambda: spec["extra_srcs"].append(int(rng.integers(0, 64)))
-    extra_dst = lambda: spec["extra_dsts"].append((int(rng.integers(0, 4)), int(rng.integers(1, 11))))
-    if what.startswith("relu"):
-        kw["relu"] = int(what[-1])
-        if kw["relu"] == 3:
-            extra_src()
-        elif kw["relu"] == 2 and rng.random() < 0.5:
-            spec["ior"] = (int(rng.integers(1, 24)), 0, 0, 0)
-    elif what == "rowmax":
-        kw["row_max"] = 1
-        extra_dst()
-        if rng.random() < 0.5:
-            kw["row_max_init"] = 1
-            extra_src()
-        kw["max_abs"] = int(rng.integers(0, 2))
-    elif what == "groupmax":
-        kw.update(group_max=1, group_n=int(rng.integers(1, 10)), max_abs=int(rng.integers(0, 2)))
-        extra_dst()
-    else:
-        modes = MM_FP32_MODES if plan.acc == FP32 else MM_S32_MODES
-        if what == "quant_scalar":
-            kw["pre"] = pick_one(rng, [m for m in modes if m in MM_SCALAR_MODES])
-            if rng.random() < 0.5:
-                spec["ior"] = (int(rng.integers(1, 24)), 0, 0, 0)
-        elif what == "quant_vector":
-            kw["pre"] = pick_one(rng, [m for m in modes if m in MM_VECTOR_MODES])
-            extra_src()
-        else:
-            kw["pre"] = pick_one(rng, [1, 16])
-    spec["fpatr"] = _fpatr_word(**kw)
-    b.notes.append(f"post:{what}")
-    return True
-
-
 def _ms_catr(trap, dr):
     def apply(b, spec, plan):
         rng = b.rng
@@ -262,7 +217,7 @@ MM_SPEC_MUTATIONS = {
     "mm_ior": _ms_ior, "mm_datr_attr": _ms_datr_attr, "mm_cube_layout": _ms_cube_layout,
     "mm_gemv_cube_layout": _ms_cube_layout, "mm_lb_zero": _ms_lb_zero, "mm_gemv_m": _ms_gemv_m,
     "mm_ios_tmatmul": _ms_ios, "mm_ios_gemv": _ms_ios, "mm_trans": _ms_trans,
-    "mm_quant_class": _ms_quant_class, "mm_post": _ms_post,
+    "mm_quant_class": _ms_quant_class,
     "mm_catr_dr": _ms_catr(0, 1), "mm_catr_trap": _ms_catr(1, 0),
 }
 

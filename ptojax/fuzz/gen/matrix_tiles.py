@@ -156,6 +156,7 @@ class MmTile:
     hand: int = 0
     index: int = -1
     in_stream: bool = False
+    values: Optional[list] = None     # its rows' codes when drawn by purpose (parameter Words)
 
     @property
     def cube(self) -> bool:
