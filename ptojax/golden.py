@@ -3,8 +3,9 @@
 For compiler pipelines: numpy matrices in, numpy result out. The helper
 writes the operands to global memory, runs the instruction sequence a
 program would (CUBE TLOAD ND2M16/ND2M32 of A and C, ND2N8 of B, ordinary
-TLOADs of Bias and E8M0 scales, one TMATMUL*/TGEMV* bundle, TSTORE of D
-back to ND) on a private machine, and reads D from memory. Any
+TLOADs of Bias, E8M0 scales and the B.FPATR epilogue's vectors, one
+TMATMUL*/TGEMV* bundle, TSTORE of D back to ND and of the RowMax/GroupMax
+outputs) on a private machine, and reads them from memory. Any
 architectural fault raises MatmulFault carrying the fault; the numbers are
 exactly what `pj.run` computes (docs/numerics.md).
 
@@ -17,6 +18,7 @@ a new shape costs milliseconds. Operands no tile can hold raise ValueError.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import ml_dtypes
@@ -29,15 +31,31 @@ from .layouts.geometry import geometry as cube_geometry
 from .machine import run_stream
 from .state import MachineConfig, reset
 
-# operand hands (a TLOAD takes the hand's lowest free register): A, B -> T; C, Bias -> U;
-# scales -> N; D -> M, so C's TileIndex never equals D's hand number
+# operand hands (a TLOAD takes the hand's lowest free register): A, B -> T; C, Bias,
+# RowMaxIn -> U; scales, the epilogue's parameter vectors -> N; D, RowMaxOut, GroupMaxOut
+# -> M, so C's TileIndex never equals D's hand number
 _A = _B = "T"
-_C = _BIAS = "U"
-_SA = _SB = "N"
+_C = _BIAS = _RIN = "U"
+_SA = _SB = _VEC = "N"
 _D_HAND = "M"
 _ML = {"FP16": np.float16, "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn,
        "E5M2": ml_dtypes.float8_e5m2, "FP32": np.float32}
 _ACC_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32}
+# D's numpy type by its DataType (HiF8 has none: its raw codes as uint8)
+_OUT_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32, "FP16": np.float16,
+           "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn, "HiF8": np.uint8,
+           "S8": np.int8, "S16": np.int16, "S4X2": np.int8}
+_ROUNDING = {"RNE": "Default", "RTZ": "RTZ", "RTM": "RTM", "RTP": "RTP", "RNA": "RNA", "RTO": "RTO",
+             "RHB": "RHB"}
+_GROUP_N = (8, 16, 32, 48, 64, 80, 96, 112, 128)
+
+
+class MatmulResult(NamedTuple):
+    """pj.ops.matmul with a reduction: D, RowMax (M, or None) and GroupMax
+    (M x ceil(N / group_max), or None), the last two in the accumulator type."""
+    d: np.ndarray
+    row_max: np.ndarray | None
+    group_max: np.ndarray | None
 MX_TYPES = ("FP16", "BF16", "E4M3", "E5M2", "E2M1X2", "E1M2X2")
 
 
@@ -128,7 +146,7 @@ def _pack(codes: np.ndarray, bits: int) -> tuple[bytes, int]:
             out[:, c // 2] |= nib << (4 * (c % 2))
         return out.tobytes(), stride
     width = bits // 8
-    raw = codes.astype(np.uint64).astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[width])
+    raw = codes.astype(np.uint64).astype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width])
     return raw.astype(raw.dtype.newbyteorder("<")).tobytes(), cols * width
 
 
@@ -141,8 +159,11 @@ def _size_code(nbytes: int, what: str) -> int:
 
 
 def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None, scales=None,
-           layout: str = "CUBE_M16", profile: str = "ieee", gemv: bool = False) -> np.ndarray:
-    """D = [acc +] A @ B [+ bias] on the model, as numpy (M x N).
+           layout: str = "CUBE_M16", profile: str = "ieee", gemv: bool = False,
+           pre_quant: int = 0, quant_scale=None, quant_offset=None, shift=None, relu=None,
+           row_max: bool = False, row_max_init=None, group_max: int | None = None,
+           max_abs: bool = False, rounding: str = "RNE", saturate: bool = False):
+    """D = epilogue([acc +] A @ B [+ bias]) on the model, as numpy (M x N).
 
     a: M x K, b: K x N in `dtype` / `b_dtype` (default `dtype`): real values
     exactly representable in the format, or raw codes as unsigned ints.
@@ -151,9 +172,26 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
     codes, sa M x ceil(K/32) and sb ceil(K/32) x N, None for an FP16/BF16 side.
     gemv=True uses the TGEMV form (M must be 1). profile: "ieee" (real
     values; the default here, for golden results) or "portable" (the ASL
-    model's raw-word arithmetic). Returns float32 / int32 / uint32 by the
-    accumulator type: the 4 bytes the TSTORE writes per element.
-    Raises MatmulFault on an architectural fault, ValueError/TypeError on misuse.
+    model's raw-word arithmetic).
+
+    The epilogue (B.FPATR, docs/numerics.md "Post-processing"):
+    - pre_quant: the PreQuantMode code (0: none; the spec's table, e.g. 1
+      FP32->FP16, 3 S32->S8 with scale and offset, 13 S32->S16 shift);
+      quant_scale / quant_offset: its scale (a positive FP19 value) and
+      offset, scalars for a scalar mode, scalars or length-N vectors for a
+      vector one; shift: the shift modes' 1..16 (a vector for mode 12);
+    - relu: None, "relu", a scalar alpha (LReLU) or a length-N alpha vector
+      (PReLU), each alpha zero or a positive FP19 value;
+    - row_max (with row_max_init: a length-M initial vector) and group_max
+      (GroupN: 8, 16, 32, 48, ..., 128 columns), max_abs: reductions of the
+      raw accumulators;
+    - rounding (RNE, RTZ, RTM, RTP, RNA, RTO, RHB) and saturate: B.DATR's
+      RMode and Sat, for the modes that read them.
+    Returns D as the output type's numpy array (float32 / int32 / uint32
+    for no conversion; float16, bfloat16, float8_e4m3fn, int8, int16; S4X2 as
+    int8 values; HiF8 as raw uint8 codes), or a MatmulResult when a reduction
+    is asked for. Raises MatmulFault on an architectural fault,
+    ValueError/TypeError on misuse.
     """
     at = _dtype(dtype, "dtype")
     bt = _dtype(b_dtype if b_dtype is not None else dtype, "b_dtype")
@@ -212,8 +250,145 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
         if v.ndim != 1 or v.shape[0] != N:
             raise ValueError(f"bias must be a length-{N} vector, got shape {v.shape}")
         loads.append(("Bias", "ordinary", acc_t, encode(v.reshape(1, N), acc_t, "bias"), _BIAS, "row"))
+    ep = _epilogue(acc_t, M, N, pre_quant, quant_scale, quant_offset, shift, relu, row_max,
+                   row_max_init, group_max, max_abs, rounding, saturate)
+    loads += ep.loads
     return _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, acc is not None,
-                    bias is not None, gemv)
+                    bias is not None, gemv, ep)
+
+
+# ---------------------------------------------------------------- the epilogue (B.FPATR)
+
+
+class _Epilogue(NamedTuple):
+    fpatr: str                 # the B.FPATR line
+    loads: list                # post-process source tiles, stream order
+    scalars: list              # B.IOR parameter Words (quant first)
+    out: tables.DataType       # D's element type
+    row_cols: int              # 0, or RowMaxOut's 1
+    group_cols: int            # 0, or GroupMaxOut's ceil(N / GroupN)
+    rmode: str                 # B.DATR RMode name
+    sat: int
+
+
+def _fp19(x, what: str, zero_ok: bool) -> int:
+    """The FP19 code of a real value it holds exactly: positive normal (or 0)."""
+    try:
+        f = np.float32(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a real number, got {type(x).__name__}") from None
+    bits = int(f.view(np.uint32))
+    e = bits >> 23 & 0xFF
+    if zero_ok and bits == 0:
+        return 0
+    if float(f) != float(x) or bits & 0x1FFF or bits >> 31 or e == 0 or e == 0xFF:
+        raise ValueError(f"{what} must be {'zero or ' if zero_ok else ''}a positive normal FP19 "
+                         f"value (8-bit exponent, 10-bit fraction) held exactly, got {x!r}")
+    return bits >> 13
+
+
+def _per_column(x, N: int, what: str) -> list:
+    arr = np.asarray(x)
+    if arr.ndim == 0:
+        return [arr.item()] * N
+    if arr.shape != (N,):
+        raise ValueError(f"{what} must be a scalar or a length-{N} vector, got shape {arr.shape}")
+    return arr.tolist()
+
+
+def _quant_words(mode: int, N: int, scale, offset, shift, vector: bool) -> list:
+    """Quant parameter Words (one, or one per column) for PreQuantMode `mode`."""
+    from .ops.postprocess import OFFSET_WIDTH, SHIFT_MODES
+    n = N if vector else 1
+    if mode in SHIFT_MODES:
+        if shift is None or scale is not None or offset is not None:
+            raise ValueError(f"PreQuantMode {mode} shifts: give shift (1..16), no quant_scale/offset")
+        shifts = _per_column(shift, n, "shift") if vector else [shift]
+        if not all(isinstance(v, (int, np.integer)) and 1 <= v <= 16 for v in shifts):
+            raise ValueError(f"shift must be an integer 1..16 (or {N} of them), got {shift!r}")
+        return [(int(v) - 1) << 32 for v in shifts]
+    if shift is not None:
+        raise ValueError(f"shift is for PreQuantMode 12 and 13, not {mode}")
+    if scale is None:
+        raise ValueError(f"PreQuantMode {mode} needs quant_scale")
+    width = int(OFFSET_WIDTH[mode])
+    scales = _per_column(scale, n, "quant_scale") if vector else [scale]
+    if not vector and np.ndim(scale) != 0:
+        raise ValueError(f"PreQuantMode {mode} takes one scalar quant_scale")
+    offsets = [0] * n if offset is None else (_per_column(offset, n, "quant_offset") if vector
+                                              else [offset])
+    if not vector and offset is not None and np.ndim(offset) != 0:
+        raise ValueError(f"PreQuantMode {mode} takes one scalar quant_offset")
+    words = []
+    for s_, o in zip(scales, offsets):
+        code = _fp19(s_, "quant_scale", zero_ok=False)
+        lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if width else (0, 0)
+        if not isinstance(o, (int, np.integer)) or not lo <= o <= hi:
+            raise ValueError(f"quant_offset must be an integer in {lo}..{hi} for PreQuantMode "
+                             f"{mode}, got {o!r}")
+        words.append(code << 13 | ((int(o) & ((1 << width) - 1)) << 37 if width else 0))
+    return words
+
+
+def _epilogue(acc_t, M: int, N: int, pre_quant, quant_scale, quant_offset, shift, relu, row_max,
+              row_max_init, group_max, max_abs, rounding, saturate) -> _Epilogue:
+    from .ops.postprocess import OUTPUT_TYPE, SCALAR_MODES, VECTOR_MODES, S32_MODES, FP32_MODES
+    if not isinstance(pre_quant, (int, np.integer)) or not (
+            pre_quant == 0 or pre_quant in S32_MODES or pre_quant in FP32_MODES):
+        raise ValueError(f"pre_quant must be a PreQuantMode code (0-5, 12, 13, 16-20, 23-28, "
+                         f"32-39), got {pre_quant!r}")
+    if pre_quant in S32_MODES and acc_t.name != "S32" or pre_quant in FP32_MODES and acc_t.name != "FP32":
+        raise ValueError(f"PreQuantMode {pre_quant} takes an "
+                         f"{'S32' if pre_quant in S32_MODES else 'FP32'} accumulator; "
+                         f"these operands accumulate in {acc_t.name}")
+    if rounding not in _ROUNDING:
+        raise ValueError(f"rounding must be one of {', '.join(_ROUNDING)}, got {rounding!r}")
+    loads, scalars = [], []
+    u64 = tables.dtype("U64")
+    if pre_quant == 0 and any(x is not None for x in (quant_scale, quant_offset, shift)):
+        raise ValueError("quant_scale, quant_offset and shift need a pre_quant mode")
+    if pre_quant in (1, 16) and any(x is not None for x in (quant_scale, quant_offset, shift)):
+        raise ValueError(f"PreQuantMode {pre_quant} takes no parameters")
+    # post-process sources in stream order: RowMaxIn, quant vector, PReLU vector
+    if row_max_init is not None:
+        if not row_max:
+            raise ValueError("row_max_init needs row_max=True")
+        init = np.asarray(row_max_init)
+        if init.shape != (M,):
+            raise ValueError(f"row_max_init must be a length-{M} vector, got shape {init.shape}")
+        loads.append(("RowMaxIn", "ordinary", acc_t, encode(init.reshape(M, 1), acc_t,
+                                                            "row_max_init"), _RIN, "row"))
+    if pre_quant in VECTOR_MODES:
+        words = _quant_words(pre_quant, N, quant_scale, quant_offset, shift, True)
+        loads.append(("quant", "ordinary", u64, np.array([words], np.uint64), _VEC, "row"))
+    elif pre_quant in SCALAR_MODES:
+        scalars += _quant_words(pre_quant, N, quant_scale, quant_offset, shift, False)
+    relu_mode = 0
+    if relu is not None:
+        if isinstance(relu, str):
+            if relu != "relu":
+                raise ValueError(f"relu must be None, 'relu', an alpha or a length-{N} alpha "
+                                 f"vector, got {relu!r}")
+            relu_mode = 1
+        elif np.ndim(relu) == 0:
+            relu_mode = 2
+            scalars.append(_fp19(relu, "relu alpha", zero_ok=True))
+        else:
+            relu_mode = 3
+            alphas = [_fp19(v, "relu alpha", zero_ok=True) for v in _per_column(relu, N, "relu")]
+            loads.append(("alpha", "ordinary", u64, np.array([alphas], np.uint64), _VEC, "row"))
+    group_code = 0
+    if group_max is not None:
+        if group_max not in _GROUP_N:
+            raise ValueError(f"group_max must be one of {_GROUP_N} columns, got {group_max!r}")
+        group_code = _GROUP_N.index(group_max) + 1
+    if max_abs and not (row_max or group_max):
+        raise ValueError("max_abs needs row_max or group_max")
+    out = acc_t if pre_quant == 0 else tables.DTYPE_BY_CODE[int(OUTPUT_TYPE[pre_quant])]
+    fpatr = (f"B.FPATR {pre_quant}, {relu_mode}, {group_code}, {int(bool(row_max))}, "
+             f"{int(group_code > 0)}, {int(row_max_init is not None)}, {int(bool(max_abs))}, 0, 0")
+    return _Epilogue(fpatr, loads, scalars, out, 1 if row_max else 0,
+                     -(-N // group_max) if group_max else 0, _ROUNDING[rounding], int(bool(saturate)))
 
 
 # The private machines. Compiles cost seconds, so nothing about the work may
@@ -226,8 +401,8 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
 # large one anything a tile can hold (64 KiB per PE, the model's 32768-Word
 # bound), with up to six 64 KiB GM blocks (C or Bias, A, sA, B, sB, D).
 SIZE_CLASSES = (("small", 4096, 64 << 10), ("large", 32768, 512 << 10))
-STREAM_WORDS = 64      # the longest sequence (MX.ACC with B.DATR, five TLOADs) is 52 words
-MAX_COMMITS = 8        # bundles: at most five TLOADs, the matrix bundle, the TSTORE
+STREAM_WORDS = 128     # the longest sequence (MX.ACC, eight TLOADs, three TSTOREs) is about 110 words
+MAX_COMMITS = 12       # bundles: at most eight TLOADs, the matrix bundle, three TSTOREs
 _CONFIGS: dict = {}    # (class, profile) -> (MachineConfig, reset State)
 
 
@@ -243,7 +418,7 @@ def _machine(words_needed: int, gm_needed: int, profile: str):
                          f"(split the matrix)")
     key = (name, profile)
     if key not in _CONFIGS:
-        cfg = MachineConfig(gm_bytes=gm_bytes, tile_words=tile_words, hand_slots=2,
+        cfg = MachineConfig(gm_bytes=gm_bytes, tile_words=tile_words, hand_slots=4,
                             tile_capacity=(1 << 31) - 1, profile=profile)
         _CONFIGS[key] = (cfg, reset(cfg))
     return _CONFIGS[key]
@@ -280,7 +455,8 @@ _OPS = {(False, False, False): "TMATMUL", (False, False, True): "TMATMUL.BIAS",
         (True, False, True): "TMATMULMX.BIAS", (True, True, False): "TMATMULMX.ACC"}
 
 
-def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias, gemv):
+def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias, gemv,
+             ep: _Epilogue):
     regs = iter(_REGS)
     gm = bytearray()
     gprs = {}
@@ -324,31 +500,51 @@ def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias
         bundle(f"TLOAD of {name}", [f"BSTART.TLOAD {dt.name}"] + ([datr] if datr else []) + dims
                + [f"B.IOR {base_r}, {stride_r}", f"B.IOT mask=1000, last, ->{hand}<{code}>"])
 
-    # D: A's M layout, accumulator type
-    d_geom = cube_geometry(layout, acc_t.name, M, N)
+    # D: A's M layout, the epilogue's element type; then RowMaxOut, GroupMaxOut (RowMajor)
+    out = ep.out
+    d_geom = cube_geometry(layout, out.name, M, N)
     words_needed = max(words_needed, d_geom.storage_elements)
     d_code = _size_code(d_geom.required_bytes, "D")
+    aux = [c for c in (ep.row_cols, ep.group_cols) if c]
+    aux_codes = [_size_code(4 * M * (1 << (c - 1).bit_length()), "a reduction output") for c in aux]
+    words_needed = max([words_needed] + [M * c for c in aux])
     op = _OPS[(mx, is_acc, is_bias)]
     if gemv:
         op = op.replace("TMATMUL", "TGEMV")
-    iots = [tiles[i:i + 2] for i in range(0, len(tiles), 2)]
     lines = [f"BSTART.{op} {at.name}"]
-    if bt.code != at.code:
-        lines.append(f"B.DATR {{NORM, {bt.name}, Zero, EQ, Default, 0, 0}}")
-    lines += ["B.FPATR 0, 0, 0, 0, 0, 0, 0, 0, 0", f"B.DIM zero, {M}, ->LB0",
-              f"B.DIM zero, {N}, ->LB1", f"B.DIM zero, {K}, ->LB2"]
-    for n, pair in enumerate(iots):
-        last = n == len(iots) - 1
-        lines.append(f"B.IOT {', '.join(pair)}, mask=1000" + (f", last, ->{_D_HAND}<{d_code}>" if last else ""))
-    bundle(op, lines)
+    if bt.code != at.code or ep.rmode != "Default" or ep.sat:
+        b_name = bt.name if bt.code != at.code else "DTYPE_NONE"
+        lines.append(f"B.DATR {{NORM, {b_name}, Zero, EQ, {ep.rmode}, {ep.sat}, 0}}")
+    lines += [ep.fpatr, f"B.DIM zero, {M}, ->LB0", f"B.DIM zero, {N}, ->LB1",
+              f"B.DIM zero, {K}, ->LB2"]
+    if ep.scalars:
+        regs_p = [next(regs) for _ in ep.scalars]
+        gprs.update(zip(regs_p, ep.scalars))
+        lines.append(f"B.IOR {', '.join(regs_p)}")
+    # sources in stream order two a binding, then D and the reduction outputs alone
+    bindings = [f"B.IOT {', '.join(tiles[i:i + 2])}, mask=1000" for i in range(0, len(tiles), 2)]
+    bindings += [f"B.IOT mask=1000, ->{_D_HAND}<{code}>" for code in [d_code] + aux_codes]
+    bindings[-1] = bindings[-1].replace("mask=1000", "mask=1000, last")
+    bundle(op, lines + bindings)
 
     store = "M162ND" if layout == "CUBE_M16" else "M322ND"
+    row_bytes = -(-N * out.bits // 8)
     base_r, stride_r = next(regs), next(regs)
-    out_at = place(bytes(M * N * 4))
-    gprs[base_r], gprs[stride_r] = out_at, N * 4
-    bundle("TSTORE of D", [f"BSTART.TSTORE {acc_t.name}", f"B.DATR {{{store}, DTYPE_NONE, Null}}",
+    out_at = place(bytes(M * row_bytes))
+    gprs[base_r], gprs[stride_r] = out_at, row_bytes
+    bundle("TSTORE of D", [f"BSTART.TSTORE {out.name}", f"B.DATR {{{store}, DTYPE_NONE, Null}}",
                            f"B.DIM zero, {N}, ->LB0", f"B.DIM zero, {M}, ->LB1",
                            f"B.IOR {base_r}, {stride_r}", f"B.IOT {_D_HAND}#1, mask=1000, last"])
+    aux_at = []
+    for k, cols in enumerate(aux):
+        base_r, stride_r = next(regs), next(regs)
+        aux_at.append(place(bytes(M * cols * 4)))
+        gprs[base_r], gprs[stride_r] = aux_at[-1], cols * 4
+        bundle("TSTORE of " + ("RowMax" if cols == ep.row_cols and k == 0 and ep.row_cols
+                               else "GroupMax"),
+               [f"BSTART.TSTORE {acc_t.name}", f"B.DIM zero, {cols}, ->LB0",
+                f"B.DIM zero, {M}, ->LB1", f"B.IOR {base_r}, {stride_r}",
+                f"B.IOT {_D_HAND}#{k + 2}, mask=1000, last"])
 
     cfg, template = _machine(words_needed, len(gm), profile)
     words = assemble("\n".join(line for t in text for line in t))
@@ -356,5 +552,21 @@ def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias
     if fault != "Fault_None":
         step = [name for first, name in steps if first <= executed][-1]
         raise MatmulFault(fault, address, step)
-    raw = mem[out_at: out_at + M * N * 4].view("<u4").reshape(M, N)
-    return raw.view(_ACC_NP[acc_t.name]).copy()
+    d = _read_d(mem[out_at: out_at + M * row_bytes], out, M, N)
+    if not aux:
+        return d
+    reads = [mem[at_: at_ + M * c * 4].view("<u4").reshape(M, c).view(_ACC_NP[acc_t.name]).copy()
+             for at_, c in zip(aux_at, aux)]
+    rmax = reads.pop(0)[:, 0] if ep.row_cols else None
+    gmax = reads.pop(0) if ep.group_cols else None
+    return MatmulResult(d, rmax, gmax)
+
+
+def _read_d(raw: np.ndarray, out: tables.DataType, M: int, N: int) -> np.ndarray:
+    """D's ND bytes as the output type's numpy array (S4X2: nibbles, sign-extended)."""
+    if out.bits == 4:
+        packed = raw.reshape(M, -1)
+        nib = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(M, -1)[:, :N].astype(np.int8)
+        return np.where(nib > 7, nib - 16, nib).astype(np.int8)
+    view = {8: "<u1", 16: "<u2", 32: "<u4"}[out.bits]
+    return raw.view(view).reshape(M, N).view(_OUT_NP[out.name]).copy()

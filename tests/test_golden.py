@@ -132,3 +132,80 @@ def test_bundles_agree_with_the_reference(monkeypatch):
     d = pj.ops.matmul(a, b, dtype="FP16", bias=bias)
     assert np.array_equal(d, a.astype(np.float32) @ b.astype(np.float32) + bias)
     assert seen
+
+
+# ----------------------------------------------------------------- the B.FPATR epilogue
+
+
+A8, B8 = np.array([[1, 2], [3, 4]], np.int8), np.array([[5, -6], [7, -8]], np.int8)   # -> [[19,-22],[43,-50]]
+
+
+def _reference_epilogue(acc, mode, relu=0, quant=0, alpha=0, rnd="RNE", sat=False, acc_type="S32"):
+    """The reference model's element conversion (independent of the executor)."""
+    from ptojax.reference import postprocess as rp
+    ctl = rp.Control(rnd, sat)
+    return [[rp.post_process(int(v) & ((1 << 64) - 1), mode, relu, acc_type, quant, alpha, ctl)
+             for v in row] for row in np.asarray(acc)]
+
+
+def test_epilogue_relu_quant_shift_match_the_reference():
+    plain = pj.ops.matmul(A8, B8, dtype="S8")
+    assert np.array_equal(plain, [[19, -22], [43, -50]])
+    d = pj.ops.matmul(A8, B8, dtype="S8", relu="relu")
+    assert d.dtype == np.int32 and np.array_equal(d, np.maximum(plain, 0))
+    # mode 3 (S32 -> S8): x * 0.5 rounded to even, + 1
+    d = pj.ops.matmul(A8, B8, dtype="S8", pre_quant=3, quant_scale=0.5, quant_offset=1)
+    q = (0x3F000000 >> 13) << 13 | 1 << 37
+    assert d.dtype == np.int8 and np.array_equal(d, [[11, -10], [23, -24]])
+    assert d.tolist() == [[((w & 0xFF) ^ 0x80) - 0x80 for w in row]           # S8 Words
+                          for row in _reference_epilogue(plain, 3, quant=q)]
+    # mode 13: arithmetic shift by 2, S16
+    d = pj.ops.matmul(A8, B8, dtype="S8", pre_quant=13, shift=2)
+    assert d.dtype == np.int16 and np.array_equal(d, plain >> 2)
+    # PReLU per column (the negative side takes the alpha, not the scale)
+    d = pj.ops.matmul(A8, B8, dtype="S8", relu=[0.5, 0.25])
+    assert np.array_equal(d, [[19, -6], [43, -12]])
+
+
+def test_epilogue_float_outputs():
+    x = np.array([[1.5, 2.0]], np.float16)
+    y = np.array([[1.0, 2.0], [-3.0, 1.0]], np.float16)                  # -> [[-4.5, 5.0]]
+    d = pj.ops.matmul(x, y, dtype="FP16", pre_quant=1)
+    assert d.dtype == np.float16 and np.array_equal(d, [[-4.5, 5.0]])
+    d = pj.ops.matmul(x, y, dtype="FP16", pre_quant=16)
+    assert d.dtype == ml_dtypes.bfloat16 and np.array_equal(d.astype(np.float32), [[-4.5, 5.0]])
+    d = pj.ops.matmul(x, y, dtype="FP16", pre_quant=26, quant_scale=1.0)
+    assert d.dtype == ml_dtypes.float8_e4m3fn and np.array_equal(d.astype(np.float32), [[-4.5, 5.0]])
+    d = pj.ops.matmul(x, y, dtype="FP16", pre_quant=38, quant_scale=[1.0, 0.5], relu=0.25)
+    assert d.dtype == np.float32 and np.array_equal(d, [[-1.125, 2.5]])
+    d = pj.ops.matmul(x, y, dtype="FP16", pre_quant=25, quant_scale=1.0)        # HiF8: raw codes
+    assert d.dtype == np.uint8
+    assert d.tolist() == [[int(w) for w in row] for row in _reference_epilogue(
+        [[0xC0900000, 0x40A00000]], 25, quant=(0x3F800000 >> 13) << 13, acc_type="FP32")]
+
+
+def test_epilogue_reductions():
+    r = pj.ops.matmul(A8, B8, dtype="S8", row_max=True, group_max=8, max_abs=True)
+    assert isinstance(r, pj.ops.MatmulResult)
+    assert np.array_equal(r.d, [[19, -22], [43, -50]])
+    assert np.array_equal(r.row_max, [22, 50]) and np.array_equal(r.group_max, [[22], [50]])
+    r = pj.ops.matmul(A8, B8, dtype="S8", row_max=True, row_max_init=[30, -100])
+    assert np.array_equal(r.row_max, [30, 43]) and r.group_max is None
+    r = pj.ops.matmul(A8, B8, dtype="S8", pre_quant=3, quant_scale=1.0, group_max=8)
+    assert r.d.dtype == np.int8 and np.array_equal(r.group_max, [[19], [43]])   # raw accumulators
+
+
+@pytest.mark.parametrize("kw, err", [
+    (dict(pre_quant=7), ValueError), (dict(pre_quant=1), ValueError),         # FP32 mode, S32 acc
+    (dict(pre_quant=3), ValueError), (dict(pre_quant=3, quant_scale=0.1), ValueError),
+    (dict(pre_quant=3, quant_scale=1.0, quant_offset=300), ValueError),
+    (dict(pre_quant=3, quant_scale=[1.0, 2.0]), ValueError),                   # scalar mode
+    (dict(pre_quant=18, quant_scale=[1.0, 2.0, 3.0]), ValueError),
+    (dict(pre_quant=13, shift=0), ValueError), (dict(pre_quant=13, quant_scale=1.0), ValueError),
+    (dict(relu="gelu"), ValueError), (dict(relu=-0.5), ValueError), (dict(relu=object()), TypeError),
+    (dict(group_max=7), ValueError), (dict(max_abs=True), ValueError),
+    (dict(row_max_init=[1, 2]), ValueError), (dict(row_max=True, row_max_init=[1]), ValueError),
+    (dict(rounding="RTN"), ValueError), (dict(shift=2), ValueError)])
+def test_epilogue_misuse_is_a_clear_error(kw, err):
+    with pytest.raises(err):
+        pj.ops.matmul(A8, B8, dtype="S8", **kw)

@@ -874,6 +874,33 @@ def group_state(G, K=2, N=2, cfg=SMALL, sa=40, sb=41):
     return st.state(), A, B
 
 
+@pytest.mark.parametrize("cfg", [SMALL, OLD], ids=["adr0100", "0.58.3"])
+def test_coop_post_row_max_and_relu(cfg):
+    # spec-notes row 55: a cooperative block's RowMaxOut is per fragment like D
+    # (adr0100: valid_M[pe] rows, the PE's own bit; 0.58.3: all G rows, the block's mask);
+    # a LReLU without B.IOR scales by 0 (nothing is negative in U32 anyway)
+    G = 17 if cfg is SMALL else 16
+    s, A, B = group_state(G, cfg=cfg)
+    words = [mstart("TMATMUL", "U16"), fpatr(row_max=1, relu=2), *dims(G, 2, 2), ios(40, 7, 0),
+             ios(41, 7, 0), iot(hand=0, size=2, last=0), iot(hand=1, size=1, last=1), BSTOP]
+    out = ok(s, words, cfg=cfg)
+    D = matmul_ref(A, B)
+    per, vm = valid_m(G) if cfg is SMALL else (0, [G] * 4)
+    for i in PES:
+        if not vm[i]:
+            assert allocated(out, i) == []
+            continue
+        rows = D[i * per:i * per + vm[i]]
+        mask = bit(i) if cfg is SMALL else 0b1111
+        layout = "CUBE_M16" if cfg is OLD or per == 16 else "CUBE_M32"
+        check_frag(out, i, 0, layout, "U32", vm[i], 2, 2, rows, mask)
+        t = local(out, 16, i)
+        assert bool(t["allocated"]) and int(t["dtype"]) == tables.dtype("U32").code
+        assert tables.TILE_LAYOUTS[int(t["layout"])] == "RowMajor" and int(t["mask"]) == mask
+        assert (int(t["valid_rows"]), int(t["valid_cols"])) == (vm[i], 1)
+        assert [int(w) for w in t["words"][: vm[i]]] == [max(r) for r in rows]
+
+
 @pytest.mark.parametrize("G", [1, 17, 64, 65, 128])
 def test_group_m_fragments(G):
     s, A, B = group_state(G)

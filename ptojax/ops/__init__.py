@@ -1,12 +1,12 @@
 """Operation families of the JAX executor, and `pj.ops.matmul`, the golden-result helper.
 
-`matmul` and `MatmulFault` live in ptojax/golden.py: the helper runs real
+`matmul`, `MatmulFault` and `MatmulResult` live in ptojax/golden.py: the helper runs real
 bundles through the word-stream executor (machine.py), which sits above
 these families, so this namespace resolves them on first use instead of
 importing the layer above whenever an operation family is imported.
 """
 
-__all__ = ["matmul", "MatmulFault"]
+__all__ = ["matmul", "MatmulFault", "MatmulResult"]
 
 
 def __getattr__(name):
