@@ -16,7 +16,9 @@ payload Words per tile, so that 65536 States fit in about 1.6 GB):
   model, ordinary TLOADs).
 * TMATMUL FP16 16x32x16 (M x K x N) in the portable and ieee profiles, S8
   (portable), and TGEMV FP16 1x32x16 (ieee): A and B loaded beforehand by
-  CUBE TLOADs (reference model); these run on a 512-Word-tile config.
+  CUBE TLOADs (reference model); these run on a 512-Word-tile config. Two
+  add a B.FPATR epilogue: FP32 -> FP16 with ReLU, and S32 -> S8 with a B.IOR
+  scale and offset plus a RowMax output.
 * Cooperative TMATMUL FP16 (ADR 0100) with group_M = 64 (16 rows per PE)
   and 100 (32, 32, 32, 4 rows), K = 32, N = 16, both operands Shared
   (loaded beforehand by Shared TLOADs), run on the whole Core:
@@ -119,6 +121,17 @@ MATRIX = {
     "TMATMUL FP16 16x32x16 ieee":     ("TMATMUL", "FP16", 16, 32, 16, "ieee"),
     "TMATMUL S8 16x32x16 portable":   ("TMATMUL", "S8", 16, 32, 16, "portable"),
     "TGEMV FP16 1x32x16 ieee":        ("TGEMV", "FP16", 1, 32, 16, "ieee"),
+    "TMATMUL S8 16x32x16 quant+RowMax": ("TMATMUL", "S8", 16, 32, 16, "portable"),
+    "TMATMUL FP16 16x32x16 FP16+ReLU": ("TMATMUL", "FP16", 16, 32, 16, "portable"),
+}
+# B.FPATR epilogues of matrix bundles: name -> (B.FPATR line, extra lines, GPR a2):
+# S32 -> S8 with an FP19 scale 1.0 and offset -3 from B.IOR, and RowMax into hand U;
+# FP32 -> FP16 with ReLU
+POST = {
+    "TMATMUL S8 16x32x16 quant+RowMax": ("B.FPATR 3, 0, 0, 1, 0, 0, 0, 0, 0",
+                                         ["B.IOR a2", "B.IOT mask=1000, last, ->U<1>"],
+                                         (0x3F800000 >> 13) << 13 | (-3 & 0x1FF) << 37),
+    "TMATMUL FP16 16x32x16 FP16+ReLU": ("B.FPATR 1, 1, 0, 0, 0, 0, 0, 0, 0", [], None),
 }
 # cooperative bundles (run_core): name -> (dtype, group_M, K, N, profile); Shared A
 # (group_M x K) in S1 and B (K x N) in S2, one D fragment per active PE in hand M
@@ -180,9 +193,10 @@ def program(op, layout, dtype, rows, cols, size, hand):
 
 def matrix_program(name):
     op, dtype, m, k, n, _ = MATRIX[name]
-    return "\n".join([f"BSTART.{op} {dtype}", "B.FPATR 0, 0, 0, 0, 0, 0, 0, 0, 0",
-                      f"B.DIM zero, {m}, ->LB0", f"B.DIM zero, {n}, ->LB1", f"B.DIM zero, {k}, ->LB2",
-                      "B.IOT T#1, T#2, mask=1000, last, ->M<4>", "BSTOP"])
+    fpatr, extra, _ = POST.get(name, ("B.FPATR 0, 0, 0, 0, 0, 0, 0, 0, 0", [], None))
+    d = "B.IOT T#1, T#2, mask=1000, ->M<4>" if extra else "B.IOT T#1, T#2, mask=1000, last, ->M<4>"
+    return "\n".join([f"BSTART.{op} {dtype}", fpatr, f"B.DIM zero, {m}, ->LB0",
+                      f"B.DIM zero, {n}, ->LB1", f"B.DIM zero, {k}, ->LB2", d, *extra, "BSTOP"])
 
 
 def coop_program(name):
@@ -235,6 +249,9 @@ def matrix_state(pj, cfg, name, rng):
         if r.fault != "Fault_None":
             raise RuntimeError(f"{name}: loading an operand faulted: {r.fault}")
         s = r.state
+    param = POST.get(name, (None, None, None))[2]
+    if param is not None:
+        s = pj.write_gpr(s, "a2", param)
     return s, None
 
 

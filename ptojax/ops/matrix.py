@@ -410,7 +410,11 @@ def _post_sources(state, cfg, h: Header, blk: _Block) -> _Post:
 
     slots, ok = jax.vmap(legal)(_stack(*indices), _stack(blk.Mi, 1, 1), _stack(1, blk.N, blk.N),
                                 _stack(blk.acc_type, DT["U64"], DT["U64"]))
-    rows = payload(tiles, slots, W)                   # RowMaxIn and the two parameter vectors
+    # RowMaxIn and the two parameter vectors, read only where some State of the batch has one
+    reads = rin_on | vec_on | prelu_on
+    L = lane_count(tiles)
+    rows = jax.lax.cond(trip_count(reads.astype(jnp.int32)) > 0, lambda: payload(tiles, slots, W),
+                        lambda: jnp.zeros((3, L), U64))
     in_row = jnp.arange(rows.shape[-1]) >= blk.N
     quant_ok = jnp.all(in_row | pp.quant_parameter_legal(mode, rows[1]))
     relu_ok = jnp.all(in_row | pp.relu_parameter_legal(rows[2]))
@@ -641,12 +645,17 @@ def complete(state, h: Header, pe, cfg, enable):
     d_b4 = take(DT_BITS, out_type) == 4                  # an S4X2 D: M16 CELLs swizzled
     col, lane_ok, acc_words = _product(state, cfg, blk, loc, shr, d_cr, d_cc, d_g, d_b4, do)
     lane_col = jnp.clip(col, 0, lane_count(state.tiles) - 1)
-    d_words = pp.element(
-        acc_words, h.pre_quant_mode, h.relu, blk.acc_type,
-        jnp.where(_member(h.pre_quant_mode, pp.VECTOR_MODES), post.quant_row[lane_col], quant),
-        jnp.where(h.relu == 3, post.relu_row[lane_col], relu),
-        pp.rounding(h.pre_quant_mode, jnp.where(h.datr_present, h.rmode, 0)),
-        h.datr_present & (h.sat != 0))
+
+    def convert():
+        return pp.element(
+            acc_words, h.pre_quant_mode, h.relu, blk.acc_type,
+            jnp.where(_member(h.pre_quant_mode, pp.VECTOR_MODES), post.quant_row[lane_col], quant),
+            jnp.where(h.relu == 3, post.relu_row[lane_col], relu),
+            pp.rounding(h.pre_quant_mode, jnp.where(h.datr_present, h.rmode, 0)),
+            h.datr_present & (h.sat != 0))
+    # a batch where no State converts or activates keeps its accumulators as they are
+    converts = do & ((h.pre_quant_mode != 0) | (h.relu != 0))
+    d_words = jax.lax.cond(trip_count(converts.astype(jnp.int32)) > 0, convert, lambda: acc_words)
 
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
