@@ -247,13 +247,6 @@ SHARED_TILES = 256
 CELL_BYTES = 128
 TILE_CAPACITY_RESET = 262144
 
-# B.FPATR post-processing ptojax does not compute yet (both executors complete
-# every check, allocation included, and then fault Fault_Unimplemented): the
-# 8-bit floating outputs (PreQuantMode 25, 26, 28, 37) and the RowMax/GroupMax
-# auxiliary outputs.
-POSTPROCESS_UNMODELLED_OUTPUTS = frozenset()
-POSTPROCESS_AUX_OUTPUTS = True
-
 # PEMode (3 bits) -> 4-bit PE mask written PE0 first (bit 3 = PE0).
 PEMODE_MASK = (0b0000, 0b1000, 0b0100, 0b0010, 0b0001, 0b1100, 0b1110, 0b1111)
 

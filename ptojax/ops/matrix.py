@@ -4,7 +4,8 @@ B / Shared A+B operands with ADR 0100's group-M distribution over the Core.
 `complete(state, h, pe, cfg, enable)` evaluates the ordered check list of
 matrix.md B.6 (docs/matmul-decisions.md) as booleans, picks the first
 failing one, and only when every check passes and `enable` holds publishes
-the newly allocated D. The product is one loop over K (ascending, so the
+the newly allocated D, converted by B.FPATR's epilogue (postprocess.py), and
+its RowMax / GroupMax outputs. The product is one loop over K (ascending, so the
 `ieee` profile's binary32 accumulation order is the documented one) whose
 lanes are D's payload slots: lane j holds output (i, n), reads A[i][k] and
 B[k][n] from their CUBE slots and accumulates. A Shared operand is read from
@@ -239,7 +240,6 @@ def _binding_stream(h: Header, cfg, blk: _Block, gpr):
     GPRs `gpr`: (gate_legal, the scalar (quant, LReLU) parameter Words)."""
     rows = h.bound
     n_src, n_dst = h.n_src, h.n_dst
-    d_row = jnp.argmax(rows & h.has_dst)          # the (first) destination binding
     mask = h.mask
     N, K, G = blk.N, blk.K, blk.G
     shared_bad = blk.shared_on & ((blk.n_shared != 1 + blk.sb_on) & ~blk.left_shared
@@ -639,7 +639,6 @@ def complete(state, h: Header, pe, cfg, enable):
         (~shr.sources_legal | ~loc.sources_legal, "Fault_TileLegality"),
         (blk.is_acc & (c_idx == d_hand), "Fault_TileLegality"),
         (blk.active & (~dst.legal | ~d_shape_ok), "Fault_TileAllocation"),
-        (blk.active & aux_on & (not tables.POSTPROCESS_AUX_OUTPUTS), "Fault_Unimplemented"),
     ))
     do = enable & (fault == 0) & blk.active
     d_b4 = take(DT_BITS, out_type) == 4                  # an S4X2 D: M16 CELLs swizzled
@@ -668,9 +667,8 @@ def complete(state, h: Header, pe, cfg, enable):
                 n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
                 storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
     tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok, cfg.tile_words)
-    if tables.POSTPROCESS_AUX_OUTPUTS:
-        tiles = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, loc.d_lay, d_b4,
-                                    d_cr, d_cc, do & aux_on)
+    tiles = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, loc.d_lay, d_b4,
+                                d_cr, d_cc, do & aux_on)
     return fault, U64(0), state.replace(tiles=tiles)
 
 

@@ -3,7 +3,9 @@ Shared (B.IOS) operands with ADR 0100's cooperative group-M (the last section).
 
 `matmul(m, b, op_name, pe)` runs the ordered completion checks of
 docs/matmul-decisions.md (spec/matrix.md B.6, the ASL's
-ExecuteBundleTMATMULOperation) and, when they pass, computes and publishes D.
+ExecuteBundleTMATMULOperation) and, when they pass, computes D, post-processes
+it (postprocess.py: B.FPATR's conversion, activation and reductions) and
+publishes D with its RowMax / GroupMax outputs.
 Like transport.py it returns None or a Fault and installs nothing before the
 last check passed, so a fault leaves every tile untouched.
 
@@ -28,7 +30,7 @@ from . import layouts, minifloat
 from . import postprocess as pp
 from .machine import MASK64, Block, Machine, Tile
 from .shared import ALL_PES, ROW_MAJOR, cooperative_ready, ios_well_formed, read_word
-from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, UNIMPLEMENTED, Fault,
+from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, Fault,
                         allocate, binding_well_formed, cube_descriptor_legal, derived_rows, gpr,
                         ordinary_source_legal, pe_count)
 
@@ -630,8 +632,6 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
     slots = destination_group(m, b, p, layout, out, acc, M, N)
     if slots is None:
         return TILE_ALLOCATION
-    if not pp.modelled(p.pre_quant, p.row_max, p.group_max):
-        return UNIMPLEMENTED
     # 11. compute from the sources, post-process, then publish the group
     result = compute(m, readers_of(m, ops), dims, a, bt, acc)
     publish_group(m, b, p, n_math, pe, slots, layout, out, acc, M, N, dest.mask, result)
@@ -923,8 +923,6 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     slots = destination_group(m, b, p, layout, out, acc, M, N, charge_pes=1 if adr0100 else None)
     if slots is None:
         return TILE_ALLOCATION
-    if not pp.modelled(p.pre_quant, p.row_max, p.group_max):
-        return UNIMPLEMENTED
     # 11. compute the fragment, post-process, publish the group
     rd = readers(m, f, b, p, g, ops, a, bt, row0)
     result = compute(m, rd, (M, N, K), a, bt, acc)

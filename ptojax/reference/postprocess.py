@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from .. import tables
 from . import minifloat
 
 MASK64 = (1 << 64) - 1
@@ -511,17 +510,6 @@ def group_max(result: list[list[int]], group_n: int, max_abs: bool,
     n = GROUP_N[group_n]
     return [[reduce_run(words[g:g + n], max_abs, accumulator) for g in range(0, len(words), n)]
             for words in result]
-
-
-# ----------------------------------------------------------------- what ptojax models
-
-
-def modelled(mode: int, row_max: bool, group_max: bool) -> bool:
-    """Whether both executors compute this post-processing (tables.py's scope);
-    the rest completes every check and then faults Fault_Unimplemented."""
-    if (row_max or group_max) and not tables.POSTPROCESS_AUX_OUTPUTS:
-        return False
-    return mode == 0 or OUTPUT_TYPE[mode] not in tables.POSTPROCESS_UNMODELLED_OUTPUTS
 
 
 def scalar_parameters(gprs: Optional[list[int]], mode: int, relu: int) -> tuple[int, int]:

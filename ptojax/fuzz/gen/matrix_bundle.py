@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ... import tables
-from ...isa.encode import (FPATR0, START, bstart, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
+from ...isa.encode import (bstart, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
                            iot_src_dst)
 from .driver import Bundle, Builder
 from .matrix_tiles import FP32, MM_FP32_MODES, MM_OTHER_LAYOUTS, MM_S32_MODES, MM_SCALAR_MODES, S32
