@@ -348,6 +348,8 @@ def _sh_edit(b: Builder, bd: Bundle, m: str, t: ShTile, prior) -> bool:
         j = pick_one(rng, bd.find("dim0") + bd.find("dim1") + bd.find("dim2"))
         del bd.items[j]
     elif m == "sh_cols_not_pow2":
+        if not bd.find("dim2"):             # sh_lb_missing took LB2 out first
+            return False
         j = bd.find("dim2")[0]
         bd.items[j] = ("dim2", dim(2, not_pow2(rng, bd.info.get("tile", t).cols)))
     elif m in ("sh_mem_page", "sh_mem_align"):
