@@ -47,7 +47,6 @@ _OUT_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32, "FP16": np.flo
            "S8": np.int8, "S16": np.int16, "S4X2": np.int8}
 _ROUNDING = {"RNE": "Default", "RTZ": "RTZ", "RTM": "RTM", "RTP": "RTP", "RNA": "RNA", "RTO": "RTO",
              "RHB": "RHB"}
-_GROUP_N = (8, 16, 32, 48, 64, 80, 96, 112, 128)
 
 
 class MatmulResult(NamedTuple):
@@ -379,9 +378,10 @@ def _epilogue(acc_t, M: int, N: int, pre_quant, quant_scale, quant_offset, shift
             loads.append(("alpha", "ordinary", u64, np.array([alphas], np.uint64), _VEC, "row"))
     group_code = 0
     if group_max is not None:
-        if group_max not in _GROUP_N:
-            raise ValueError(f"group_max must be one of {_GROUP_N} columns, got {group_max!r}")
-        group_code = _GROUP_N.index(group_max) + 1
+        if group_max not in tables.FPATR_GROUP_N[1:]:
+            raise ValueError(f"group_max must be one of {tables.FPATR_GROUP_N[1:]} columns, "
+                             f"got {group_max!r}")
+        group_code = tables.FPATR_GROUP_N.index(group_max)
     if max_abs and not (row_max or group_max):
         raise ValueError("max_abs needs row_max or group_max")
     out = acc_t if pre_quant == 0 else tables.DTYPE_BY_CODE[int(OUTPUT_TYPE[pre_quant])]
@@ -455,59 +455,82 @@ _OPS = {(False, False, False): "TMATMUL", (False, False, True): "TMATMUL.BIAS",
         (True, False, True): "TMATMULMX.BIAS", (True, True, False): "TMATMULMX.ACC"}
 
 
-def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias, gemv,
-             ep: _Epilogue):
-    regs = iter(_REGS)
-    gm = bytearray()
-    gprs = {}
-    text = []
-    steps = []                       # (first word index, bundle name)
-    words_needed = 1
+class _Program:
+    """The bundle sequence being built: its assembly text (one list of lines a
+    bundle), the GM image its operands and outputs live in, the GPRs its
+    B.IORs name, and the payload Words its largest tile needs."""
 
-    def place(data: bytes) -> int:
-        base = (len(gm) + 63) // 64 * 64
-        gm.extend(b"\0" * (base - len(gm)))
-        gm.extend(data)
+    def __init__(self):
+        self.regs = iter(_REGS)
+        self.gm = bytearray()
+        self.gprs = {}
+        self.text = []
+        self.steps = []                  # (first word index, bundle name)
+        self.words_needed = 1
+        self.used = {}                   # hand -> tiles loaded into it
+
+    def place(self, data: bytes) -> int:
+        """GM address of `data`, 64-byte aligned after what is there."""
+        base = (len(self.gm) + 63) // 64 * 64
+        self.gm.extend(b"\0" * (base - len(self.gm)))
+        self.gm.extend(data)
         return base
 
-    def bundle(name, lines):
-        steps.append((sum(len(t) for t in text), name))
-        text.append(lines + ["BSTOP"])
+    def gpr_pair(self, base: int, stride: int) -> str:
+        """'B.IOR base, stride' with two fresh GPRs holding them."""
+        base_r, stride_r = next(self.regs), next(self.regs)
+        self.gprs[base_r], self.gprs[stride_r] = base, stride
+        return f"B.IOR {base_r}, {stride_r}"
 
-    used = {}
-    tiles = []
-    for name, lay, dt, codes, hand, kind in loads:
-        used[hand] = used.get(hand, 0) + 1
-        tiles.append(f"{hand}#{used[hand]}")
+    def bundle(self, name: str, lines: list) -> None:
+        self.steps.append((sum(len(t) for t in self.text), name))
+        self.text.append(lines + ["BSTOP"])
+
+    def load(self, name, lay, dt, codes, hand, kind) -> str:
+        """A TLOAD of `codes` into the hand's next tile; its TileIndex name (e.g. 'T#1')."""
+        self.used[hand] = self.used.get(hand, 0) + 1
         rows, cols = codes.shape
         data, stride = _pack(codes, dt.bits)
-        base_r, stride_r = next(regs), next(regs)
-        gprs[base_r], gprs[stride_r] = place(data), stride
+        ior = self.gpr_pair(self.place(data), stride)
         if kind == "cube":
             g = cube_geometry(tables.cube_layout({"ND2M16": "CUBE_M16", "ND2M32": "CUBE_M32",
                                                        "ND2N8": "CUBE_N8"}[lay]), dt.name, rows, cols)
-            size, words_needed = g.required_bytes, max(words_needed, g.storage_elements)
-            datr = f"B.DATR {{{lay}, DTYPE_NONE, Null}}"
+            size, need = g.required_bytes, g.storage_elements
+            head = [f"B.DATR {{{lay}, DTYPE_NONE, Null}}"]
             dims = [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1"]
         else:
             col = 1 << (cols - 1).bit_length()
             size = max(128, 1 << (rows * col * dt.bits // 8 - 1).bit_length())
-            words_needed = max(words_needed, size * 8 // dt.bits)
-            datr = None
+            need, head = size * 8 // dt.bits, []
             dims = [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1",
                     f"B.DIM zero, {col}, ->LB2"]
+        self.words_needed = max(self.words_needed, need)
         code = _size_code(size, name)
-        bundle(f"TLOAD of {name}", [f"BSTART.TLOAD {dt.name}"] + ([datr] if datr else []) + dims
-               + [f"B.IOR {base_r}, {stride_r}", f"B.IOT mask=1000, last, ->{hand}<{code}>"])
+        self.bundle(f"TLOAD of {name}", [f"BSTART.TLOAD {dt.name}"] + head + dims
+                    + [ior, f"B.IOT mask=1000, last, ->{hand}<{code}>"])
+        return f"{hand}#{self.used[hand]}"
 
+    def store(self, name: str, dt: str, index: str, rows: int, cols: int, row_bytes: int,
+              datr=None) -> int:
+        """A TSTORE of tile `index` (rows x cols) to a fresh GM area; its address."""
+        at = self.place(bytes(rows * row_bytes))
+        self.bundle(f"TSTORE of {name}", [f"BSTART.TSTORE {dt}"] + ([datr] if datr else [])
+                    + [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1",
+                       self.gpr_pair(at, row_bytes), f"B.IOT {index}, mask=1000, last"])
+        return at
+
+
+def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias, gemv,
+             ep: _Epilogue):
+    prog = _Program()
+    tiles = [prog.load(*ld) for ld in loads]
     # D: A's M layout, the epilogue's element type; then RowMaxOut, GroupMaxOut (RowMajor)
     out = ep.out
     d_geom = cube_geometry(layout, out.name, M, N)
-    words_needed = max(words_needed, d_geom.storage_elements)
-    d_code = _size_code(d_geom.required_bytes, "D")
-    aux = [c for c in (ep.row_cols, ep.group_cols) if c]
-    aux_codes = [_size_code(4 * M * (1 << (c - 1).bit_length()), "a reduction output") for c in aux]
-    words_needed = max([words_needed] + [M * c for c in aux])
+    aux = [(name, c) for name, c in (("RowMax", ep.row_cols), ("GroupMax", ep.group_cols)) if c]
+    codes = [_size_code(d_geom.required_bytes, "D")] + [
+        _size_code(4 * M * (1 << (c - 1).bit_length()), name) for name, c in aux]
+    prog.words_needed = max([prog.words_needed, d_geom.storage_elements] + [M * c for _, c in aux])
     op = _OPS[(mx, is_acc, is_bias)]
     if gemv:
         op = op.replace("TMATMUL", "TGEMV")
@@ -518,48 +541,35 @@ def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias
     lines += [ep.fpatr, f"B.DIM zero, {M}, ->LB0", f"B.DIM zero, {N}, ->LB1",
               f"B.DIM zero, {K}, ->LB2"]
     if ep.scalars:
-        regs_p = [next(regs) for _ in ep.scalars]
-        gprs.update(zip(regs_p, ep.scalars))
+        regs_p = [next(prog.regs) for _ in ep.scalars]
+        prog.gprs.update(zip(regs_p, ep.scalars))
         lines.append(f"B.IOR {', '.join(regs_p)}")
     # sources in stream order two a binding, then D and the reduction outputs alone
     bindings = [f"B.IOT {', '.join(tiles[i:i + 2])}, mask=1000" for i in range(0, len(tiles), 2)]
-    bindings += [f"B.IOT mask=1000, ->{_D_HAND}<{code}>" for code in [d_code] + aux_codes]
+    bindings += [f"B.IOT mask=1000, ->{_D_HAND}<{code}>" for code in codes]
     bindings[-1] = bindings[-1].replace("mask=1000", "mask=1000, last")
-    bundle(op, lines + bindings)
+    prog.bundle(op, lines + bindings)
 
     store = "M162ND" if layout == "CUBE_M16" else "M322ND"
     row_bytes = -(-N * out.bits // 8)
-    base_r, stride_r = next(regs), next(regs)
-    out_at = place(bytes(M * row_bytes))
-    gprs[base_r], gprs[stride_r] = out_at, row_bytes
-    bundle("TSTORE of D", [f"BSTART.TSTORE {out.name}", f"B.DATR {{{store}, DTYPE_NONE, Null}}",
-                           f"B.DIM zero, {N}, ->LB0", f"B.DIM zero, {M}, ->LB1",
-                           f"B.IOR {base_r}, {stride_r}", f"B.IOT {_D_HAND}#1, mask=1000, last"])
-    aux_at = []
-    for k, cols in enumerate(aux):
-        base_r, stride_r = next(regs), next(regs)
-        aux_at.append(place(bytes(M * cols * 4)))
-        gprs[base_r], gprs[stride_r] = aux_at[-1], cols * 4
-        bundle("TSTORE of " + ("RowMax" if cols == ep.row_cols and k == 0 and ep.row_cols
-                               else "GroupMax"),
-               [f"BSTART.TSTORE {acc_t.name}", f"B.DIM zero, {cols}, ->LB0",
-                f"B.DIM zero, {M}, ->LB1", f"B.IOR {base_r}, {stride_r}",
-                f"B.IOT {_D_HAND}#{k + 2}, mask=1000, last"])
+    out_at = prog.store("D", out.name, f"{_D_HAND}#1", M, N, row_bytes,
+                        datr=f"B.DATR {{{store}, DTYPE_NONE, Null}}")
+    aux_at = [prog.store(name, acc_t.name, f"{_D_HAND}#{k + 2}", M, c, c * 4)
+              for k, (name, c) in enumerate(aux)]
 
-    cfg, template = _machine(words_needed, len(gm), profile)
-    words = assemble("\n".join(line for t in text for line in t))
-    fault, address, executed, mem = _run(template, cfg, gm, gprs, words)
+    cfg, template = _machine(prog.words_needed, len(prog.gm), profile)
+    words = assemble("\n".join(line for t in prog.text for line in t))
+    fault, address, executed, mem = _run(template, cfg, prog.gm, prog.gprs, words)
     if fault != "Fault_None":
-        step = [name for first, name in steps if first <= executed][-1]
+        step = [name for first, name in prog.steps if first <= executed][-1]
         raise MatmulFault(fault, address, step)
     d = _read_d(mem[out_at: out_at + M * row_bytes], out, M, N)
     if not aux:
         return d
-    reads = [mem[at_: at_ + M * c * 4].view("<u4").reshape(M, c).view(_ACC_NP[acc_t.name]).copy()
-             for at_, c in zip(aux_at, aux)]
-    rmax = reads.pop(0)[:, 0] if ep.row_cols else None
-    gmax = reads.pop(0) if ep.group_cols else None
-    return MatmulResult(d, rmax, gmax)
+    reads = {name: mem[a: a + M * c * 4].view("<u4").reshape(M, c).view(_ACC_NP[acc_t.name]).copy()
+             for (name, c), a in zip(aux, aux_at)}
+    rmax = reads["RowMax"][:, 0] if "RowMax" in reads else None
+    return MatmulResult(d, rmax, reads.get("GroupMax"))
 
 
 def _read_d(raw: np.ndarray, out: tables.DataType, M: int, N: int) -> np.ndarray:

@@ -247,6 +247,9 @@ SHARED_TILES = 256
 CELL_BYTES = 128
 TILE_CAPACITY_RESET = 262144
 
+# B.FPATR GroupNCode (0..9) -> columns a GroupMax group covers (0: no GroupMax)
+FPATR_GROUP_N = (0, 8, 16, 32, 48, 64, 80, 96, 112, 128)
+
 # PEMode (3 bits) -> 4-bit PE mask written PE0 first (bit 3 = PE0).
 PEMODE_MASK = (0b0000, 0b1000, 0b0100, 0b0010, 0b0001, 0b1100, 0b1110, 0b1111)
 

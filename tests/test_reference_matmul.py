@@ -1407,20 +1407,18 @@ def fp32_acc_state(c_values):
 
 def test_post_fp32_to_fp16_bf16_and_relu():
     s, c, a, b = fp32_acc_state([0x3FC00000, 0xC0000000, 0x7F800000, 0x80000000])
-    def run1(fp, dt, extra):
-        size = 2 if dt == "FP32" else 1          # 1 x 4 FP32 is two CELLs, FP16/BF16 one
+    cases = [  # (B.FPATR, extra header, D dtype, D's Words); 1 x 4 FP32 is two CELLs, else one
+        (fpatr(pre=1), (), "FP16", [[0x3E00, 0xC000, 0x7C00, 0x8000]]),
+        (fpatr(pre=16), (), "BF16", [[0x3FC0, 0xC000, 0x7F80, 0x8000]]),
+        # Sat on (B.DATR, BType = AType): infinity saturates to the largest finite
+        (fpatr(pre=1), (datr(0, 31, 0, sat=1),), "FP16", [[0x3E00, 0xC000, 0x7BFF, 0x8000]]),
+        # ReLU, no conversion: FP32 D, -2 and -0 give +0
+        (fpatr(relu=1), (), "FP32", [[0x3FC00000, 0, 0x7F800000, 0]])]
+    for fp, extra, dt, want in cases:
+        size = 2 if dt == "FP32" else 1
         words = matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 1, 4, 1, fp=fp, split=True,
                              extra=extra, size=size)
-        check_d(ok(s, words), 0, "CUBE_M16", dt, 1, 4, size, RESULTS[fp, extra])
-    RESULTS = {(fpatr(pre=1), ()): [[0x3E00, 0xC000, 0x7C00, 0x8000]],
-               (fpatr(pre=16), ()): [[0x3FC0, 0xC000, 0x7F80, 0x8000]],
-               # Sat on (B.DATR, BType = AType): infinity saturates to the largest finite
-               (fpatr(pre=1), (datr(0, 31, 0, sat=1),)): [[0x3E00, 0xC000, 0x7BFF, 0x8000]],
-               # ReLU, no conversion: FP32 D, -2 and -0 give +0
-               (fpatr(relu=1), ()): [[0x3FC00000, 0, 0x7F800000, 0]]}
-    for fp, extra in RESULTS:
-        run1(fp, "FP32" if fp == fpatr(relu=1) else ("BF16" if fp == fpatr(pre=16) else "FP16"),
-             extra)
+        check_d(ok(s, words), 0, "CUBE_M16", dt, 1, 4, size, want)
 
 
 def test_post_s32_relu_modes():

@@ -441,33 +441,40 @@ def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
     encode_window). Else the file is unchanged. The tile's own slots past the
     lanes' window stay as they are: above the pool top nothing was ever
     written (zero, undefined), which is what this allocation would write there.
-    A block installs at most one tile."""
-    assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
+    A block installs one tile this way (install_aux places up to two small
+    ones after it)."""
     L = lane_count(tiles)
-    base = _next_base(tiles, W)
-    # column 0 is "allocated", the last "base" (TILE_FIELDS)
-    desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
-                                      for k in DESCRIPTOR_FIELDS] + [base])
-    dtype = jnp.asarray(fields["dtype"])
     s64 = _s64(tiles)
-    own = jnp.arange(window_slots(L, s64)) < pool_extent(jnp.asarray(fields["capacity"]), dtype, W,
-                                                          s64=s64)
-    wide = is_wide(dtype)
+    wide = is_wide(jnp.asarray(fields["dtype"]))
     # the Words once: fused into the slot encoding, an operation's per-Word work
     # (a TLOAD's element loads) ran once per slot of each carrier form
     words, defined, written = jax.lax.optimization_barrier((words, defined, written))
     slots, slots_defined = encode_window(words, defined, wide, L, s64=s64)
     slots_written = encode_window(words, written, wide, L, s64=s64)[1]
+    desc, write = _placed(tiles, slot, do, fields, W, tiles.write, slots, slots_defined,
+                          slots_written)
+    return tiles.replace(desc=desc, write=write)
+
+
+def _placed(tiles, slot, do, fields: dict, W: int, prev, slots, slots_defined, slots_written):
+    """A new tile at the PE's pool top when `do`: (the file's descriptors with
+    its row, the PoolWrite `prev` replaced by its window: the `slots_written`
+    Words, definedness over its own slots). Else both unchanged: a family that
+    does not install here keeps another family's write."""
+    assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
+    base = _next_base(tiles, W)
+    # column 0 is "allocated", the last "base" (TILE_FIELDS)
+    desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k]).astype(jnp.int32)
+                                      for k in DESCRIPTOR_FIELDS] + [base])
+    own = jnp.arange(slots.shape[0]) < pool_extent(jnp.asarray(fields["capacity"]),
+                                                   jnp.asarray(fields["dtype"]), W, s64=_s64(tiles))
     slot, do, desc, own = settle((slot, do, desc, own))
-    # a family that does not install here keeps another family's write
-    prev = tiles.write
     fit = lambda new, old: jnp.where(do, new, old)
     write = prev.replace(base=fit(base, prev.base), words=fit(slots, prev.words),
                          words_mask=fit(own & slots_written, prev.words_mask),
                          defined=fit(slots_defined, prev.defined),
                          defined_mask=fit(own, prev.defined_mask))
-    return tiles.replace(desc=set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))),
-                         write=write)
+    return set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))), write
 
 
 def aux_words(lanes: int) -> int:
@@ -486,27 +493,15 @@ def install_aux(tiles, k: int, slot, do, fields: dict, words, W: int):
     """Allocate free slot `slot` as a small ordinary tile when `do`, like
     install, through auxiliary window `k` (state.PeFile.aux): placed at the
     pool top (above the tiles installed before it), its aux_words(lanes)
-    `words` (32-bit, the valid ones first) written and its own slots' definedness
-    set from `fields["defined_valid"]` leading Words."""
-    assert set(fields) == set(DESCRIPTOR_FIELDS), sorted(set(DESCRIPTOR_FIELDS) ^ set(fields))
-    s64 = _s64(tiles)
+    `words` (32-bit, the valid ones first) written and defined up to
+    `fields["defined_valid"]`."""
     n = aux_words(lane_count(tiles))
-    base = _next_base(tiles, W)
-    desc = jnp.stack([jnp.int32(1)] + [jnp.asarray(fields[k_]).astype(jnp.int32)
-                                      for k_ in DESCRIPTOR_FIELDS] + [base])
     written = jnp.arange(n) < jnp.asarray(fields["defined_valid"])
-    slots, slots_defined = encode_window(words, written, True, n, s64=s64)
-    own = jnp.arange(slots.shape[0]) < pool_extent(jnp.asarray(fields["capacity"]),
-                                                   jnp.asarray(fields["dtype"]), W, s64=s64)
-    slot, do, desc, own = settle((slot, do, desc, own))
+    slots, slots_defined = encode_window(words, written, True, n, s64=_s64(tiles))
     prev = jax.tree_util.tree_map(lambda x: x[k], tiles.aux)
-    fit = lambda new, old: jnp.where(do, new, old)
-    write = prev.replace(base=fit(base, prev.base), words=fit(slots, prev.words),
-                         words_mask=fit(own & slots_defined, prev.words_mask),
-                         defined=fit(slots_defined, prev.defined), defined_mask=fit(own, prev.defined_mask))
+    desc, write = _placed(tiles, slot, do, fields, W, prev, slots, slots_defined, slots_defined)
     aux = jax.tree_util.tree_map(lambda a, x: a.at[k].set(x), tiles.aux, write)
-    return tiles.replace(desc=set_row(tiles.desc, slot, jnp.where(do, desc, row(tiles.desc, slot))),
-                         aux=aux)
+    return tiles.replace(desc=desc, aux=aux)
 
 
 # ---------------------------------------------------------------- CUBE descriptors

@@ -48,7 +48,6 @@ LOC = tables.TILE_LOCATION_CODE
 ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 FIRST, LAST = OP["TMATMUL"], OP["TGEMVMX.ACC"]
 COL_ALLOCATED = TILE_COLUMN["allocated"]
-GROUP_N = (0, 8, 16, 32, 48, 64, 80, 96, 112, 128)      # GroupNCode -> columns a group
 
 # per operation id: (uses MX, uses C, uses Bias, is TGEMV)
 _FORM = np.zeros((len(tables.OPS), 4), bool)
@@ -456,7 +455,7 @@ def _destinations(state, cfg, h: Header, blk: _Block, pe) -> _Destinations:
     mask = jnp.where(blk.coop, 1 << (3 - pe), h.mask)
     charge = jnp.sum(jnp.where(present, pe_count(mask) * tsize, 0).astype(jnp.int64))
     budget_ok = local_pool_in_use(state, cfg) + charge <= capacity_register(state.tile_capacity)
-    group_n = jnp.asarray(GROUP_N)[jnp.clip(h.group_n, 0, 9)]
+    group_n = jnp.asarray(tables.FPATR_GROUP_N)[jnp.clip(h.group_n, 0, 9)]
     group_cols = (blk.N + group_n - 1) // jnp.maximum(group_n, 1)
     cols = jnp.stack([blk.N, jnp.where(h.row_max == 1, 1, group_cols), group_cols])
     shapes_ok = [~present[k] | ordinary_shape(tsize[k], cols[k], blk.Mi, cols[k], 32,
@@ -680,7 +679,7 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words, d_lay, b4, d_cr,
     acc_type, max_abs = blk.acc_type, h.max_abs == 1
     rows = jnp.arange(32)
     lcr, lcc = log2(d_cr), log2(d_cc)
-    group_n = jnp.maximum(jnp.asarray(GROUP_N)[jnp.clip(h.group_n, 0, 9)], 1)
+    group_n = jnp.maximum(jnp.asarray(tables.FPATR_GROUP_N)[jnp.clip(h.group_n, 0, 9)], 1)
     G = (blk.N + group_n - 1) // group_n
     L = acc_words.shape[0]
 

@@ -35,7 +35,6 @@ S32_MODES = (2, 3, 4, 5, 12, 13, 17, 18, 19, 20, 35, 39)
 FP32_MODES = (1, 16, 23, 24, 25, 26, 27, 28, 32, 33, 34, 36, 37, 38)
 SHIFT_MODES = (12, 13)
 FIXED_ROUNDING = (1, 16, 25, 26, 28, 32, 33, 34, 36, 37)
-HALF_UP_MODES = (25, 28)
 
 
 def _flags(modes):
@@ -46,6 +45,7 @@ def _flags(modes):
 
 IS_VECTOR, IS_SCALAR = _flags(VECTOR_MODES), _flags(SCALAR_MODES)
 IS_S32, IS_FP32, IS_SHIFT = _flags(S32_MODES), _flags(FP32_MODES), _flags(SHIFT_MODES)
+IS_FIXED = _flags(FIXED_ROUNDING)
 OFFSET_WIDTH = np.zeros(64, np.int32)
 OFFSET_WIDTH[[17, 18]] = 5
 OFFSET_WIDTH[[2, 3, 23, 24]] = 9
@@ -80,9 +80,8 @@ def mode_matches_accumulator(mode, acc_type):
 
 def rounding(mode, rmode):
     """MatrixFPATREffectiveControl's rounding mode."""
-    fixed = jnp.asarray(_flags(FIXED_ROUNDING))[jnp.clip(mode, 0, 63)]
-    half_up = (mode == 25) | (mode == 28)
-    return jnp.where(half_up, RHB, jnp.where(fixed, RNE, _at(RMODE, rmode)))
+    half_up = (mode == 25) | (mode == 28)              # the HiF8 outputs round half up
+    return jnp.where(half_up, RHB, jnp.where(_at(IS_FIXED, mode), RNE, _at(RMODE, rmode)))
 
 
 # ---------------------------------------------------------------- parameter carriers

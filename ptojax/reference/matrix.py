@@ -578,7 +578,7 @@ def destination_group(m: Machine, b: Block, p: Fpatr, layout: Optional[str], out
 
 def auxiliary_columns(p: Fpatr, N: int) -> list[int]:
     """Columns of RowMaxOut (1) and GroupMaxOut (ceil(N / GroupN)), in destination order."""
-    group = (0, 8, 16, 32, 48, 64, 80, 96, 112, 128)[p.group_n] if p.group_n <= 9 else 0
+    group = tables.FPATR_GROUP_N[p.group_n] if p.group_n <= 9 else 0
     return [1] * p.row_max + [-(-N // group) if group else N] * p.group_max
 
 

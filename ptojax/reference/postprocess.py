@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
+from .. import tables
 from . import minifloat
 
 MASK64 = (1 << 64) - 1
@@ -489,9 +490,6 @@ def reduce_run(words: list[int], max_abs: bool, accumulator: str) -> int:
     return value
 
 
-GROUP_N = (0, 8, 16, 32, 48, 64, 80, 96, 112, 128)
-
-
 def row_max(result: list[list[int]], initial: Optional[list[int]], max_abs: bool,
             accumulator: str) -> list[int]:
     """MatrixRowMaxResult: each row's reduction, then RowMaxIn's Word (left) against it."""
@@ -507,7 +505,7 @@ def row_max(result: list[list[int]], initial: Optional[list[int]], max_abs: bool
 def group_max(result: list[list[int]], group_n: int, max_abs: bool,
               accumulator: str) -> list[list[int]]:
     """MatrixGroupMaxResult: each row's reduction over each run of GroupN columns."""
-    n = GROUP_N[group_n]
+    n = tables.FPATR_GROUP_N[group_n]
     return [[reduce_run(words[g:g + n], max_abs, accumulator) for g in range(0, len(words), n)]
             for words in result]
 

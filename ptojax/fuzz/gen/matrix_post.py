@@ -10,13 +10,13 @@ TILE_CAPACITY one byte short of the auxiliary outputs: TileAllocation).
 
 from __future__ import annotations
 
+from ... import tables
 from ...isa.encode import FPATR0
 from .matrix_tiles import (FP32, MM_FP32_MODES, MM_S32_MODES, MM_SCALAR_MODES, MM_VECTOR_MODES,
                            S32, MmTile, mm_codes, mm_tile)
 from .values import DT_CODE, pick_one
 
 U64 = DT_CODE["U64"]
-GROUP_N = (0, 8, 16, 32, 48, 64, 80, 96, 112, 128)
 OFFSET_WIDTH = {17: 5, 18: 5, 2: 9, 3: 9, 23: 9, 24: 9, 19: 17, 20: 17}
 POST_MUTATIONS = ("mm_post_param", "mm_post_src", "mm_post_dst")
 
@@ -110,7 +110,7 @@ def draw_post(b, plan, muts) -> bool:
         # where N allows (N > 16), else a TILE_CAPACITY short of the auxiliary outputs
         plan.aux_budget = False
         if kw["group_max"]:
-            odd = [code for code in range(1, 10) if not _pow2(-(-plan.N // GROUP_N[code]))]
+            odd = [code for code in range(1, 10) if not _pow2(-(-plan.N // tables.FPATR_GROUP_N[code]))]
             if want_dst and odd and rng.random() < 0.7:
                 kw["group_n"] = pick_one(rng, odd)
             else:
@@ -155,7 +155,7 @@ def draw_post(b, plan, muts) -> bool:
         _bad_parameter(rng, plan, kw, scalars)
     plan.scalars = scalars if scalars and (want_param or rng.random() < 0.8) else None
     # the auxiliary destinations: RowMaxOut M x 1, GroupMaxOut M x G, accumulator-typed
-    g = -(-plan.N // GROUP_N[kw.get("group_n", 0)]) if kw["group_max"] else 0
+    g = -(-plan.N // tables.FPATR_GROUP_N[kw.get("group_n", 0)]) if kw["group_max"] else 0
     for on, cols in ((kw["row_max"], 1), (kw["group_max"], g)):
         if on:
             need = max(1, (4 * plan.M * cols - 1).bit_length() - 6)   # 128 << (s-1) >= 4 M cols
