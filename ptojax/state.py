@@ -737,7 +737,8 @@ def _block_rules():
                 lo.append(dom.start); hi.append(dom.stop - 1); allowed.append(0)
             else:
                 lo.append(min(dom)); hi.append(max(dom)); allowed.append(sum(1 << v for v in dom))
-    with jax.enable_x64(True):
+    # concrete even when the first call comes from inside a trace (_bad_chunk's)
+    with jax.ensure_compile_time_eval(), jax.enable_x64(True):
         reset = _packed_rows(empty_block(), np)[0]
     n = len(names)
     size = {f: int(np.prod(sh)) for f, sh, _ in BLOCK_FIELDS}

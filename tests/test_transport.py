@@ -105,6 +105,23 @@ def test_out_of_domain_blocks_are_rejected_by_both_models():
                 run(s, [BSTOP])
 
 
+def test_block_check_of_a_first_large_batch():
+    """The first block check of a process on a batch of >= 1024 rows runs in
+    the jitted chunk (state._bad_chunk), which builds the rules it reads: they
+    must come out concrete there (a first pj.batch.run of 4096 States raised
+    TracerArrayConversionError)."""
+    from ptojax import state
+    s = small()
+    block = jax.tree_util.tree_map(lambda a: np.broadcast_to(np.asarray(a), (1024,) + a.shape),
+                                   s.block)
+    bad = block.replace(op=np.full(1024, 999, np.int32))       # no block open, op not at reset
+    with jax.enable_x64(True):                                 # as pj.batch.run checks it
+        state._block_rules.cache_clear()
+        assert not state._bad_rows(block).any()
+        state._block_rules.cache_clear()
+        assert state._bad_rows(bad).all()
+
+
 def in_domain_block(rng, base):
     """A random open block of values header processing can leave: every field
     one its command decodes to (encoding.md section 4; reserved codes fault at
