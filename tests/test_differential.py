@@ -66,8 +66,9 @@ SINGLE = [i for i, c in enumerate(MAIN)
 # ----------------------------------------------------------------- outcomes and runners
 
 # Never executed (length 0), but pj.batch.run derives its static completion bound
-# and effect set from all words: 15 completing BSTARTs of every effectful op.
-FILLER = [(G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"])[k % 3] for k in range(L)]
+# and effect set from all words: 15 completing BSTARTs of every effect group
+# (TSTORE.SPART: TSTORE and SHARED, which a case's B.IOS word reaches too)
+FILLER = [G.START[("TLOAD", "TSTORE.SPART", "MGATHER.CAS", "TMATMUL")[k % 4]] for k in range(L)]
 
 
 def run_batch(states, streams, on_fault: str, pe: int = 0) -> list:

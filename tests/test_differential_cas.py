@@ -14,7 +14,7 @@ JAX-produced states of duplicate-heavy cases (and reject tampered ones).
 
 Compile budget (XLA compiles take 25-35 s each on 2 cores): every batch is
 [64, 16] words, 63 cases and one filler row of length 0 whose words
-(BSTART.TLOAD, BSTART.TSTORE, BSTART.MGATHER.CAS, BSTOPs) fix pj.batch.run's
+(BSTART.TLOAD, BSTART.TSTORE.SPART, BSTART.MGATHER.CAS, BSTOPs) fix pj.batch.run's
 static completion bound (4) and effect set, so the file compiles
 pj.batch.run once per lane order (3) and pj.run once (streams of <= 16 words
 with <= 4 completions, shared with test_differential.py). (Compiling them
@@ -59,8 +59,9 @@ OTHER_PE = 2
 CAS_FAULTS = ("Fault_None", "Fault_TileLegality", "Fault_TileAllocation", "Fault_DataAlignment",
               "Fault_DataPage")
 
-# Never executed (length 0): 3 completions (bucket 4), effects TLOAD/TSTORE/MGATHER.CAS
-FILLER = [G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"]] + [G.BSTOP] * (L - 3)
+# Never executed (length 0): 3 completions (bucket 4), effects TLOAD, TSTORE and
+# SHARED (TSTORE.SPART; a case's B.IOS word reaches it too), MGATHER.CAS
+FILLER = [G.START["TLOAD"], G.START["TSTORE.SPART"], G.START["MGATHER.CAS"]] + [G.BSTOP] * (L - 3)
 
 MAIN = G.random_cas_cases(SEED, N_MAIN, GEN)
 PE_CASES = G.random_cas_cases(SEED + OTHER_PE, ROWS, G.GenConfig(machine=CFG, pe=OTHER_PE))

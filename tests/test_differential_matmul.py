@@ -14,9 +14,9 @@ fault and the executed count must agree with pj.reference.run in both numeric
 profiles ("portable" raw 64-bit words, "ieee" binary32 accumulation).
 
 Compile budget: every batch is [64, 16] words, 63 cases and one filler row of
-length 0 whose words (BSTART.TLOAD, BSTART.TSTORE, BSTART.TMATMUL, BSTOPs)
+length 0 whose words (BSTART.TLOAD, BSTART.TSTORE.SPART, BSTART.TMATMUL, BSTOPs)
 fix pj.batch.run's static completion bound (4) and effect set (TLOAD, TSTORE,
-MATMUL; matrix cases never name MGATHER.CAS), so the file compiles
+SHARED, MATMUL; matrix cases never name MGATHER.CAS), so the file compiles
 pj.batch.run once per profile. tile_words = 1024 lets MX cases reach K = 64
 (two scale blocks) with an M16 FP16 / FP8 / FP4 A.
 """
@@ -54,8 +54,9 @@ OTHER_PE = 2
 # the faults the generated matrix cases must reach (issue 4)
 MATMUL_FAULTS = ("Fault_None", "Fault_TileLegality", "Fault_TileAllocation", "Fault_BundleControl")
 
-# Never executed (length 0): 3 completions + BSTOP (bucket 4), effects TLOAD/TSTORE/MATMUL
-FILLER = [G.START["TLOAD"], G.START["TSTORE"], G.START["TMATMUL"]] + [G.BSTOP] * (L - 3)
+# Never executed (length 0): 3 completions + BSTOP (bucket 4), effects TLOAD, TSTORE
+# and SHARED (the TSTORE.SPART start; a case's B.IOS word reaches it too), MATMUL
+FILLER = [G.START["TLOAD"], G.START["TSTORE.SPART"], G.START["TMATMUL"]] + [G.BSTOP] * (L - 3)
 
 MAIN = G.random_matmul_cases(SEED, N_MAIN, GEN)
 PE_CASES = G.random_matmul_cases(SEED + OTHER_PE, ROWS, G.GenConfig(machine=CFG, pe=OTHER_PE))

@@ -153,7 +153,8 @@ def test_matrix_ops_selection_and_weights():
     assert not set(G.MATMUL_KINDS) & set(old["kinds"]) and not set(V.MATRIX_OPS) & set(old["operations"])
     # every filler row starts a block of each effect group
     from ptojax.machine import possible_effects
-    assert possible_effects(C.filler_words()) == {"TLOAD", "TSTORE", "MGATHER.CAS", "MATMUL"}
+    assert possible_effects(C.filler_words()) == {"TLOAD", "TSTORE", "SHARED", "MGATHER.CAS",
+                                                  "MATMUL"}
 
 
 def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
@@ -178,8 +179,6 @@ def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
     assert "TSTORE.SPART" in cov["operations"] and "TMATMUL" in cov["operations"]
     assert not set(G.COOP_KINDS) & set(V.Coverage(None, 1 / 3).universe()["kinds"])
     from ptojax.machine import possible_effects
-    assert "SHARED" in possible_effects(C.filler_words(core=True))
-    assert "SHARED" not in possible_effects(C.filler_words())
     with pytest.raises(ValueError, match="every PE"):
         C.JaxRunner(CFG, ROWS, pe=1, core=True)
     # the options reach the campaign; bad combinations exit 2

@@ -26,8 +26,8 @@ W_TILE, BUDGET = 2048, 57344
 CFG = pj.MachineConfig(tile_words=W_TILE, hand_slots=16, tile_capacity=BUDGET)
 L, B = 16, 32
 ROWS = B - 1
-FILLER = [G.START["TLOAD"], G.START["TSTORE"], G.START["MGATHER.CAS"],
-          G.START["TMATMUL"]] + [G.BSTOP] * (L - 4)
+FILLER = [G.START["TLOAD"], G.START["TSTORE.SPART"], G.START["MGATHER.CAS"],   # every effect
+          G.START["TMATMUL"]] + [G.BSTOP] * (L - 4)                             # group
 
 
 def test_config_keeps_32_bit_slots():

@@ -150,15 +150,17 @@ def initial_state(case: G.Case, cfg: MachineConfig) -> State:
     return st
 
 
-FILLER_OPS = ("TLOAD", "TSTORE", "MGATHER.CAS", "TMATMUL")     # one per effect group
+# one per effect group; TSTORE.SPART is both TSTORE and SHARED (Shared TLOAD/TSTORE),
+# which a drawn B.IOS word reaches in single-PE campaigns too
+FILLER_OPS = ("TLOAD", "TSTORE.SPART", "MGATHER.CAS", "TMATMUL")
 
 
-def filler_words(length: int = WORDS, core: bool = False) -> np.ndarray:
-    """The words of a filler row: BSTARTs of TLOAD/TSTORE/MGATHER.CAS/TMATMUL in
-    turn, so every effect group (machine.possible_effects: TLOAD, TSTORE,
-    MGATHER.CAS, MATMUL) is in every call's effect set; core=True adds
-    TSTORE.SPART (the SHARED group: Shared TLOAD/TSTORE)."""
-    starts = [G.START[op] for op in FILLER_OPS + (("TSTORE.SPART",) if core else ())]
+def filler_words(length: int = WORDS) -> np.ndarray:
+    """The words of a filler row: BSTARTs of FILLER_OPS in turn, so every effect
+    group (machine.possible_effects: TLOAD, TSTORE, SHARED, MGATHER.CAS,
+    MATMUL) is in every call's effect set: one program per campaign, where a
+    batch with a B.IOS word used to compile a second one."""
+    starts = [G.START[op] for op in FILLER_OPS]
     return np.array([starts[k % len(starts)] for k in range(length)], np.uint32)
 
 
@@ -166,7 +168,7 @@ def leaf_names(cfg: MachineConfig) -> list:
     return list(state_leaves(reset_leaves(cfg)))
 
 
-def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS, core: bool = False,
+def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS,
                  scratch: Optional[dict] = None):
     """(batched State, words uint32[R, length], lengths int32[R]) for rows that are
     Cases, (State, words) pairs, or None (a filler row).
@@ -181,7 +183,7 @@ def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS, core: 
     gpr = np.zeros((R, tables.NUM_PES, tables.NUM_GPRS), np.uint64)
     pc = np.zeros(R, np.uint64)
     cap = np.full(R, cfg.tile_capacity, np.uint64)
-    words = np.tile(filler_words(length, core), (R, 1))
+    words = np.tile(filler_words(length), (R, 1))
     lengths = np.zeros(R, np.int32)
     full = {}                                      # rows given as whole States
     for r, row in enumerate(rows):
@@ -325,7 +327,7 @@ class JaxRunner:
         if not 1 <= n <= self.capacity:
             raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")
         rows = list(items) + [None] * (self.rows - n)
-        st, words, lengths = batch_arrays(rows, self.cfg, self.length, self.core, self._scratch)
+        st, words, lengths = batch_arrays(rows, self.cfg, self.length, scratch=self._scratch)
         res = batch_run(st, words, self.pe, lengths=lengths, on_fault=self.on_fault, cfg=self.cfg,
                         core=self.core)
         leaves = {k: v[:n] for k, v in state_leaves(res.state).items()}
