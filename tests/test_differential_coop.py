@@ -15,7 +15,8 @@ Compile budget: every batch is [64, 16] words, 63 cases and one filler row of
 length 0 whose words (BSTART.TLOAD, BSTART.TSTORE.SPART, BSTART.TMATMUL,
 BSTART.MGATHER.CAS, BSTOPs) fix pj.batch.run's static completion bound (4) and
 effect set (TLOAD, TSTORE, SHARED, MATMUL, MGATHER.CAS), so the file compiles
-pj.batch.run(core=True) once per profile. The machine is pj.preset("small").
+pj.batch.run(core=True) once per profile (the ieee one only with -m slow).
+The machine is pj.preset("small").
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ from _differential import Outcome, assert_same, padded, leaves
 
 CFG = pj.preset("small")
 PROFILES = {"portable": CFG, "ieee": CFG.replace(profile="ieee")}
+# the ieee profile's Core program is one more 30-60 s compile: it runs with -m slow.
+# In CI the ieee arithmetic of a fragment is checked by the single-PE matrix
+# program (test_differential_matmul.py, both profiles) and by pj.run_core's ieee
+# fragments (test_cooperative.py)
+RUN_PROFILES = ["portable", pytest.param("ieee", marks=pytest.mark.slow)]
 GEN = G.GenConfig(machine=CFG, max_words=16, core=True)
 L = 16                       # words per row
 B = 64                       # rows per batch call
@@ -211,7 +217,7 @@ def test_labels_meet_their_aims():
 # ----------------------------------------------------------------- generated cases, both profiles
 
 
-@pytest.mark.parametrize("profile", list(PROFILES))
+@pytest.mark.parametrize("profile", RUN_PROFILES)
 @pytest.mark.parametrize("i", range(N_MAIN))
 def test_batch_matches_oracle(profile, i):
     got = main_batch(i // ROWS, profile)[i % ROWS]
@@ -226,7 +232,7 @@ def test_existing_kinds_on_the_core(n):
                 run_reference(states[n], MIXED[n], "portable"))
 
 
-@pytest.mark.parametrize("profile", list(PROFILES))
+@pytest.mark.parametrize("profile", RUN_PROFILES)
 @pytest.mark.parametrize("n", range(len(FORCED)), ids=[c.mutations[0] if c.mutations else c.kind
                                                         for c in FORCED])
 def test_forced_labels(profile, n):
@@ -290,7 +296,7 @@ _DRAW = st.tuples(st.integers(0, 2 ** 32 - 1), st.sampled_from(sorted(G.COOP_KIN
                   st.lists(st.sampled_from(sorted(G.COOP_MUTATIONS)), max_size=2, unique=True))
 
 
-@pytest.mark.parametrize("profile", list(PROFILES))
+@pytest.mark.parametrize("profile", RUN_PROFILES)
 @settings(max_examples=4, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(draws=st.lists(_DRAW, min_size=1, max_size=8))
