@@ -5,15 +5,18 @@ On `small` (1024-Word tiles: classes 256 and 1024) each bundle below needs the
 larger class through exactly one of its tiles (a TLOAD destination, a TSTORE
 source, an MGATHER.CAS destination's padded region, a TMATMUL source), with
 Words past the first 256 that the result shows: too small a class would drop
-them. Each runs alone (a batch of one: its own class) and all run in one batch
-(the batch's largest class), against the reference model. pj.run runs one
-State at tile_words, the one class every other test file checks.
+them. Each runs alone (with filler rows that commit nothing, so need no lanes:
+its own class) and all run in one batch (the batch's largest class), against
+the reference model. Every call has the same rows, words and filler, so the
+file compiles pj.batch.run once. pj.run runs one State at tile_words, the one
+class every other test file checks.
 """
 
 import numpy as np
 import pytest
 
 import ptojax as pj
+from ptojax.fuzz import gen as G
 from ptojax.ops.dispatch import lane_classes
 from ptojax.state import state_differences
 
@@ -82,13 +85,31 @@ def _cases():
 CASES = _cases()
 
 
+# Never executed (length 0): BSTARTs of the effect groups the cases name, so every
+# call has one effect set and completion bound (one program of ROWS rows)
+FILLER = [G.START[op] for op in ("TLOAD", "TSTORE", "MGATHER.CAS", "TMATMUL")]
+ROWS, WORDS = 8, 8
+
+
+def _batch(runs):
+    """pj.batch.run of (State, words) pairs, then filler rows up to ROWS."""
+    words = np.zeros((ROWS, WORDS), np.uint32)
+    words[:, :len(FILLER)] = FILLER
+    lengths = np.zeros(ROWS, np.int32)
+    for i, (_, w) in enumerate(runs):
+        words[i], lengths[i] = 0, len(w)
+        words[i, :len(w)] = w
+    states = [s for s, _ in runs] + [runs[0][0]] * (ROWS - len(runs))
+    return pj.batch.run(pj.batch.stack_states(states), words, lengths=lengths, cfg=CFG)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_alone_matches_reference(name):
     s, text = CASES[name]
     words = pj.asm.assemble(text)
     want = pj.reference.run(s, words, cfg=CFG)
     assert want.fault == "Fault_None"
-    got = pj.batch.run(s, [words], cfg=CFG)[0]
+    got = _batch([(s, words)])[0]
     assert got.fault == "Fault_None"
     assert not state_differences(got.state, want.state), name
 
@@ -98,8 +119,7 @@ def test_batch_at_the_largest_class_matches_reference():
     small = _start(np.random.default_rng(5))
     runs = [(small, pj.asm.assemble(TLOAD_17x16.replace("17, ->LB1", "16, ->LB1")))]
     runs += [(s, pj.asm.assemble(t)) for s, t in CASES.values()]
-    states = pj.batch.stack_states([s for s, _ in runs])
-    got = pj.batch.run(states, [w for _, w in runs], cfg=CFG)
+    got = _batch(runs)
     for i, (s, w) in enumerate(runs):
         want = pj.reference.run(s, w, cfg=CFG)
         assert want.fault == "Fault_None"
