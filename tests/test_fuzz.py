@@ -178,7 +178,6 @@ def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
     assert set(G.COOP_KINDS) <= set(cov["kinds"]) and set(G.COOP_MUTATIONS) <= set(cov["mutations"])
     assert "TSTORE.SPART" in cov["operations"] and "TMATMUL" in cov["operations"]
     assert not set(G.COOP_KINDS) & set(V.Coverage(None, 1 / 3).universe()["kinds"])
-    from ptojax.machine import possible_effects
     with pytest.raises(ValueError, match="every PE"):
         C.JaxRunner(CFG, ROWS, pe=1, core=True)
     # the options reach the campaign; bad combinations exit 2
