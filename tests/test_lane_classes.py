@@ -97,8 +97,9 @@ def _batch(runs):
     words[:, :len(FILLER)] = FILLER
     lengths = np.zeros(ROWS, np.int32)
     for i, (_, w) in enumerate(runs):
-        words[i], lengths[i] = 0, len(w)
+        words[i] = 0
         words[i, :len(w)] = w
+        lengths[i] = len(w)
     states = [s for s, _ in runs] + [runs[0][0]] * (ROWS - len(runs))
     return pj.batch.run(pj.batch.stack_states(states), words, lengths=lengths, cfg=CFG)
 

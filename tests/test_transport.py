@@ -116,10 +116,11 @@ def test_block_check_of_a_first_large_batch():
                                    s.block)
     bad = block.replace(op=np.full(1024, 999, np.int32))       # no block open, op not at reset
     with jax.enable_x64(True):                                 # as pj.batch.run checks it
-        state._block_rules.cache_clear()
-        assert not state._bad_rows(block).any()
-        state._block_rules.cache_clear()
-        assert state._bad_rows(bad).all()
+        for rows, want in ((block, False), (bad, True)):
+            # as in a fresh process: rules not built, the chunk not traced yet
+            state._block_rules.cache_clear()
+            state._bad_chunk.clear_cache()
+            assert (state._bad_rows(rows) == want).all()
 
 
 def in_domain_block(rng, base):
