@@ -317,35 +317,41 @@ _EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE", "TSTORE.SPART"),
                "MATMUL": tuple(n for n, e, _ in tables.OPS if e == "CUBE")}
 
 
-def _bstart_encodings(ops) -> tuple:
-    """(mask, match) of the catalog's BSTART encodings of the operations `ops`."""
-    return tuple((e.mask, e.match) for e in ENCODINGS if e.form.mnemonic.startswith("BSTART.")
-                 and (e.variant or e.form.mnemonic[len("BSTART."):]) in ops)
-
-
-_EFFECT_STARTS = {group: _bstart_encodings(ops) for group, ops in _EFFECT_OPS.items()}
+# the catalog's BSTART encodings: each one's operation, mask and match
+_BSTARTS = [e for e in ENCODINGS if e.form.mnemonic.startswith("BSTART.")]
+_START_OPS = [e.variant or e.form.mnemonic[len("BSTART."):] for e in _BSTARTS]
+_START_MASKS = np.array([e.mask for e in _BSTARTS], np.uint32)
+_START_MATCHES = np.array([e.match for e in _BSTARTS], np.uint32)
 # Shared TLOAD/TSTORE/TSTORE.SPART: a B.IOS word with a TLOAD/TSTORE start, a
 # TSTORE.SPART start, or an open TLSU block (it may hold a B.IOS binding already)
 _IOS = tuple((e.mask, e.match) for e in ENCODINGS if e.form.mnemonic == "B.IOS")
-_SPART = _bstart_encodings(("TSTORE.SPART",))
 _SHARED_OPEN = ("TLOAD", "TSTORE", "TSTORE.SPART")
-ALL_EFFECTS = frozenset(_EFFECT_STARTS) | {"SHARED"}
+ALL_EFFECTS = frozenset(_EFFECT_OPS) | {"SHARED"}
 
 
 def _matches(words, encodings) -> bool:
     return any(np.any((words & np.uint32(mask)) == np.uint32(match)) for mask, match in encodings)
 
 
+def _started(words) -> set:
+    """The operations with a BSTART among `words`: every BSTART encoding is
+    tried in one pass against each distinct word whose low 7 bits are 1
+    (those bits of every BSTART encoding)."""
+    starts = np.unique(words[(words & np.uint32(0x7F)) == 1])
+    hit = ((starts[:, None] & _START_MASKS) == _START_MATCHES).any(axis=0)
+    return {op for op, h in zip(_START_OPS, hit) if h}
+
+
 def possible_effects(words, open_ops=()) -> frozenset:
     """Effect groups a run can have: a BSTART of them in the words, or a block
     of them already open in the starting State(s)."""
-    w = np.asarray(words).astype(np.uint32)
-    opened = set(np.asarray(open_ops).ravel().tolist())
-    out = {e for e, starts in _EFFECT_STARTS.items()
-           if _matches(w, starts) or any(tables.OP_ID[o] in opened for o in _EFFECT_OPS[e])}
-    tlsu_start = _matches(w, _EFFECT_STARTS["TLOAD"] + _EFFECT_STARTS["TSTORE"])
-    if ((tlsu_start and _matches(w, _IOS)) or _matches(w, _SPART)
-            or any(tables.OP_ID[o] in opened for o in _SHARED_OPEN)):
+    w = np.asarray(words).astype(np.uint32).ravel()
+    ops = np.asarray(open_ops).ravel()
+    opened = {tables.OPS[i][0] for i in np.unique(ops[ops >= 0]).tolist()}
+    started = _started(w)
+    out = {e for e, names in _EFFECT_OPS.items() if (started | opened) & set(names)}
+    if ((started & {"TLOAD", "TSTORE"} and _matches(w, _IOS)) or "TSTORE.SPART" in started
+            or opened & set(_SHARED_OPEN)):
         out.add("SHARED")
     return frozenset(out)
 
@@ -361,6 +367,9 @@ def commit_capable(words: np.ndarray, initially_open=False) -> np.ndarray:
     A BSTOP or a BSTART completes a block only when one is open: after a
     BSTART with no BSTOP since, or from the start when the State has one open.
     Faults can only end a stream earlier, so this bounds phase 2's length.
+    Counted without a scan: every event but the first completes when the one
+    before it was a BSTART, so a stream's count is its BSTARTs, less one when
+    its last event is a BSTART, plus one when it starts open and has an event.
     """
     w = np.atleast_2d(np.asarray(words).astype(np.uint32))
     if w.shape[1] == 0:
@@ -368,13 +377,11 @@ def commit_capable(words: np.ndarray, initially_open=False) -> np.ndarray:
     bstop = w == 1
     bstart = ((w & 0x7F) == 1) & ~bstop
     event = bstart | bstop
-    pos = np.where(event, np.arange(w.shape[1]), -1)
-    last = np.maximum.accumulate(pos, axis=1)
-    last_before = np.concatenate([np.full((w.shape[0], 1), -1), last[:, :-1]], axis=1)
-    opened = np.take_along_axis(bstart, np.maximum(last_before, 0), axis=1)
-    init = np.broadcast_to(np.asarray(initially_open, bool).reshape(-1, 1), last_before.shape)
-    open_before = np.where(last_before >= 0, opened, init)
-    count = np.sum(event & open_before, axis=1)
+    any_event = event.any(axis=1)
+    last = w.shape[1] - 1 - np.argmax(event[:, ::-1], axis=1)
+    last_is_start = any_event & bstart[np.arange(w.shape[0]), last]
+    init = np.broadcast_to(np.asarray(initially_open, bool).reshape(-1), any_event.shape)
+    count = bstart.sum(axis=1) - last_is_start + (init & any_event)
     return count if np.ndim(words) > 1 else count[0]
 
 

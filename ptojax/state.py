@@ -797,12 +797,38 @@ def _bad_chunk(block):
     return jnp.any(_bad_positions(_packed_rows(block, jnp), jnp), -1)
 
 
+@functools.cache
+def _reset_fields() -> dict:
+    with jax.ensure_compile_time_eval(), jax.enable_x64(True):
+        return {name: np.asarray(getattr(empty_block(), name)) for name, _, _ in BLOCK_FIELDS}
+
+
 def _bad_rows(block) -> np.ndarray:
-    """bool[rows]: the States whose block breaks the rules. Batches go through
-    `_bad_chunk` 1,024 rows at a time; fewer rows (one State) in numpy, so
-    pj.run compiles nothing for the check."""
+    """bool[rows]: the States whose block breaks the rules. A row with no
+    block open is right when every field holds its reset value: one compare
+    per field, for the whole batch. The open ones (most batches have none)
+    are screened in full (_bad_open_rows)."""
     rows = {name: np.asarray(getattr(block, name)).reshape((-1,) + shape)
             for name, shape, _ in BLOCK_FIELDS}
+    active = rows["active"]
+    reset = _reset_fields()
+    differs = [rows[name] != reset[name] for name, _, _ in BLOCK_FIELDS]
+    bad = np.zeros(active.shape, bool)
+    if not any(d.any() for d in differs):       # no block open anywhere, none bad
+        return bad
+    for d in differs:
+        bad |= d.reshape(len(active), -1).any(-1)
+    bad &= ~active
+    open_rows = np.flatnonzero(active)
+    if open_rows.size:
+        bad[open_rows] = _bad_open_rows({k: v[open_rows] for k, v in rows.items()}, block)
+    return bad
+
+
+def _bad_open_rows(rows: dict, block) -> np.ndarray:
+    """_bad_rows over every rule, for rows {field: [n, ...]} (`block`: their
+    container type). Batches go through `_bad_chunk` 1,024 rows at a time; fewer
+    rows (one State) in numpy, so pj.run compiles nothing for the check."""
     n = rows["active"].shape[0]
     head = n - n % _CHUNK
     out = [np.asarray(_bad_chunk(block.replace(**{k: v[i:i + _CHUNK] for k, v in rows.items()})))
@@ -817,7 +843,7 @@ def block_domain_errors(block, limit: int = 3) -> list:
     """Why a State's (or a batch's) open-block fields lie outside what header
     processing can produce (the rules above): up to `limit` messages, [] when
     every block is one the model can hold. The rows are screened first
-    (0.1 ms for one State, 3 ms for 16,384), the messages written for the
+    (0.8 ms for 4,096 States with no block open), the messages written for the
     first bad rows only."""
     with jax.enable_x64(True):
         rows = np.flatnonzero(_bad_rows(block))[:limit]
