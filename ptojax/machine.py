@@ -158,7 +158,7 @@ def _latch_tables():
     kind, group, rows, records, zero, opened = [], [], [], [], [], []
     written_from, at = [], 0    # position of each entry in the block packed with one row per group
     for name, shape, dtype in BLOCK_FIELDS:
-        n = packed_width(shape, dtype)
+        n = packed_width(name, shape, dtype)
         kind += [K[writer[name]] if name in writer else -1] * n
         group += [groups.get(name, 0)] * n
         rows += (list(np.repeat(np.arange(shape[0]), n // shape[0])) if name in groups else [-1] * n)

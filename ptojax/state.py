@@ -477,22 +477,41 @@ def _block_fields():
 
 
 BLOCK_FIELDS = _block_fields()
-def packed_width(shape, dtype) -> int:
-    """int32 words a Block leaf takes in pack_block (a uint64 value takes two)."""
+# pack_block holds a B.IOT or B.IOS row as one int32, its columns as bit
+# fields of these widths (the binding tables are most of the block, and
+# phase 1 selects the whole packed block at every word). B.IOT: has_dst,
+# DstTile, SizeCode, PE mask, has_src0, has_src1, SrcTile0, SrcTile1; B.IOS:
+# SharedTID, SizeCode, PE mask. _DOMAIN's values fit (asserted there).
+ROW_BITS = {"iot": (1, 2, 4, 4, 1, 1, 6, 6), "ios": (8, 4, 4)}
+
+
+def packed_width(name, shape, dtype) -> int:
+    """int32 words a Block leaf takes in pack_block (a uint64 value takes two,
+    a binding row one)."""
+    if name in ROW_BITS:
+        return shape[0]
     return int(np.prod(shape)) * (2 if dtype == np.uint64 else 1)
+
+
+def _row_offsets(name):
+    bits = np.array(ROW_BITS[name], np.int32)
+    return np.concatenate([[0], np.cumsum(bits)[:-1]]).astype(np.int32), (1 << bits) - 1
 
 
 BLOCK_ELEMENTS = sum(int(np.prod(shape)) for _, shape, _ in BLOCK_FIELDS)
 
 
 def pack_block(blk: Block):
-    """The Block as one int32 vector (a uint64 leaf as two words): a scan step
-    selects or stores one array, not one per field (each field would be its
-    own kernel), and half as many bytes as 64-bit entries would take. (The
+    """The Block as one int32 vector (a uint64 leaf as two words, a binding
+    row one word of ROW_BITS fields: 52 words): a scan step selects or stores
+    one array, not one per field (each field would be its own kernel). (The
     executor also packs blocks whose row tables hold one row: machine._latch.)"""
     parts = []
     for name, _, dtype in BLOCK_FIELDS:
-        v = jnp.asarray(getattr(blk, name)).reshape(-1)
+        v = jnp.asarray(getattr(blk, name))
+        if name in ROW_BITS:        # fields disjoint: the sum is their bitwise or
+            v = jnp.sum(v.astype(jnp.int32) << _row_offsets(name)[0], axis=-1, dtype=jnp.int32)
+        v = v.reshape(-1)
         parts.append(jax.lax.bitcast_convert_type(v, jnp.int32).reshape(-1)
                      if dtype in (np.uint64, np.uint32) else v.astype(jnp.int32))
     return jnp.concatenate(parts)
@@ -502,10 +521,13 @@ def unpack_block(vec) -> Block:
     """Inverse of pack_block."""
     out, at = {}, 0
     for name, shape, dtype in BLOCK_FIELDS:
-        n = packed_width(shape, dtype)
+        n = packed_width(name, shape, dtype)
         v = vec[at:at + n]
         at += n
-        if dtype == np.uint64:
+        if name in ROW_BITS:
+            offsets, masks = _row_offsets(name)
+            v = (v[:, None] >> offsets) & masks
+        elif dtype == np.uint64:
             v = jax.lax.bitcast_convert_type(v.reshape(-1, 2), jnp.uint64)
         elif dtype == np.uint32:
             v = jax.lax.bitcast_convert_type(v, jnp.uint32)
@@ -715,6 +737,9 @@ _DOMAIN = {
     "iot": _IOT_COLUMNS * MAX_IOT, "ios_count": range(MAX_IOS + 1), "ios": _IOS_COLUMNS * MAX_IOS,
     "zero_seen": range(2), "fpatr_present": range(2), "fpatr": range(1 << 32),
     "catr_present": range(2), "catr": range(1 << 32)}
+assert all(max(dom) < 1 << bits for name in ROW_BITS
+           for dom, bits in zip(_DOMAIN[name][:len(ROW_BITS[name])], ROW_BITS[name])), \
+    "a binding column's values exceed its ROW_BITS width"
 # field -> the flag that latches it (lb: one flag per element)
 _LATCHED_BY = {"datr": "datr_present", "lb": "lb_present", "ior": "ior_present",
                "fpatr": "fpatr_present", "catr": "catr_present"}
