@@ -263,7 +263,10 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     L = words.shape[0]
     effects = ALL_EFFECTS if effects is None else effects
     W = st.tiles.words.shape[-1]
-    st = st.replace(fault=jnp.int32(0), fault_address=U64(0), tiles=pack_tiles(st.tiles))
+    tiles = st.tiles
+    # a collective's blocks run as every PE; one PE's blocks touch its descriptors only
+    st = st.replace(fault=jnp.int32(0), fault_address=U64(0),
+                    tiles=pack_tiles(tiles, None if core else pe))
     gpr_row = row(st.gpr, pe)
     # blocks travel packed (one int32 vector): selecting or storing one costs one op
     blk, stop_at, hfault, commits, pos = _scan_headers(st, words, length, gpr_row, max_commits)
@@ -284,7 +287,7 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
     executed = jnp.where(faulted, at, length)
     pc = st.pc + U64(4) * executed.astype(U64)
-    st = st.replace(tiles=unpack_tiles(st.tiles, W), block=final_block, pc=pc,
+    st = st.replace(tiles=unpack_tiles(st.tiles, W, tiles, pe), block=final_block, pc=pc,
                     fault=jnp.where(faulted, fault, 0),
                     fault_address=jnp.where(faulted, jnp.where(memory_fault, caddr, pc), U64(0)))
     return st, executed

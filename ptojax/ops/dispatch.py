@@ -20,8 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import tables
-from ..indexing import row
-from ..state import TILE_COLUMN as COL, pe_file, with_pe_file
+from ..state import TILE_COLUMN as COL, local_desc, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
 from .common import DT_BITS, aux_slots, div, slot_of, take, trip_count, under_batch
 from .shared_transport import apply_row_write, no_row_write
@@ -111,7 +110,7 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
 
     if len(classes) == 1:
         return at(classes[0])(state)
-    need = lanes_needed(row(state.tiles.desc, pe), h, cfg)
+    need = lanes_needed(local_desc(state.tiles, pe), h, cfg)
     k = trip_count(jnp.sum(need > jnp.asarray(classes[:-1])))
     out = (jnp.int32(0), jnp.uint64(0), state)
     for i, L in enumerate(classes):
