@@ -108,6 +108,18 @@ def settle(tree):
     return jax.tree_util.tree_unflatten(treedef, [out[i] for i in range(len(leaves))])
 
 
+def settle_pair(a, b):
+    """Two int32 arrays of one shape, computed once, in one kernel.
+
+    settle holds each leaf in its own kernel, and each kernel recomputes the
+    leaf's whole elementwise producer: a lane's (row, col) held as two
+    leaves costs the coordinate arithmetic twice. Held as one int64 per lane
+    (row in the high half), it is computed once."""
+    both = (a.astype(jnp.int64) << 32) | (b.astype(jnp.int64) & 0xFFFFFFFF)
+    both = settle(both)
+    return (both >> 32).astype(jnp.int32), both.astype(jnp.int32)
+
+
 def ordered_fault(*checks):
     """Fault code of the first (condition, fault name) pair that holds, else 0:
     an ordered check list as data. A family settles its verdict (`settle`):

@@ -19,7 +19,7 @@ from . import memory
 from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
                      U64, capacity_register, cube_descriptor, cube_geometry, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, payload, ordered_fault,
-                     ordinary_shape, ordinary_slot, ordinary_source_legal, row, settle, source,
+                     ordinary_shape, ordinary_slot, ordinary_source_legal, row, settle, settle_pair, source,
                      take, tile_coords, valid_lanes)
 from .header import Header
 
@@ -202,14 +202,17 @@ def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, 
     r, c = tile_coords(p["cube"], p["lay"], p["cr"], p["cc"], four, p["k_repeat"], W,
                        (p["lay_o"], p["rows_o"], p["col"], p["bits"]))
     storage = jnp.where(p["cube"], jnp.arange(W) < p["cells"] * p["cr"] * p["cc"], True)
-    valid = (r < vr) & (c < vc) & storage
-    value_slot = jnp.arange(W)
     if stores:
         lane_r, lane_c, lane_in = valid_lanes(vr, vc, W)
         by_lane = p["by_lane"]
         r, c = jnp.where(by_lane, lane_r, r), jnp.where(by_lane, lane_c, c)
+    # the coordinates are computed once, valid from them
+    r, c = settle_pair(r, c)
+    valid = (r < vr) & (c < vc) & storage
+    if stores:
         valid = jnp.where(by_lane, lane_in, valid)
-    r, c, valid = settle((r, c, valid))
+    valid = settle(valid)
+    value_slot = jnp.arange(W)
     if stores:
         value_slot = jnp.where(by_lane, jnp.clip(ordinary_slot(p["src"], r, c), 0, W - 1), value_slot)
     nbytes = elem_bytes(p["bits"])
