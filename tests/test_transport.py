@@ -106,21 +106,91 @@ def test_out_of_domain_blocks_are_rejected_by_both_models():
 
 
 def test_block_check_of_a_first_large_batch():
-    """The first block check of a process on a batch of >= 1024 rows runs in
-    the jitted chunk (state._bad_chunk), which builds the rules it reads: they
-    must come out concrete there (a first pj.batch.run of 4096 States raised
-    TracerArrayConversionError)."""
+    """The first block check of a process on a batch of >= 1024 open blocks
+    runs in the jitted chunk (state._bad_chunk), which builds the rules it
+    reads: they must come out concrete there (a first pj.batch.run of 4096
+    States raised TracerArrayConversionError)."""
     from ptojax import state
     s = small()
-    block = jax.tree_util.tree_map(lambda a: np.broadcast_to(np.asarray(a), (1024,) + a.shape),
+    n = 1024
+    block = jax.tree_util.tree_map(lambda a: np.broadcast_to(np.asarray(a), (n,) + a.shape),
                                    s.block)
-    bad = block.replace(op=np.full(1024, 999, np.int32))       # no block open, op not at reset
+    opened = block.replace(active=np.ones(n, bool), op=np.full(n, tables.OP_ID["TLOAD"], np.int32),
+                           dtype=np.full(n, tables.DTYPE_BY_NAME["FP16"].code, np.int32))
+    bad = opened.replace(op=np.full(n, 999, np.int32))         # an operation id past the table
     with jax.enable_x64(True):                                 # as pj.batch.run checks it
-        for rows, want in ((block, False), (bad, True)):
+        for rows, want in ((opened, False), (bad, True)):
             # as in a fresh process: rules not built, the chunk not traced yet
             state._block_rules.cache_clear()
             state._bad_chunk.clear_cache()
             assert (state._bad_rows(rows) == want).all()
+            assert state._bad_chunk._cache_size() == 1, "the open rows were not screened in the chunk"
+
+
+def test_block_screen_matches_every_rule():
+    """state._bad_rows screens closed blocks by comparing each field with its
+    reset value and only open ones by every rule: on a batch of reset blocks,
+    closed ones with one field off its reset value, garbage blocks and open
+    in-domain ones, its verdict is the full rules' on every row."""
+    from ptojax import state
+    rng = np.random.default_rng(5)
+    base = small()
+    blocks = []
+    for i in range(80):
+        kind = i % 4
+        if kind == 0:
+            blocks.append(base.block)
+        elif kind == 1:
+            name, shape, _ = state.BLOCK_FIELDS[int(rng.integers(1, len(state.BLOCK_FIELDS)))]
+            off = np.asarray(getattr(base.block, name)).copy() + 1
+            blocks.append(_with_block(base, {name: off}).block)
+        elif kind == 2:
+            blocks.append(garbage_state(rng, base).block)
+        else:
+            blocks.append(in_domain_block(rng, base).block)
+    batch = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *blocks)
+    with jax.enable_x64(True):
+        got = state._bad_rows(batch)
+        want = state._bad_positions(state._packed_rows(batch, np), np).any(-1)
+    np.testing.assert_array_equal(got, want)
+    active = np.asarray(batch.active)
+    for rows in (active, ~active):      # both verdicts among the open and the closed rows
+        assert set(want[rows].tolist()) == {False, True}
+
+
+def test_packed_block_round_trip():
+    """Phase 1 carries the block packed (state.pack_block, each binding row
+    one int32 of bit fields): unpacking returns every field of in-domain
+    blocks, and of rows whose every column holds its widest value."""
+    from ptojax.state import ROW_BITS, pack_block, unpack_block
+    rng = np.random.default_rng(6)
+    base = small()
+    widest = {name: np.broadcast_to((1 << np.array(bits)) - 1,
+                                    np.shape(getattr(base.block, name))).astype(np.int32)
+              for name, bits in ROW_BITS.items()}
+    cases = [_with_block(base, widest).block] + [in_domain_block(rng, base).block for _ in range(30)]
+    for b in cases:
+        with jax.enable_x64(True):
+            got = unpack_block(pack_block(b))
+        for name in ROW_BITS.keys() | {"pc", "fpatr", "catr", "datr", "lb", "op"}:
+            np.testing.assert_array_equal(np.asarray(getattr(got, name)),
+                                          np.asarray(getattr(b, name)), err_msg=name)
+
+
+def test_one_pe_descriptor_table_round_trip():
+    """A stream of one PE's blocks packs that PE's descriptors only
+    (state.pack_tiles with pe); unpacking writes that row back into the
+    others' untouched fields: a round trip changes nothing, at every PE."""
+    from ptojax.state import TILE_FIELDS, pack_tiles, state_differences, unpack_tiles
+    s = garbage_state(np.random.default_rng(8), small(), block=False)
+    W = s.tiles.words.shape[-1]
+    for pe in (0, 1, 2, 3, None):
+        with jax.enable_x64(True):
+            local = pack_tiles(s.tiles, pe)
+            back = s.replace(tiles=unpack_tiles(local, W, s.tiles, pe))
+        assert local.desc.shape == (4 if pe is None else 1,) + s.tiles.mask.shape[1:] \
+            + (len(TILE_FIELDS),)
+        assert state_differences(back, s) == [], pe
 
 
 def in_domain_block(rng, base):
