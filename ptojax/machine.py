@@ -20,7 +20,8 @@ from .isa.forms import ENCODINGS
 from .ops import dispatch, header
 from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
 from .result import RunResult
-from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State, check_block,
+from .block_domain import check_block
+from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State,
                     check_pool, config_of, empty_block, pack_block, pack_tiles, packed_width, unpack_block,
                     unpack_tiles)
 

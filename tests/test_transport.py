@@ -3,7 +3,7 @@ check, stream and header rules) run on the JAX executor. Random words and
 hand-made (garbage) States run on pj.run and on the reference model, which
 must agree: same fault, fault address, executed count and every State leaf.
 An open block with values header processing never leaves is not a State the
-model can be in: both models refuse it (state.check_block)."""
+model can be in: both models refuse it (block_domain.check_block)."""
 
 import jax
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.state import block_domain_errors
+from ptojax.block_domain import block_domain_errors
 from _differential import Outcome, assert_same
 from _scenarios import rebind
 from test_reference_transport import (BSTOP, X2, X3, bstart, cube_load, cube_store, datr, dim,
@@ -107,10 +107,10 @@ def test_out_of_domain_blocks_are_rejected_by_both_models():
 
 def test_block_check_of_a_first_large_batch():
     """The first block check of a process on a batch of >= 1024 open blocks
-    runs in the jitted chunk (state._bad_chunk), which builds the rules it
+    runs in the jitted chunk (block_domain._bad_chunk), which builds the rules it
     reads: they must come out concrete there (a first pj.batch.run of 4096
     States raised TracerArrayConversionError)."""
-    from ptojax import state
+    from ptojax import block_domain
     s = small()
     n = 1024
     block = jax.tree_util.tree_map(lambda a: np.broadcast_to(np.asarray(a), (n,) + a.shape),
@@ -121,18 +121,18 @@ def test_block_check_of_a_first_large_batch():
     with jax.enable_x64(True):                                 # as pj.batch.run checks it
         for rows, want in ((opened, False), (bad, True)):
             # as in a fresh process: rules not built, the chunk not traced yet
-            state._block_rules.cache_clear()
-            state._bad_chunk.clear_cache()
-            assert (state._bad_rows(rows) == want).all()
-            assert state._bad_chunk._cache_size() == 1, "the open rows were not screened in the chunk"
+            block_domain._block_rules.cache_clear()
+            block_domain._bad_chunk.clear_cache()
+            assert (block_domain._bad_rows(rows) == want).all()
+            assert block_domain._bad_chunk._cache_size() == 1, "the open rows were not screened in the chunk"
 
 
 def test_block_screen_matches_every_rule():
-    """state._bad_rows screens closed blocks by comparing each field with its
+    """block_domain._bad_rows screens closed blocks by comparing each field with its
     reset value and only open ones by every rule: on a batch of reset blocks,
     closed ones with one field off its reset value, garbage blocks and open
     in-domain ones, its verdict is the full rules' on every row."""
-    from ptojax import state
+    from ptojax import block_domain
     rng = np.random.default_rng(5)
     base = small()
     blocks = []
@@ -141,7 +141,7 @@ def test_block_screen_matches_every_rule():
         if kind == 0:
             blocks.append(base.block)
         elif kind == 1:
-            name, shape, _ = state.BLOCK_FIELDS[int(rng.integers(1, len(state.BLOCK_FIELDS)))]
+            name, shape, _ = block_domain.BLOCK_FIELDS[int(rng.integers(1, len(block_domain.BLOCK_FIELDS)))]
             off = np.asarray(getattr(base.block, name)).copy() + 1
             blocks.append(_with_block(base, {name: off}).block)
         elif kind == 2:
@@ -150,8 +150,8 @@ def test_block_screen_matches_every_rule():
             blocks.append(in_domain_block(rng, base).block)
     batch = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *blocks)
     with jax.enable_x64(True):
-        got = state._bad_rows(batch)
-        want = state._bad_positions(state._packed_rows(batch, np), np).any(-1)
+        got = block_domain._bad_rows(batch)
+        want = block_domain._bad_positions(block_domain._packed_rows(batch, np), np).any(-1)
     np.testing.assert_array_equal(got, want)
     active = np.asarray(batch.active)
     for rows in (active, ~active):      # both verdicts among the open and the closed rows
@@ -162,7 +162,7 @@ def test_packed_block_round_trip():
     """Phase 1 carries the block packed (state.pack_block, each binding row
     one int32 of bit fields): unpacking returns every field of in-domain
     blocks, and of rows whose every column holds its widest value."""
-    from ptojax.state import ROW_BITS, pack_block, unpack_block
+    from ptojax.state import BLOCK_FIELDS, ROW_BITS, pack_block, unpack_block
     rng = np.random.default_rng(6)
     base = small()
     widest = {name: np.broadcast_to((1 << np.array(bits)) - 1,
@@ -172,7 +172,7 @@ def test_packed_block_round_trip():
     for b in cases:
         with jax.enable_x64(True):
             got = unpack_block(pack_block(b))
-        for name in ROW_BITS.keys() | {"pc", "fpatr", "catr", "datr", "lb", "op"}:
+        for name, _, _ in BLOCK_FIELDS:
             np.testing.assert_array_equal(np.asarray(getattr(got, name)),
                                           np.asarray(getattr(b, name)), err_msg=name)
 
@@ -180,17 +180,26 @@ def test_packed_block_round_trip():
 def test_one_pe_descriptor_table_round_trip():
     """A stream of one PE's blocks packs that PE's descriptors only
     (state.pack_tiles with pe); unpacking writes that row back into the
-    others' untouched fields: a round trip changes nothing, at every PE."""
+    others' untouched fields: a round trip changes nothing, and a table
+    changed while packed lands in PE pe's row and nowhere else."""
     from ptojax.state import TILE_FIELDS, pack_tiles, state_differences, unpack_tiles
     s = garbage_state(np.random.default_rng(8), small(), block=False)
     W = s.tiles.words.shape[-1]
+    fields = [n for n in TILE_FIELDS if n != "allocated"]
     for pe in (0, 1, 2, 3, None):
         with jax.enable_x64(True):
             local = pack_tiles(s.tiles, pe)
-            back = s.replace(tiles=unpack_tiles(local, W, s.tiles, pe))
+            back = unpack_tiles(local, W, s.tiles, pe)
+            bumped = unpack_tiles(local.replace(desc=local.desc + 1), W, s.tiles, pe)
         assert local.desc.shape == (4 if pe is None else 1,) + s.tiles.mask.shape[1:] \
             + (len(TILE_FIELDS),)
-        assert state_differences(back, s) == [], pe
+        assert state_differences(s.replace(tiles=back), s) == [], pe
+        for n in fields:
+            was, now = np.asarray(getattr(s.tiles, n)), np.asarray(getattr(bumped, n))
+            rows = range(4) if pe is None else [pe]
+            for p in range(4):
+                want = was[p] + 1 if p in rows else was[p]
+                np.testing.assert_array_equal(now[p], want, err_msg=f"{n}, PE {p}, packed {pe}")
 
 
 def in_domain_block(rng, base):

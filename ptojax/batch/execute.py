@@ -25,7 +25,8 @@ from ..ops.common import BATCH_AXIS
 from ..machine import (bucket, check_config, check_on_fault, check_pe, commit_capable,
                        open_block_ops, possible_effects, STREAM_STATIC, stream)
 from ..result import RunResult
-from ..state import MachineConfig, State, check_block, check_pool
+from ..block_domain import check_block
+from ..state import MachineConfig, State, check_pool
 
 
 @dataclass(frozen=True)

@@ -346,7 +346,7 @@ class Machine:
 
     @staticmethod
     def _block_from_state(b) -> Block:
-        # the fields are in their domains (state.check_block, on entry to run)
+        # the fields are in their domains (block_domain.check_block, on entry to run)
         g = {k: np.asarray(v) for k, v in b.items()}
         iot_count, ios_count = int(g["iot_count"]), int(g["ios_count"])
         closed = bool(g["iot_closed"])

@@ -24,7 +24,8 @@ import numpy as np
 
 from .. import tables
 from ..result import RunResult
-from ..state import MAX_IOS, MAX_IOT, MachineConfig, State, check_block, check_pool
+from ..block_domain import check_block
+from ..state import MAX_IOS, MAX_IOT, MachineConfig, State, check_pool
 from . import matrix, mgather_cas, shared_transport, transport
 from .decode import Decoded, decode
 from .machine import MASK64, Binding, Block, Machine
