@@ -28,6 +28,17 @@ def under_batch() -> bool:
     return True
 
 
+def branch(fn):
+    """A conditional's costly branch `fn`, as a jitted call under pj.batch.run.
+
+    vmap batches each branch of a cond twice (once to learn which results
+    vary by State, once to build them), so a cond inside a cond traced its
+    inner branches four times. A jitted call is batched once per batching
+    of its operands and then reused. XLA inlines the call, so the compiled
+    program does not change; only the time spent tracing it does."""
+    return jax.jit(fn) if under_batch() else fn
+
+
 def trip_count(n):
     """The trip count of a loop that runs `n` times for this State: under
     pj.batch.run the batch's largest n, else n. The body masks its own

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from .. import tables
 from ..state import TILE_COLUMN as COL, local_desc, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
-from .common import DT_BITS, aux_slots, div, slot_of, take, trip_count, under_batch
+from .common import DT_BITS, aux_slots, branch, div, slot_of, take, trip_count, under_batch
 from .shared_transport import apply_row_write, no_row_write
 from .header import Header
 
@@ -116,7 +116,7 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     for i, L in enumerate(classes):
         # one cond per class, its writes applied inside: a switch's branches
         # would all return a write the size of the largest class's window
-        out = jax.lax.cond(k == i, lambda o, run=at(L): run(o[2]), lambda o: o, out)
+        out = jax.lax.cond(k == i, branch(lambda o, run=at(L): run(o[2])), lambda o: o, out)
     return out
 
 
@@ -178,7 +178,8 @@ def _family(family, enable, view, h: Header, pe, cfg, idle=None):
             (write[0] if write else None)
 
     skip = lambda light: (jnp.int32(0), jnp.uint64(0), light, idle)
-    f, a, light, write = jax.lax.cond(trip_count(enable.astype(jnp.int32)) > 0, run, skip, light)
+    f, a, light, write = jax.lax.cond(trip_count(enable.astype(jnp.int32)) > 0, branch(run), skip,
+                                      light)
     return f, a, _join(light, big), write
 
 

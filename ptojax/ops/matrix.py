@@ -36,7 +36,7 @@ from . import postprocess as pp
 from . import shared as sh
 from .header import Header
 from .common import (CELL_C, CELL_R, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, aux_words,
-                     capacity_register, cube_descriptor, cube_geometry, gpr_value, install,
+                     branch, capacity_register, cube_descriptor, cube_geometry, gpr_value, install,
                      install_aux, lane_count,
                      local_pool_in_use, log2, ordered_fault, ordinary_shape,
                      ordinary_source_legal, payload, pe_count, settle, source, take, tile_coords,
@@ -412,8 +412,8 @@ def _post_sources(state, cfg, h: Header, blk: _Block) -> _Post:
     # RowMaxIn and the two parameter vectors, read only where some State of the batch has one
     reads = rin_on | vec_on | prelu_on
     L = lane_count(tiles)
-    rows = jax.lax.cond(trip_count(reads.astype(jnp.int32)) > 0, lambda: payload(tiles, slots, W),
-                        lambda: jnp.zeros((3, L), U64))
+    rows = jax.lax.cond(trip_count(reads.astype(jnp.int32)) > 0,
+                        branch(lambda: payload(tiles, slots, W)), lambda: jnp.zeros((3, L), U64))
     in_row = jnp.arange(rows.shape[-1]) >= blk.N
     quant_ok = jnp.all(in_row | pp.quant_parameter_legal(mode, rows[1]))
     relu_ok = jnp.all(in_row | pp.relu_parameter_legal(rows[2]))
@@ -603,8 +603,8 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g
         any_scales = trip_count((blk.sa_on | blk.sb_on).astype(jnp.int32)) > 0
         any_shared = trip_count(blk.shared_on.astype(jnp.int32)) > 0
         which = any_scales.astype(jnp.int32) * 2 + any_shared.astype(jnp.int32)
-        acc = jax.lax.switch(which, [loop(False, False), loop(False, True), loop(True, False),
-                                     loop(True, True)])
+        acc = jax.lax.switch(which, [branch(loop(False, False)), branch(loop(False, True)),
+                                     branch(loop(True, False)), branch(loop(True, True))])
         return c, lane_ok, acc + jnp.where(blk.is_bias, bias_words, U64(0))
     return c, lane_ok, _ieee_product(blk, shr, words, shared, scales, operands, trips, c_words,
                                      bias_words)
@@ -653,7 +653,8 @@ def complete(state, h: Header, pe, cfg, enable):
             h.datr_present & (h.sat != 0))
     # a batch where no State converts or activates keeps its accumulators as they are
     converts = do & ((h.pre_quant_mode != 0) | (h.relu != 0))
-    d_words = jax.lax.cond(trip_count(converts.astype(jnp.int32)) > 0, convert, lambda: acc_words)
+    d_words = jax.lax.cond(trip_count(converts.astype(jnp.int32)) > 0, branch(convert),
+                           lambda: acc_words)
 
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
