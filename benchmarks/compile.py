@@ -1,13 +1,17 @@
-"""First-call cost of the executor (the jitted program pj.run uses): HLO size, trace+lower, XLA compile, cache load.
+"""First-call cost of the executor (the jitted programs pj.run and pj.batch.run use): HLO size, trace, lower, XLA compile, cache load.
 
 One run measures a current checkout and, optionally, a baseline commit side
 by side. For every (commit, config preset, effect set) it compiles the
 jitted word-stream executor that pj.run calls for that config
 (ptojax.machine.stream_runner(cfg); run_stream in trees without it) for a
-64-word stream, max_commits=8, under jax.enable_x64(True), and reports:
+64-word stream, max_commits=8, under jax.enable_x64(True); the set "batch"
+compiles pj.batch.run's program instead (ptojax.batch.execute._run_kept),
+every family, 64 rows of 64 words: the program a campaign or a
+differential test compiles. It reports:
 
 * cold: a fresh subprocess with JAX's persistent compilation cache disabled
-  times .lower(...) (trace + lower to StableHLO) and
+  times .trace(...) (Python tracing, vmap's batching included), .lower()
+  (to StableHLO) and
   lowered.compile() (XLA), and counts the instructions of the optimised HLO
   (compiled.as_text(): the lines "[ROOT ]name = shape op(...)" of every
   computation, fusions included);
@@ -29,6 +33,7 @@ Effect sets (the static `effects` argument; which op families get traced):
     MATMUL ieee   {MATMUL}                                   profile="ieee"
     Core          {MATMUL, SHARED, TLOAD, TSTORE}, core=True portable
                   (cooperative TMATMUL + Shared TLOAD/TSTORE)
+    batch         every family, pj.batch.run, 64 rows         portable
 
 The baseline (--baseline REV) is checked out with `git worktree add --detach
 /tmp/ptojax-baseline-<sha>` (reused when present) and its subprocesses import
@@ -78,7 +83,10 @@ SETS = {
     "MATMUL":       (("MATMUL",), False, "portable"),
     "MATMUL ieee":  (("MATMUL",), False, "ieee"),
     "Core":         (("MATMUL", "SHARED", "TLOAD", "TSTORE"), True, "portable"),
+    "batch":        (("MATMUL", "MGATHER.CAS", "SHARED", "TLOAD", "TSTORE"), False, "portable"),
 }
+BATCH_SETS = ("batch",)      # compiled as pj.batch.run's program, BATCH_ROWS rows
+BATCH_ROWS = 64
 # an optimised-HLO instruction line: "  [ROOT ]%name = type op(...)" (the % is optional)
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?[\w.\-]+\s+=\s+\S")
 HLO_COUNT_RULE = ("lines of compiled.as_text() matching r'^\\s*(ROOT\\s+)?%?[\\w.\\-]+\\s+=\\s+\\S' "
@@ -140,14 +148,23 @@ def child(args) -> dict:
         if profile != "portable":
             cfg = cfg.replace(profile=profile)
         st = jax.block_until_ready(ptojax.reset(cfg))
-        call = (st, jnp.zeros(WORDS, jnp.uint32), jnp.int32(0), jnp.int32(0), jnp.bool_(False))
-        kw = dict(cfg=cfg, max_commits=MAX_COMMITS, effects=frozenset(effects),
-                  cas_seed=jnp.int64(0), core=core)
+        kw = dict(cfg=cfg, max_commits=MAX_COMMITS, effects=frozenset(effects), core=core)
+        if args.set in BATCH_SETS:
+            from ptojax.batch import execute
+            rows = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (BATCH_ROWS,) + a.shape), st)
+            call = (rows, jnp.zeros((BATCH_ROWS, WORDS), jnp.uint32),
+                    jnp.zeros(BATCH_ROWS, jnp.int32), jnp.int32(0), jnp.bool_(False), jnp.int64(0))
+            runner = execute._run_kept
+        else:
+            call = (st, jnp.zeros(WORDS, jnp.uint32), jnp.int32(0), jnp.int32(0), jnp.bool_(False))
+            kw["cas_seed"] = jnp.int64(0)
+            # the jitted program pj.run uses for this config (older trees: run_stream)
+            runner = machine.stream_runner(cfg) if hasattr(machine, "stream_runner") \
+                else machine.run_stream
         t0 = time.perf_counter()
-        # the jitted program pj.run uses for this config (older trees: run_stream)
-        runner = machine.stream_runner(cfg) if hasattr(machine, "stream_runner") \
-            else machine.run_stream
-        lowered = runner.lower(*call, **kw)
+        traced = runner.trace(*call, **kw)
+        tt = time.perf_counter()
+        lowered = traced.lower()
         t1 = time.perf_counter()
         before = _cache_files(args.cache_dir)
         events.update(hits=0, misses=0)
@@ -159,7 +176,7 @@ def child(args) -> dict:
     rec = {"mode": args.mode, "preset": args.preset, "set": args.set, "effects": sorted(effects),
            "core": core, "profile": profile, "ptojax_file": str(pj_file),
            "hlo_instructions": count_hlo_instructions(text), "hlo_text_bytes": len(text),
-           "lower_s": t1 - t0, "compile_s": t2 - t1, "jax": jax.__version__,
+           "trace_s": tt - t0, "lower_s": t1 - t0, "compile_s": t2 - t1, "jax": jax.__version__,
            "backend": jax.default_backend()}
     if args.mode != "cold":
         rec.update(cache_files_added=added,
@@ -205,7 +222,8 @@ def measure(tree: Path, preset: str, name: str, repeats: int, timeout: float, la
         c = run_child(tree, "cold", preset, name, None, timeout)
         colds.append(c)
         say(f"cold:     {c['error']}" if "error" in c else
-            f"cold:     {c['hlo_instructions']:7,d} HLO instrs, lower {c['lower_s']:6.2f} s, "
+            f"cold:     {c['hlo_instructions']:7,d} HLO instrs, trace {c['trace_s']:6.2f} s, "
+            f"trace+lower {c['lower_s']:6.2f} s, "
             f"compile {c['compile_s']:7.2f} s")
         if "error" in c:
             break
@@ -249,14 +267,16 @@ def print_table(result):
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     meta = result["meta"]
     base = meta["baseline"] is not None
-    title = (f"First call of the executor pj.run uses ({WORDS} words, max_commits={MAX_COMMITS}) on "
+    title = (f"First call of the executor pj.run uses ({WORDS} words, max_commits={MAX_COMMITS}; "
+             f"batch: pj.batch.run's, {BATCH_ROWS} rows) on "
              f"{meta['backend']}: now {meta['commit']}"
              + (f" vs baseline {meta['baseline']['sha'][:7]}" if base else ""))
     t = Table(title=title)
     t.add_column("preset")
     t.add_column("set")
     groups = [("HLO instrs", "cold", "hlo_instructions", ",d"),
-              ("lower s", "cold", "lower_s", ".2f"),
+              ("trace s", "cold", "trace_s", ".2f"),
+              ("trace+lower s", "cold", "lower_s", ".2f"),
               ("cold compile s", "cold", "compile_s", ".2f"),
               ("warm load s", "warm", "compile_s", ".3f")]
     for g, _, _, _ in groups:
@@ -363,7 +383,8 @@ def main(argv=None):
     dev = jax.devices()[0]
     now = datetime.datetime.now(datetime.timezone.utc)
     result = {
-        "benchmark": "first call of the executor pj.run uses (machine.stream_runner): HLO size, trace+lower, compile, cache load",
+        "benchmark": "first call of the executor pj.run uses (machine.stream_runner) and, set batch, "
+                     "pj.batch.run's: HLO size, trace, trace+lower, compile, cache load",
         "meta": {
             "date": now.isoformat(timespec="seconds"),
             "argv": sys.argv[1:] if argv is None else list(argv),
@@ -374,9 +395,11 @@ def main(argv=None):
             "machine": platform.machine(), "commit": _checkout.commit(), "baseline": baseline,
             "presets": list(presets), "sets": names, "repeats": args.repeats,
             "quick": args.quick, "words": WORDS, "max_commits": MAX_COMMITS,
+            "batch_rows": BATCH_ROWS,
             "hlo_count": HLO_COUNT_RULE,
             "timing": ("each phase in a fresh subprocess under jax.enable_x64(True), "
-                       "PTOJAX_JAX_CACHE=''; lower_s = stream_runner(cfg).lower(...), compile_s = "
+                       "PTOJAX_JAX_CACHE=''; trace_s = runner.trace(...), lower_s = trace_s + "
+                       ".lower(), compile_s = "
                        ".compile(); cold: jax_enable_compilation_cache=False (best of repeats); "
                        "warm: .compile() in a second process after a first one populated a fresh "
                        "persistent cache (min compile time 0, min entry size 0); cache_hit = a "

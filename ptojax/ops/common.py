@@ -34,8 +34,9 @@ def branch(fn):
     vmap batches each branch of a cond twice (once to learn which results
     vary by State, once to build them), so a cond inside a cond traced its
     inner branches four times. A jitted call is batched once per batching
-    of its operands and then reused. XLA inlines the call, so the compiled
-    program does not change; only the time spent tracing it does."""
+    of its operands and then reused. XLA inlines the call: the compiled
+    program is about the same (1.6% more HLO for a campaign's), and tracing
+    it takes about 40% less time at the presets with several lane classes."""
     return jax.jit(fn) if under_batch() else fn
 
 
