@@ -603,8 +603,8 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g
         any_scales = trip_count((blk.sa_on | blk.sb_on).astype(jnp.int32)) > 0
         any_shared = trip_count(blk.shared_on.astype(jnp.int32)) > 0
         which = any_scales.astype(jnp.int32) * 2 + any_shared.astype(jnp.int32)
-        acc = jax.lax.switch(which, [branch(loop(False, False)), branch(loop(False, True)),
-                                     branch(loop(True, False)), branch(loop(True, True))])
+        acc = jax.lax.switch(which, [branch(loop(scaled, from_shared)) for scaled in (False, True)
+                                     for from_shared in (False, True)])
         return c, lane_ok, acc + jnp.where(blk.is_bias, bias_words, U64(0))
     return c, lane_ok, _ieee_product(blk, shr, words, shared, scales, operands, trips, c_words,
                                      bias_words)
