@@ -18,7 +18,7 @@ from .indexing import row
 from .isa.decode_array import K, decode
 from .isa.forms import ENCODINGS
 from .ops import dispatch, header
-from .ops.common import F, U64, ordered_fault, gpr_value, settle, take
+from .ops.common import F, U64, ordered_fault, gpr_value, settle, take, trip_count
 from .result import RunResult
 from .block_domain import check_block
 from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State,
@@ -187,34 +187,38 @@ def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
     index (L: none), the header fault, the recorded commits and their word
     indices)."""
     L = words.shape[0]
-    slot = np.arange(max_commits)
 
     # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
     @jax.named_scope("phase1")
-    def phase1(carry, xs):
+    def phase1(i, carry):
         blk, stop_at, hfault, n, commits, pos = carry
-        i, w, d = xs
+        w = words[i]
+        d = jax.tree_util.tree_map(lambda a: a[i], decoded)
         go = (i < length) & (stop_at == L)
         pc = st.pc + U64(4) * i.astype(U64)
         fault, completes, update = header_step(blk, w, d, gpr_row, pc)
         faulted = go & (fault != 0)
         rec = go & ~faulted & completes & (n < max_commits)
         go, fault, faulted, rec = settle((go, fault, faulted, rec))
-        into = rec & (slot == n)
-        commits = jnp.where(into[:, None], blk, commits)
-        pos = jnp.where(into, i, pos)
+        # the block goes into its commit slot (n; past the last slot when
+        # nothing is recorded, where the write is dropped)
+        at = jnp.where(rec, n, max_commits)
+        commits = commits.at[at].set(blk, mode="drop")
+        pos = pos.at[at].set(i, mode="drop")
         return (apply_header(blk, update, go & ~faulted),
                 jnp.where(faulted, i, stop_at), jnp.where(faulted, fault, hfault),
-                n + rec.astype(jnp.int32), commits, pos), None
+                n + rec.astype(jnp.int32), commits, pos)
 
     init = (pack_block(st.block), jnp.int32(L), jnp.int32(0), jnp.int32(0),
             jnp.broadcast_to(_EMPTY, (max_commits, _EMPTY.size)),
             jnp.full((max_commits,), L, jnp.int32))
-    # every word decoded at once, before the scan: decode reads no block state,
+    # every word decoded at once, before the loop: decode reads no block state,
     # and one vectorized pass costs less than L small ones inside the loop
     decoded = jax.vmap(decode)(words)
-    (blk, stop_at, hfault, _, commits, pos), _ = jax.lax.scan(
-        phase1, init, (jnp.arange(L, dtype=jnp.int32), words, decoded))
+    # as many steps as the batch's longest stream (trip_count), not L: a
+    # program compiled for long streams costs a batch of short ones nothing
+    blk, stop_at, hfault, _, commits, pos = jax.lax.fori_loop(
+        0, trip_count(jnp.asarray(length, jnp.int32)), phase1, init)
     return blk, stop_at, hfault, commits, pos
 
 
@@ -241,9 +245,16 @@ def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, 
         return (s2, jnp.where(faulted, p, cstop), jnp.where(faulted, f, cfault),
                 jnp.where(faulted, addr, caddr), jnp.where(faulted, packed, cblk)), None
 
-    out, _ = jax.lax.scan(
-        phase2, (st, jnp.int32(L), jnp.int32(0), U64(0), jnp.asarray(_EMPTY)), (commits, pos))
-    return out
+    # the loop runs as many times as the batch's longest list of recorded commits
+    # (trip_count), not max_commits: a bound sized for the worst stream costs a
+    # batch of short ones nothing
+    n = trip_count(jnp.sum(pos < L).astype(jnp.int32))
+
+    def body(i, carry):
+        return phase2(carry, (commits[i], pos[i]))[0]
+
+    return jax.lax.fori_loop(0, n, body,
+                             (st, jnp.int32(L), jnp.int32(0), U64(0), jnp.asarray(_EMPTY)))
 
 
 def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
