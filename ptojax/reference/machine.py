@@ -22,6 +22,7 @@ from PE to PE).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import operator
 from dataclasses import dataclass, field, fields
@@ -92,7 +93,7 @@ SHARED_FIELDS = tuple(f.name for f in fields(SharedRecord))
 TILE_FIELDS = tuple(f.name for f in fields(Tile))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Binding:
     """One recorded (participating) B.IOT (encoding.md 3)."""
     dst_valid: bool
@@ -133,7 +134,11 @@ class Block:
     catr: int = 0
 
     def copy(self) -> "Block":
-        return copy.deepcopy(self)
+        """An independent copy (one is taken before every word): the lists are
+        copied, the Bindings shared (frozen)."""
+        return dataclasses.replace(self, datr=list(self.datr), lb=list(self.lb),
+                                   lb_present=list(self.lb_present), ior=list(self.ior),
+                                   iots=list(self.iots), ios=[list(r) for r in self.ios])
 
 
 class Machine:
@@ -368,6 +373,24 @@ class Machine:
 
     # ------------------------------------------------------------- write back
 
+    def _descriptors(self) -> tuple[dict, dict, dict, dict]:
+        """The machine's small leaves as numpy: (the State's own scalars, GM and
+        GPRs; the Local descriptor columns; the Shared record columns; the block)."""
+        top = {"gm": np.frombuffer(self.gm, np.uint8).copy(),
+               "gpr": np.array(self.gpr, np.uint64), "pc": np.uint64(self.pc),
+               "fault": np.int32(self.fault), "fault_address": np.uint64(self.fault_address),
+               "tile_capacity": np.uint64(self.tile_capacity)}
+        local = descriptor_columns([t for f in self.files for t in f],
+                                   (len(self.files), len(self.files[0])), TILE_FIELDS,
+                                   ("allocated",))
+        records = descriptor_columns(self.shared, (len(self.shared),), SHARED_FIELDS,
+                                     ("published", "contents_defined"))
+        return top, local, records, self._block_leaves()
+
+    def _shared_written(self) -> dict:
+        """(record,) -> Words of the Shared rows the run changed."""
+        return {(r,): w for r, w in self._shared_payload.items() if w != self._shared_loaded[r]}
+
     def to_state(self) -> State:
         """A new State holding this machine, same shapes and dtypes as ptojax/state.py.
         A leaf equal to the input State's is the input's own jax array (immutable,
@@ -376,28 +399,40 @@ class Machine:
 
         with jax.enable_x64(True):
             old = self._state
-            local = descriptor_columns([t for f in self.files for t in f],
-                                       (len(self.files), len(self.files[0])),
-                                       TILE_FIELDS, ("allocated",))
+            top, local, records, block = self._descriptors()
             words, defined = self._written()
             tiles = old.tiles.replace(
                 words=with_words(old.tiles.words, old.tiles.words.dtype, words),
                 defined=with_words(old.tiles.defined, bool, defined),
                 **kept_or_put(old.tiles, local))
-            records = descriptor_columns(self.shared, (len(self.shared),), SHARED_FIELDS,
-                                         ("published", "contents_defined"))
             shared = old.shared.replace(
-                words=with_rows(old.shared.words, np.uint64,
-                                {(r,): w for r, w in self._shared_payload.items()
-                                 if w != self._shared_loaded[r]}),
+                words=with_rows(old.shared.words, np.uint64, self._shared_written()),
                 **kept_or_put(old.shared, records))
-            leaves = {"gm": np.frombuffer(self.gm, np.uint8).copy(),
-                      "gpr": np.array(self.gpr, np.uint64), "pc": np.uint64(self.pc),
-                      "fault": np.int32(self.fault),
-                      "fault_address": np.uint64(self.fault_address),
-                      "tile_capacity": np.uint64(self.tile_capacity)}
-            return old.replace(tiles=tiles, shared=shared, block=self._block_to_state(),
-                               **kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
+            return old.replace(tiles=tiles, shared=shared,
+                               block=old.block.replace(**kept_or_put(old.block, block)),
+                               **kept_or_put(old, top))
+
+    def to_leaves(self) -> dict:
+        """The machine as numpy leaves keyed and ordered as state.state_leaves
+        gives them, never touching JAX: what a campaign compares. A payload
+        leaf the run did not write is the input State's own array (read only)."""
+        top, local, records, block = self._descriptors()
+        words, defined = self._written()
+        old = self._state
+        tiles = dict(local, words=np_with_words(old.tiles.words, words),
+                     defined=np_with_words(old.tiles.defined, defined))
+        shared_words = np.asarray(old.shared.words)
+        rows = self._shared_written()
+        if rows:
+            shared_words = shared_words.copy()
+            for (r,), w in rows.items():
+                shared_words[r] = np.array(w, np.uint64)
+        shared = dict(records, words=shared_words)
+        out = {}
+        for name, group in (("", top), ("tiles.", tiles), ("shared.", shared), ("block.", block)):
+            for k, v in group.items():
+                out[f".{name}{k}"] = np.asarray(v)
+        return {k: out[k] for k in leaf_order(old)}
 
     def _written(self) -> tuple[dict, dict]:
         """(pe, pool slot) -> value of the allocated tiles' own slots that differ
@@ -425,7 +460,7 @@ class Machine:
                                     for j in np.flatnonzero(now != was).tolist()})
         return out
 
-    def _block_to_state(self):
+    def _block_leaves(self) -> dict:
         b = self.block
         iot = np.zeros((MAX_IOT, 8), np.int32)
         for i, binding in enumerate(b.iots):
@@ -444,8 +479,33 @@ class Machine:
                   "fpatr": np.uint32(b.fpatr & 0xFFFFFFFF),
                   "catr_present": np.bool_(b.catr_present),
                   "catr": np.uint32(b.catr & 0xFFFFFFFF)}
-        old = self._state.block
-        return old.replace(**kept_or_put(old, {k: np.asarray(v) for k, v in leaves.items()}))
+        return {k: np.asarray(v) for k, v in leaves.items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _leaf_order(treedef) -> tuple:
+    import jax
+    leaves = jax.tree_util.tree_unflatten(treedef, range(treedef.num_leaves))
+    return tuple(jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(leaves))
+
+
+def leaf_order(state) -> tuple:
+    """The leaf paths of a State in state.state_leaves' order."""
+    import jax
+    return _leaf_order(jax.tree_util.tree_structure(state))
+
+
+def np_with_words(leaf, words: dict) -> np.ndarray:
+    """A [4, K, W] numpy pool leaf with `words` ((pe, slot of the PE's pool) ->
+    value) written into a copy; the leaf itself (as numpy) when there are none."""
+    a = np.asarray(leaf)
+    if not words:
+        return a
+    a = a.copy()
+    W = a.shape[2]
+    keys = np.array(list(words), np.int64).reshape(-1, 2)
+    a[keys[:, 0], keys[:, 1] // W, keys[:, 1] % W] = np.array(list(words.values()), a.dtype)
+    return a
 
 
 def _row(leaf, index: tuple, dtype) -> list:

@@ -58,6 +58,17 @@ def run_core(state: State, words, *, on_fault: str = "abandon",
     return RunResult.from_state(m.to_state(), executed)
 
 
+def run_leaves(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
+               cfg: Optional[MachineConfig] = None, core: bool = False) -> tuple[dict, int]:
+    """`run` (core=True: `run_core`) returning the final State as numpy leaves
+    (state.state_leaves' keys and order) and the executed count, never touching
+    JAX: a campaign's oracle, whose input State may hold numpy leaves."""
+    check_args(state, pe, on_fault)
+    m = Machine(state, cfg)
+    executed = run_machine(m, word_list(words), 0 if core else int(pe), on_fault, core=core)
+    return m.to_leaves(), executed
+
+
 def run_machine(m: Machine, stream: list, pe: int, on_fault: str, core: bool = False) -> int:
     """Execute the word list on `m` in place; return the count of completed words.
     core=False: PE `pe`'s view; core=True: the four PEs (header phase on PE0)."""
