@@ -33,7 +33,8 @@ from ptojax.interop import from_arch_state, validate
 from ptojax.state import state_differences
 
 ROWS = 64                                   # one compiled shape: [64, 16]
-BASE = ["--config", "tiny", "--batch", str(ROWS), "--jobs", "1"]
+# no Core share (one compiled program; the Core's campaigns ask for theirs)
+BASE = ["--config", "tiny", "--batch", str(ROWS), "--jobs", "1", "--core-share", "0"]
 HERE = Path(__file__).resolve().parent
 EXTERNAL = f"{sys.executable} {HERE / 'fuzz_external_reference.py'}"
 CFG = pj.preset("tiny")
@@ -130,13 +131,16 @@ def test_matrix_ops_selection_and_weights():
     assert V.parse_ops("tmatmul,tgemvmx_acc") == {"TMATMUL", "TGEMVMX.ACC"}
     assert len(V.MATRIX_OPS) == 12 and set(V.MATRIX_OPS) <= set(V.IMPLEMENTED_OPS)
     cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=V.parse_ops(ops), **kw)
-    assert (cfg("all").cas, cfg("all").matmul) == (1 / 3, 0.0)
+    assert (cfg("all").cas, cfg("all").matmul) == (0.2, 0.3)
     assert (cfg("tload,mgather_cas").cas, cfg("tload,mgather_cas").matmul) == (1 / 3, 0.0)
     assert (cfg("tmatmul,tgemv").cas, cfg("tmatmul,tgemv").matmul) == (0.0, 1.0)
     assert (cfg("tload,tmatmul").cas, cfg("tload,tmatmul").matmul) == (0.0, 1 / 3)
     assert (cfg("mgather_cas,tmatmul").cas, cfg("mgather_cas,tmatmul").matmul) == (1 / 3, 1 / 3)
     assert cfg("mgather_cas,tmatmul", matmul_weight=0.9).cas == pytest.approx(0.1)
-    assert cfg("all").gen == G.GenConfig(machine=CFG, max_words=C.WORDS, cas_weight=1 / 3)
+    assert cfg("all").gen == G.GenConfig(machine=CFG, max_words=C.WORDS, cas_weight=0.2,
+                                         matmul_weight=0.3)
+    assert cfg("tload,mgather_cas").gen == G.GenConfig(machine=CFG, max_words=C.WORDS,
+                                                       cas_weight=1 / 3)
     assert cfg("tmatmul,tgemv").gen.matmul_forms == ("TMATMUL", "TGEMV")
     sel = C.Selection(ops=V.parse_ops("tmatmul,tgemv"))
     drawn = list(C.draw_cases(3, 30, cfg("tmatmul,tgemv").gen, sel))
@@ -163,9 +167,10 @@ def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):
     labels in the coverage universe, the options reach the campaign (faked here:
     test_core_campaign_on_jax runs a real one), the flag in case files."""
     cfg = lambda ops, **kw: C.CampaignConfig(config="tiny", ops=V.parse_ops(ops), **kw)
-    assert cfg("all").coop == 0.0 and cfg("tload").coop == 0.0
+    assert cfg("all", core_share=0).coop == 0.0 and cfg("tload").coop == 0.0
+    assert (cfg("all").share_core, cfg("all").coop) == (C.CORE_SHARE, 1 / 3)
     assert (cfg("all", core=True).cas, cfg("all", core=True).matmul,
-            cfg("all", core=True).coop) == (1 / 3, 0.0, 1 / 3)
+            cfg("all", core=True).coop) == (0.2, 0.3, 1 / 3)
     assert (cfg("tmatmul", core=True).matmul, cfg("tmatmul", core=True).coop) == \
         (pytest.approx(2 / 3), 1 / 3)
     assert cfg("tload,tstore", core=True).coop == 0.0
@@ -319,10 +324,13 @@ def test_differences_field_by_field():
     assert d2 == [{"field": "shape gm", "jax": f"uint8[{CFG.gm_bytes}]",
                    "reference": f"uint8[{CFG.gm_bytes + 2}]"}]
     assert not a.same(c) and a.same(C.Outcome(dict(base), 3))
-    batch = C.BatchOutcomes({k: v[None] for k, v in base.items()}, np.array([3]))
-    assert C.mismatch_mask(batch, [c], [0]).tolist() == [True]
-    assert C.mismatch_mask(batch, [a], [0]).tolist() == [False]
-    assert C.mismatch_mask(batch, [C.Outcome.failed(RuntimeError("x"))], [0]).tolist() == [True]
+    batch = C.Results({k: v[None] for k, v in base.items()}, np.array([3]))
+    stack = lambda *outs: C.Results.stack(list(outs), CFG)
+    assert C.mismatches(batch, [0], stack(c)).tolist() == [True]          # kept aside as odd
+    assert C.mismatches(batch, [0], stack(a)).tolist() == [False]
+    assert C.mismatches(batch, [0], stack(C.Outcome.failed(RuntimeError("x")))).tolist() == [True]
+    assert C.mismatches(batch, [0, 0], stack(a, b)).tolist() == [False, True]
+    assert stack(c).odd[0] is grown and stack(a, c)[1].leaves is grown
 
 
 def test_bad_options_exit_2(capsys, tmp_path):
@@ -352,7 +360,7 @@ def test_ci_campaign_every_op_every_fault(capsys, tmp_path):
     execution model (every transport and matrix fault path) fires, but the
     non-architectural Fault_Unimplemented (no drawn stream is outside the slice)."""
     rc, rep, err = fuzz_json(capsys, "--ops", "tload,tstore,mgather_cas," + MATRIX_TOKENS,
-                             "--cas-weight", "0.25", "--matmul-weight", "0.25",
+                             "--cas-weight", "0.25", "--matmul-weight", "0.25", "--variants", "1",
                              "--count", str(CI_COUNT), "--seed", str(CI_SEED), "--out", str(tmp_path))
     print(json.dumps({k: rep[k] for k in ("cases", "compared", "mismatches", "seconds",
                                           "cases_per_s", "first_call_seconds")}),
@@ -453,7 +461,7 @@ def test_an_oracle_exception_is_a_finding(capsys, tmp_path, monkeypatch):
 def test_export_files_validate_and_hold_the_oracle_result(capsys, tmp_path):
     edir = tmp_path / "export"
     rc, rep, err = fuzz_json(capsys, "--count", str(ROWS - 1), "--seed", "3", "--export", str(edir),
-                             "--export-limit", "12", "--out", str(tmp_path / "out"))
+                             "--export-limit", "12", "--variants", "1", "--out", str(tmp_path / "out"))
     assert rc == 0, err
     assert rep["export"]["cases"] == 12
     index = json.loads((edir / "index.json").read_text())
@@ -487,7 +495,8 @@ def test_against_external_reference_command(capsys, tmp_path):
                              "--against", EXTERNAL, "--out", str(tmp_path))
     assert rc == 0, err
     assert rep["compared"] == 0 and rep["cases"] == ROWS - 1
-    assert rep["against"] == {"command": EXTERNAL, "compared": ROWS - 1, "mismatches": 0}
+    assert rep["against"] == {"command": EXTERNAL, "protocol": "lines", "compared": ROWS - 1,
+                              "mismatches": 0, "error": None}
 
 
 def test_against_finds_a_broken_external_command(capsys, tmp_path):
@@ -516,11 +525,13 @@ def test_against_protocol_errors_exit_2(capsys, tmp_path):
 
 
 def test_shard_option(capsys, tmp_path):
-    rc, rep, err = fuzz_json(capsys, "--count", "20", "--seed", "2", "--shard", "1/2", "--quiet")
+    """A shard runs the drawn cases k // variants of its share, with their variants."""
+    rc, rep, err = fuzz_json(capsys, "--count", "20", "--seed", "2", "--shard", "1/2", "--quiet",
+                             "--variants", "4")
     assert rc == 0, err
-    assert rep["shard"] == [1, 2] and rep["cases"] == rep["compared"] == 10
+    assert rep["shard"] == [1, 2] and rep["cases"] == rep["compared"] == 8 and rep["drawn"] == 2
     merged = C.merge_reports([rep, rep])
-    assert merged["cases"] == 20 and sum(merged["coverage"]["kinds"].values()) == 20
+    assert merged["cases"] == 16 and sum(merged["coverage"]["kinds"].values()) == 16
 
 
 def test_hold_mode_campaign(capsys, tmp_path):

@@ -28,7 +28,7 @@ from ptojax.state import PRESETS, state_leaves
 TINY, SMALL = PRESETS["tiny"], PRESETS["small"]
 N = 200
 CASE_FIELDS = ("words", "gm", "gprs", "kind", "mutations", "pc", "tile_capacity", "pe", "notes",
-               "setup", "undefine", "core")
+               "setup", "undefine", "core", "pokes")
 
 
 def _case_digest(h, case: G.Case):
@@ -41,6 +41,8 @@ def _case_digest(h, case: G.Case):
     h.update(setup.tobytes())
     h.update(bytes(case.gm))
     h.update(repr(sorted((pe, sorted(regs.items())) for pe, regs in case.gprs.items())).encode())
+    if case.pokes:                    # the generator draws none (a campaign's variants add them)
+        h.update(repr(tuple(case.pokes)).encode())
 
 
 def _state_digest(h, case: G.Case, cfg):

@@ -17,6 +17,7 @@ FUZZ_DEFAULT_CONFIG = "asl"          # the model's own bounds (--config tiny for
 FUZZ_DEFAULT_OUT = "ptojax-fuzz"
 BATCH_BYTES = 1 << 30                 # the default batch: 256 rows, or 32 past this many bytes
 EDGE_WEIGHT_ASL = 0.2                 # the default --edge-weight at asl (elsewhere 0)
+DEFAULT_VARIANTS = 8                  # cases per drawn case: it and 7 variants
 
 
 def default_rows(config: str) -> int:
@@ -51,17 +52,22 @@ def cmd_fuzz(args) -> int:
         if not args.quiet:
             err.print(text, markup=False, highlight=False)
 
-    exporter = report.Exporter(args.export, cc, args.export_limit) if args.export else None
+    exporter = None
+    if args.export:
+        make = report.BatchExporter if args.export_format == "batch" else report.Exporter
+        exporter = make(args.export, cc, args.export_limit)
     res = _run(args, cc, exporter)
     files = report.write_mismatches(
         res, cc, Path(args.out or FUZZ_DEFAULT_OUT), max_files=args.max_files,
         shrink_limit=0 if args.no_shrink else args.shrink_limit,
-        shrink_seconds=args.shrink_seconds, against=args.against, say=say) if res.kept else []
+        shrink_seconds=args.shrink_seconds, against=args.against, say=say,
+        against_protocol=args.against_protocol) if res.kept else []
     extra = {"mismatch_files": files,
              "mismatch_signatures": len({m.signature for m in res.kept})}
     if args.against:
-        extra["against"] = {"command": args.against, "compared": res.against_compared,
-                            "mismatches": res.against_mismatches}
+        extra["against"] = {"command": args.against, "protocol": args.against_protocol,
+                            "compared": res.against_compared, "mismatches": res.against_mismatches,
+                            "error": res.stopped}
     if exporter is not None:
         extra["export"] = exporter.write_index()
     rep = C.report_json(res, extra)
@@ -71,6 +77,10 @@ def cmd_fuzz(args) -> int:
         print(json.dumps(rep, indent=1))
     else:
         print_fuzz_report(rep)
+    if res.stopped:             # an error: said even with --quiet
+        err.print(f"ptojax fuzz: error: {res.stopped}; the campaign stopped there, and the report "
+                  f"covers the {res.cases:,} cases it finished", markup=False, highlight=False)
+        return 2
     if res.mismatches or res.against_mismatches:
         return 1
     if res.interrupted:
@@ -105,14 +115,25 @@ def _check(args):
                        "the two probabilities sum past 1")
     if args.coop_weight is not None and not 0.0 <= args.coop_weight <= 1.0:
         raise CliError(f"--coop-weight {args.coop_weight}: expected a probability in 0..1")
-    if args.coop_weight and not args.core:
-        raise CliError("--coop-weight: cooperative kinds run on the Core; add --core")
+    if args.coop_weight and not args.core and args.core_share == 0:
+        raise CliError("--coop-weight: cooperative kinds run on the Core; add --core or a "
+                       "--core-share above 0")
     if not 0.0 <= args.edge_weight <= 1.0:
         raise CliError(f"--edge-weight {args.edge_weight}: expected a probability in 0..1")
     if args.core and args.pe != 0:
         raise CliError("--core runs every PE; leave --pe at 0")
-    if args.core and args.against:
-        raise CliError("--core: the --against protocol carries one PE's view only")
+    if (args.core or (args.core_share is None and args.ops in (None, "all")) or args.core_share) \
+            and args.against and args.against_protocol == "lines":
+        raise CliError("--core / --core-share: the lines protocol carries one PE's view only; "
+                       "use --against-protocol batch")
+    if args.core_share is not None and not 0.0 <= args.core_share <= 1.0:
+        raise CliError(f"--core-share {args.core_share}: expected a probability in 0..1")
+    if args.variants is None:
+        args.variants = DEFAULT_VARIANTS
+    if args.variants < 1:
+        raise CliError(f"--variants {args.variants}: expected at least 1")
+    if args.against_timeout <= 0:
+        raise CliError(f"--against-timeout {args.against_timeout}: expected seconds > 0")
     if args.jobs is not None and args.jobs < 1:
         raise CliError(f"--jobs {args.jobs}: expected at least 1")
 
@@ -137,10 +158,14 @@ def _campaign_config(args, C):
                           sample=args.sample, on_fault=args.on_fault, pe=args.pe, ops=ops,
                           kinds=kinds, jobs=jobs, shard=shard, cas_weight=args.cas_weight,
                           matmul_weight=args.matmul_weight, profile=args.profile, core=args.core,
-                          coop_weight=args.coop_weight, edge_weight=args.edge_weight)
+                          core_share=args.core_share, coop_weight=args.coop_weight,
+                          edge_weight=args.edge_weight, variants=args.variants)
     if cc.cas + cc.matmul + cc.coop + cc.edge_weight > 1.0 + 1e-12:
         raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}), cooperative "
                        f"({cc.coop:g}) and edge ({cc.edge_weight:g}) shares sum past 1")
+    if cc.cas + cc.matmul + cc.edge_weight > 1.0 + 1e-12:
+        raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}) and edge "
+                       f"({cc.edge_weight:g}) shares sum past 1")
     return cc
 
 
@@ -151,14 +176,16 @@ def _run(args, cc, export):
     ext = None
     if args.against:
         try:
-            ext = casefile.External(args.against, cc.machine, cc.on_fault)
+            if args.against_protocol == "batch":
+                from ptojax.fuzz.dut import BatchedDut
+                ext = BatchedDut(args.against, cc.machine, cc.pe, cc.on_fault, args.against_timeout)
+            else:
+                ext = casefile.External(args.against, cc.machine, cc.on_fault, args.against_timeout)
         except casefile.ExternalError as e:
             raise CliError(str(e)) from None
     update, stop = _fuzz_progress(not args.no_progress and not args.quiet)
     try:
         return C.run_campaign(cc, progress=update, export=export, against=ext)
-    except casefile.ExternalError as e:
-        raise CliError(f"--against: {e}") from None
     except ValueError as e:
         raise CliError(str(e)) from None
     finally:
@@ -256,7 +283,13 @@ def print_fuzz_report(rep: dict, con=None):
                            f"{rep['cases_per_call']} cases per call, on_fault {rep['on_fault']}, "
                            + ("the Core (core=True, coop_weight "
                               f"{rep.get('coop_weight', 0):g}), " if rep.get("core")
-                              else f"PE {rep['pe']}, ") + f"{rep['devices']} device(s))")
+                              else f"PE {rep['pe']}, " + (
+                                  f"{rep['core_share']:g} of the draws on the Core, "
+                                  if rep.get("core_share") else ""))
+                           + f"{rep['devices']} device(s))")
+    if rep.get("variants", 1) > 1:
+        t.add_row("drawn", f"{rep['drawn']:,} drawn cases, each with up to {rep['variants'] - 1} "
+                           f"variants ({rep['cases'] - rep['drawn']:,} variants)")
     ref = "pj.reference.run_core" if rep.get("core") else "pj.reference.run"
     t.add_row("compared", f"{rep['compared']:,} with {ref} "
                           f"({'all' if sample >= 1 else f'seeded sample, fraction {sample:g}'})")
@@ -269,6 +302,11 @@ def print_fuzz_report(rep: dict, con=None):
     steady = rep.get("steady_cases_per_s")
     t.add_row("cases/s", f"{rep['cases_per_s']:,.0f} overall"
               + (f", {steady:,.0f} after the first call" if steady else ""))
+    if rep.get("stage_seconds"):
+        t.add_row("stages", "  ".join(f"{k} {v:.1f} s" for k, v in rep["stage_seconds"].items())
+                  + f"  ({rep.get('batches', 0):,} batches, {rep.get('setup_batches', 0):,} setup)")
+    if rep.get("stopped"):
+        t.add_row("stopped", rep["stopped"])
     t.add_row("seed / ops / kinds", f"{rep['seed']} / {rep['ops'] if isinstance(rep['ops'], str) else ','.join(rep['ops'])}"
                                     f" / {rep['kinds'] if isinstance(rep['kinds'], str) else ','.join(rep['kinds'])}")
     if rep["shard"] != [0, 1]:
@@ -278,9 +316,15 @@ def print_fuzz_report(rep: dict, con=None):
     c.add_column("axis", style="bold", no_wrap=True)
     c.add_column("counts")
     c.add_column("never hit", style="yellow")
-    for axis in ("operations", "dtypes", "layouts", "faults", "kinds", "mutations", "edges"):
-        c.add_row(axis, _counts_text(rep["coverage"][axis]),
-                  ", ".join(rep["never_hit"][axis]) or "-")
+    for axis in ("families", "operations", "dtypes", "layouts", "faults", "kinds", "mutations",
+                 "variants", "edges"):
+        counts = rep["coverage"].get(axis, {})
+        if axis == "variants":         # one entry per field changed: summed by kind of change
+            summed = {}
+            for k, v in counts.items():
+                summed[k.split(" ")[0]] = summed.get(k.split(" ")[0], 0) + v
+            counts = summed
+        c.add_row(axis, _counts_text(counts), ", ".join(rep["never_hit"].get(axis, [])) or "-")
     for axis, vals in rep.get("not_applicable", {}).items():
         if vals:
             c.add_row(f"{axis} (n/a)", f"not drawn on config {rep['config']}: {', '.join(vals)}", "-")
@@ -289,4 +333,5 @@ def print_fuzz_report(rep: dict, con=None):
         con.print(f"mismatch written: {f}  (ptojax replay {f})", markup=False, soft_wrap=True)
     if rep.get("export"):
         e = rep["export"]
-        con.print(f"exported {e['cases']:,} cases to {e['dir']}", markup=False, soft_wrap=True)
+        con.print(f"exported {e['cases']:,} cases to {e['dir']} ({e['format']})", markup=False,
+                  soft_wrap=True)

@@ -129,19 +129,28 @@ def _add_fuzz(sub, configs: str):
     f.add_argument("--kinds", metavar="PATTERNS",
                    help="comma list of fnmatch patterns on the generator's case kind (e.g. 'cube_*')")
     f.add_argument("--cas-weight", type=float, metavar="P",
-                   help="probability that a drawn case is an MGATHER.CAS kind (default: 0 without "
-                        "mgather_cas in --ops, 1 when it is the only op, else 1/3)")
-    f.add_argument("--matmul-weight", type=float, metavar="P",
-                   help="probability that a drawn case is a TMATMUL/TGEMV kind (default: 0 unless "
-                        "--ops names a matrix operation, 1 when it names only matrix operations, "
+                   help="probability that a drawn case is an MGATHER.CAS kind (default: 1/5 with "
+                        "--ops all, 0 without mgather_cas in --ops, 1 when it is the only op, "
                         "else 1/3)")
+    f.add_argument("--matmul-weight", type=float, metavar="P",
+                   help="probability that a drawn case is a TMATMUL/TGEMV kind, post-processing "
+                        "included (default: 3/10 with --ops all, 0 unless --ops names a matrix "
+                        "operation, 1 when it names only matrix operations, else 1/3)")
     f.add_argument("--core", action="store_true",
                    help="run every case on the Core's four PEs: pj.batch.run(core=True) against "
                         "pj.reference.run_core (docs/shared-decisions.md); draws cooperative "
                         "TMATMUL and Shared TLOAD/TSTORE kinds too (--coop-weight)")
+    f.add_argument("--core-share", type=float, metavar="P",
+                   help="without --core: the share of drawn cases that run on the Core, with the "
+                        "cooperative and Shared kinds among them (default 1/32 with --ops all, "
+                        "else 0)")
     f.add_argument("--coop-weight", type=float, metavar="P",
-                   help="with --core: probability that a drawn case is a cooperative / Shared kind "
+                   help="among the Core's cases: probability of a cooperative / Shared kind "
                         "(default 1/3 when --ops includes a TMATMUL form or is all, else 0)")
+    f.add_argument("--variants", type=int, default=None, metavar="M",
+                   help="cases per drawn case: it and M-1 variants of it (one to three word, "
+                        "field, GPR or GM changes, fuzz/variants.py) on its initial State "
+                        "(default 8; 1: drawn cases only)")
     f.add_argument("--edge-weight", type=float, default=None, metavar="P",
                    help="probability that a drawn case is an edge kind: a tile past 256 payload "
                         "Words up to and over the config's tile_words (not on tiny), or an "
@@ -184,12 +193,24 @@ def _add_fuzz_outputs(f):
     f.add_argument("--max-files", type=int, default=20,
                    help="mismatch files written at most, one per distinct kind (default 20)")
     f.add_argument("--export", metavar="DIR",
-                   help="also write cases as initial state + words + the reference model's final "
-                        "state (pto.asl-model.arch-state.v1 envelopes)")
-    f.add_argument("--export-limit", type=int, metavar="K", help="export only the first K cases")
+                   help="also write the cases: with --export-format json, initial state + words + "
+                        "the reference model's final state (pto.asl-model.arch-state.v1 "
+                        "envelopes, one file a case); with batch, one file of arrays a batch "
+                        "(ptojax.fuzz-batch.v1: cases, initial and pj.batch.run's final states)")
+    f.add_argument("--export-format", choices=["json", "batch"], default="json",
+                   help="json (default): arch-state envelopes for the reference runner; batch: "
+                        "safetensors files of arrays, at the campaign's speed")
+    f.add_argument("--export-limit", type=int, metavar="K",
+                   help="export only the cases numbered below K")
     f.add_argument("--against", metavar="CMD",
-                   help="also run every case on an external command speaking the "
-                        "ptojax.fuzz-against.v1 line protocol and compare its final states")
+                   help="also run every case on an external command (a DUT) and compare its final "
+                        "states with pj.batch.run's (--against-protocol)")
+    f.add_argument("--against-protocol", choices=["lines", "batch"], default="lines",
+                   help="lines (default): one JSON request line a case "
+                        "(ptojax.fuzz-against.v1); batch: one request of arrays a batch "
+                        "(ptojax.fuzz-dut-request.v1, examples/dut_harness.py)")
+    f.add_argument("--against-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds to wait for the command's answer (default 120)")
     f.add_argument("--shard", metavar="I/N",
                    help="run case k only when k %% N == I (one share of the campaign)")
     f.add_argument("--distributed", action="store_true",
@@ -212,6 +233,8 @@ def _add_replay(sub):
                         epilog="Exit status: 0 the models agree, 1 they differ, 2 bad input.")
     rp.add_argument("file", help="a ptojax.fuzz-case.v1 or ptojax.fuzz-export.v1 JSON file")
     rp.add_argument("--against", metavar="CMD", help="compare with this external command")
+    rp.add_argument("--against-protocol", choices=["lines", "batch"],
+                    help="the command's protocol (default: the file's, else lines)")
     rp.add_argument("--reference", action="store_true",
                     help="compare with the reference model even if an external command found it")
     rp.add_argument("--batch", type=int, help="rows of the compiled shape (default: the file's)")

@@ -32,7 +32,8 @@ def cmd_replay(args) -> int:
     ensure_compile_cache()
     command = args.against or (rp.data.get("against") if not args.reference else None)
     try:
-        r = replay(rp, args.batch or rp.rows, command)
+        protocol = args.against_protocol or (rp.data.get("against_protocol") or "lines")
+        r = replay(rp, args.batch or rp.rows, command, protocol)
     except casefile.ExternalError as e:
         raise CliError(f"--against: {e}") from None
     saved = rp.data.get("differences")

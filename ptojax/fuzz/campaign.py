@@ -1,20 +1,25 @@
 """Differential campaigns: pj.batch.run against the pj.reference oracle (`ptojax fuzz`).
 
-A campaign draws Cases from `ptojax.fuzz.gen` (case number k of seed S
-is `random_case(default_rng(SeedSequence(S, spawn_key=(j,))))` for its draw
-index j, the same Case `random_cases(S, n)[j]` gives), runs them in batches
-through `pj.batch.run` and runs every case (or a seeded sample) through
-`pj.reference.run`, and compares every State leaf, the fault and the executed
-count. It counts coverage (operations by BSTART word, BSTART dtypes, B.DATR
-Layout codes, final faults, the generator's kind and mutation labels) and
-keeps the mismatching Cases for the shrinker.
+A campaign is a pipeline of batches, every stage array code but the oracle:
 
-One compiled shape: every `pj.batch.run` call gets `rows` rows of `length`
-words. Cases fill rows 0..rows-2; the rest are filler rows of length 0 (never
-executed) whose words are BSTARTs of every effectful operation, so the static
-arguments `pj.batch.run` derives from the words (completion bound, effect
-set) are the same for every call, and a whole campaign, its shrinking and its
-replays compile `pj.batch.run` once per (config, rows).
+1. draw: worker processes draw pools of cases (cases.draw_pool: the drawn
+   Cases, their variants, as arrays);
+2. set up: the drawn cases whose initial State needs setup words run them
+   on pj.batch.run (engine.Engine.prepare), once for all their variants;
+3. route: the rows are sorted by what their completions cost (the effect
+   groups and the completion bound, engine.row_signature) into batches of
+   one compiled shape, so a batch pays for the families its rows use;
+4. run: each batch's States are built on the device and run, donated;
+5. compare: a seeded sample of the rows runs on pj.reference in the workers
+   (oracle.py), whose stacked final States are compared with the batch's in
+   one vectorized pass per leaf (compare.mismatches); coverage is counted
+   per batch (coverage.Coverage.add_batch);
+6. export and DUT: a batch is written as one file of arrays, or sent to an
+   external device under test as one request (dut.py), the answer compared
+   the same way.
+
+The engine runs in a thread of its own (XLA releases the GIL), the oracle and
+the drawing in worker processes (`jobs` > 1) or in this thread.
 """
 
 from __future__ import annotations
@@ -22,9 +27,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import dataclasses
-import fnmatch
-import functools
-import multiprocessing
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Sequence
@@ -33,550 +35,26 @@ import jax
 import numpy as np
 
 from .. import tables
-from ..report import index_ranges
-from ..state import (MachineConfig, State, leaf_differences, own_words, state_leaves, tile_words,
-                     tile_leaves as tile_leaves_of)
+from ..state import MachineConfig, State, state_leaves
 from . import gen as G
-from .coverage import MATRIX_OPS, Coverage, case_ops, op_token
+from .cases import (Drawing, Pool, Selection, case_at, draw_pool, initial_state, sampled,
+                    sampled_mask)
+from .compare import (BatchOutcomes, Outcome, Results, differences, format_difference, mismatches,
+                      signature)
+from .coverage import MATRIX_OPS, Coverage, op_token
+from .engine import (PROGRAM_WORDS, WORDS, Engine, Rows, filler_words, leaves_of, reset_leaves,
+                     row_signature)
+from .oracle import Oracle, concat, reference_outcome
+from .starts import Starts
 
-WORDS = 16                       # words per row: GenConfig.max_words, one length bucket
 REPORT_FORMAT = "ptojax.fuzz-report.v1"
+POOL_BATCHES = 8               # engine batches a pool holds: what routing sorts at once
+# the Core's share of an all-families campaign: a Core completion costs the
+# engine about ten single-PE ones (four PEs, all-or-nothing), so a small share
+CORE_SHARE = 1 / 32
 
-@dataclass(frozen=True)
-class Selection:
-    """Which drawn Cases a campaign keeps.
 
-    ops: a case is kept when one of its BSTART words names a selected
-    operation, or when none of its words is a BSTART at all (header commands
-    outside a block, random words: the block lifecycle every operation
-    shares); None keeps every case. kinds: fnmatch patterns on Case.kind
-    (None: any kind). Both must hold.
-    """
-    ops: Optional[frozenset] = None
-    kinds: Optional[tuple] = None
-
-    def __call__(self, case) -> bool:
-        if self.kinds is not None and not any(fnmatch.fnmatchcase(case.kind, p) for p in self.kinds):
-            return False
-        if self.ops is None:
-            return True
-        named = case_ops(case)
-        return not named or bool(named & self.ops)
-
-    @property
-    def everything(self) -> bool:
-        return self.ops is None and self.kinds is None
-
-
-def case_at(seed: int, index: int, gen: G.GenConfig) -> G.Case:
-    """Draw number `index` of seed `seed` (= random_cases(seed, n, gen)[index])."""
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
-    return G.random_case(rng, gen)
-
-
-def draw_cases(seed: int, count: int, gen: G.GenConfig, select: Selection = Selection(),
-               shard: tuple = (0, 1), max_misses: int = 20000) -> Iterator[tuple]:
-    """(k, draw index, Case) of this shard's share of the first `count` selected cases.
-
-    Case k (0-based among the selected ones) belongs to shard k % n, so the
-    shards of one seed together run exactly the single-process campaign.
-    """
-    me, n = shard
-    if select.everything:
-        for k in range(me, count, n):
-            yield k, k, case_at(seed, k, gen)
-        return
-    k = j = misses = 0
-    while k < count:
-        c = case_at(seed, j, gen)
-        if select(c):
-            if k % n == me:
-                yield k, j, c
-            k += 1
-            misses = 0
-        else:
-            misses += 1
-            if misses >= max_misses:
-                raise ValueError(f"{max_misses} draws in a row matched no selected operation/kind; "
-                                 "the generator does not produce such cases")
-        j += 1
-
-
-def _mix64(x: int) -> int:
-    """splitmix64 finalizer (deterministic per-case sampling)."""
-    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return x ^ (x >> 31)
-
-
-def sampled(seed: int, k: int, fraction: float) -> bool:
-    """Whether case k of a campaign with this seed runs on the oracle."""
-    if fraction >= 1.0:
-        return True
-    if fraction <= 0.0:
-        return False
-    return _mix64((seed * 0x100000001B3) ^ (k + 0x5A5A)) < fraction * 2.0 ** 64
-
-
-# ----------------------------------------------------------------- states and rows
-
-
-@functools.lru_cache(maxsize=8)
-def reset_leaves(cfg: MachineConfig) -> State:
-    """pj.reset(cfg) with numpy leaves (cheap to copy and stack)."""
-    from ..state import reset
-    return jax.tree_util.tree_map(np.asarray, reset(cfg))
-
-
-def _prepared(case) -> bool:
-    """Whether the Case's initial State needs more than its GM/GPR/PC/capacity
-    fields (setup words run on the oracle, undefined Words: gen.Case)."""
-    return bool(getattr(case, "setup", ()) or getattr(case, "undefine", ()))
-
-
-def initial_state(case: G.Case, cfg: MachineConfig) -> State:
-    """The Case's initial State with numpy leaves: what gen.build_state
-    builds (it runs a Case's setup words on the oracle), without a device
-    round trip per case when there is no setup. Raises RuntimeError when the
-    setup does not complete (a shrinking candidate can break it)."""
-    a = G.case_arrays(case, cfg)
-    st = reset_leaves(cfg).replace(gm=a["gm"], gpr=a["gpr"], pc=np.asarray(a["pc"], np.uint64),
-                                   tile_capacity=np.asarray(a["tile_capacity"], np.uint64))
-    if _prepared(case):
-        prepare = getattr(G, "prepare_state", None)     # build_state's second half
-        st = prepare(st, case, cfg) if prepare else G.build_state(case, cfg)
-        st = jax.tree_util.tree_map(np.asarray, st)
-    return st
-
-
-# one per effect group; TSTORE.SPART is both TSTORE and SHARED (Shared TLOAD/TSTORE),
-# which a drawn B.IOS word reaches in single-PE campaigns too
-FILLER_OPS = ("TLOAD", "TSTORE.SPART", "MGATHER.CAS", "TMATMUL")
-
-
-def filler_words(length: int = WORDS) -> np.ndarray:
-    """The words of a filler row: BSTARTs of FILLER_OPS in turn, so every effect
-    group (machine.possible_effects: TLOAD, TSTORE, SHARED, MGATHER.CAS,
-    MATMUL) is in every call's effect set: one program per campaign, where a
-    batch with a B.IOS word used to compile a second one."""
-    starts = [G.START[op] for op in FILLER_OPS]
-    return np.array([starts[k % len(starts)] for k in range(length)], np.uint32)
-
-
-def leaf_names(cfg: MachineConfig) -> list:
-    return list(state_leaves(reset_leaves(cfg)))
-
-
-def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS,
-                 scratch: Optional[dict] = None):
-    """(batched State, words uint32[R, length], lengths int32[R]) for rows that are
-    Cases, (State, words) pairs, or None (a filler row).
-
-    scratch: a dict the caller keeps between calls, whose arrays the leaves of
-    whole-State rows are written into (the State returned is then only good
-    until the next call). A batch at `asl` is hundreds of MB, and a fresh
-    array of that size costs its page faults again every call."""
-    R = len(rows)
-    base = reset_leaves(cfg)
-    gm = np.zeros((R, cfg.gm_bytes), np.uint8)
-    gpr = np.zeros((R, tables.NUM_PES, tables.NUM_GPRS), np.uint64)
-    pc = np.zeros(R, np.uint64)
-    cap = np.full(R, cfg.tile_capacity, np.uint64)
-    words = np.tile(filler_words(length), (R, 1))
-    lengths = np.zeros(R, np.int32)
-    full = {}                                      # rows given as whole States
-    for r, row in enumerate(rows):
-        if row is None:
-            continue
-        if isinstance(row, G.Case) and _prepared(row):
-            row = (initial_state(row, cfg), row.words)
-        if isinstance(row, G.Case):
-            a = G.case_arrays(row, cfg)
-            gm[r], gpr[r], pc[r], cap[r] = a["gm"], a["gpr"], a["pc"], a["tile_capacity"]
-            w = row.words
-        else:
-            st, w = row
-            full[r] = st
-        if len(w) > length:
-            raise ValueError(f"row {r}: {len(w)} words exceed the row length {length}")
-        words[r, : len(w)] = np.asarray(w, np.uint32)
-        lengths[r] = len(w)
-    st = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (R,) + a.shape), base)
-    st = st.replace(gm=gm, gpr=gpr, pc=pc, tile_capacity=cap)
-    if full:
-        out = []
-        for i, a in enumerate(jax.tree_util.tree_leaves(st)):
-            buf = None if scratch is None else scratch.get(i)
-            if buf is None or buf.shape != a.shape or buf.dtype != a.dtype:
-                buf = np.empty(a.shape, a.dtype)
-                if scratch is not None:
-                    scratch[i] = buf
-            np.copyto(buf, a)
-            out.append(buf)
-        for r, s in full.items():
-            for i, x in enumerate(jax.tree_util.tree_leaves(s)):
-                out[i][r] = np.asarray(x)
-        st = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(st), out)
-    return st, words, lengths
-
-
-# ----------------------------------------------------------------- outcomes
-
-
-@dataclass
-class Outcome:
-    """One run's result as numpy: every State leaf, and the executed count.
-    `error` holds the exception a model raised instead of a result (leaves empty)."""
-    leaves: dict
-    executed: int
-    error: Optional[str] = None
-
-    @property
-    def fault(self) -> str:
-        if self.error is not None:
-            return "(exception)"
-        return tables.FAULTS[int(self.leaves[".fault"])]
-
-    @property
-    def fault_address(self) -> int:
-        return int(self.leaves[".fault_address"]) if self.error is None else 0
-
-    @property
-    def pc(self) -> int:
-        return int(self.leaves[".pc"]) if self.error is None else 0
-
-    @classmethod
-    def of(cls, result) -> "Outcome":
-        """From a RunResult (pj.run / pj.reference.run)."""
-        return cls(state_leaves(result.state), int(result.executed))
-
-    @classmethod
-    def failed(cls, e: BaseException) -> "Outcome":
-        return cls({}, -1, f"{type(e).__name__}: {e}")
-
-    def state(self, cfg: MachineConfig) -> State:
-        """The final State (numpy leaves)."""
-        if self.error is not None:
-            raise ValueError(f"no State: the run raised {self.error}")
-        base = reset_leaves(cfg)
-        treedef = jax.tree_util.tree_structure(base)
-        return jax.tree_util.tree_unflatten(treedef, list(self.leaves.values()))
-
-    def same(self, other: "Outcome") -> bool:
-        if self.error is not None or other.error is not None:
-            return False
-        return self.executed == other.executed and not leaf_differences(self.leaves, other.leaves,
-                                                                        limit=1)
-
-
-def reference_outcome(state: State, words, pe: int, on_fault: str, cfg: MachineConfig,
-                      core: bool = False) -> Outcome:
-    """pj.reference.run's result (core=True: pj.reference.run_core's); an
-    exception it raises is an Outcome too (a finding)."""
-    from .. import reference
-    try:
-        if core:
-            return Outcome.of(reference.run_core(state, list(words), on_fault=on_fault, cfg=cfg))
-        return Outcome.of(reference.run(state, list(words), pe, on_fault=on_fault, cfg=cfg))
-    except Exception as e:                   # noqa: BLE001 - reported as a mismatch
-        return Outcome.failed(e)
-
-
-class BatchOutcomes:
-    """pj.batch.run's results for the case rows of one call (numpy)."""
-
-    def __init__(self, leaves: dict, executed: np.ndarray):
-        self.leaves = leaves
-        self.executed = executed
-
-    def __len__(self) -> int:
-        return len(self.executed)
-
-    def __getitem__(self, i: int) -> Outcome:
-        return Outcome({k: v[i] for k, v in self.leaves.items()}, int(self.executed[i]))
-
-    @property
-    def fault_code(self) -> np.ndarray:
-        return self.leaves[".fault"]
-
-
-class JaxRunner:
-    """pj.batch.run at one compiled shape: `rows` rows of `length` words
-    (core=True: pj.batch.run(core=True), every completion a Core collective)."""
-
-    def __init__(self, cfg: MachineConfig, rows: int, pe: int = 0, on_fault: str = "abandon",
-                 length: int = WORDS, core: bool = False):
-        if rows < 2:
-            raise ValueError(f"a batch needs at least 2 rows (cases + the filler row), got {rows}")
-        if core and pe != 0:
-            raise ValueError("a Core runner runs every PE; leave pe at 0")
-        self.cfg, self.rows, self.pe, self.on_fault, self.length = cfg, rows, pe, on_fault, length
-        self.core = core
-        self._scratch = {}      # batch_arrays' reused arrays: run() finishes a batch before the next
-
-    @property
-    def capacity(self) -> int:
-        """Cases per call: every row but the last, which is always a filler row."""
-        return self.rows - 1
-
-    def run(self, items: Sequence) -> BatchOutcomes:
-        """Outcomes of up to `capacity` rows (Cases or (State, words) pairs), one call."""
-        from ..batch.execute import run as batch_run
-        n = len(items)
-        if not 1 <= n <= self.capacity:
-            raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")
-        rows = list(items) + [None] * (self.rows - n)
-        st, words, lengths = batch_arrays(rows, self.cfg, self.length, scratch=self._scratch)
-        res = batch_run(st, words, self.pe, lengths=lengths, on_fault=self.on_fault, cfg=self.cfg,
-                        core=self.core)
-        leaves = {k: v[:n] for k, v in state_leaves(res.state).items()}
-        return BatchOutcomes(leaves, np.asarray(res.executed)[:n])
-
-    def run_many(self, items: Sequence) -> list:
-        """Outcomes of any number of rows, `capacity` per call."""
-        out = []
-        for i in range(0, len(items), self.capacity):
-            b = self.run(items[i: i + self.capacity])
-            out += [b[j] for j in range(len(b))]
-        return out
-
-
-def mismatch_mask(got: BatchOutcomes, want: Sequence, rows: Sequence[int]) -> np.ndarray:
-    """bool[len(rows)]: row rows[i] of `got` differs from Outcome want[i] anywhere."""
-    if not rows:
-        return np.zeros(0, bool)
-    idx = np.asarray(rows)
-    failed = np.array([w.error is not None for w in want])
-    # a leaf of another shape or dtype (a model that grew GM, say) differs too
-    for k, a in got.leaves.items():
-        failed |= np.array([w.error is None and (w.leaves[k].shape != a.shape[1:]
-                                                 or w.leaves[k].dtype != a.dtype) for w in want])
-    bad = failed | (got.executed[idx] != np.array([w.executed for w in want]))
-    # row by row: stacking the oracle's States first would copy a batch of them
-    for i, (r, w) in enumerate(zip(idx, want)):
-        bad[i] = bad[i] or not all(np.array_equal(a[r], w.leaves[k]) for k, a in got.leaves.items())
-    return bad
-
-
-# ----------------------------------------------------------------- differences
-
-
-def _tile_name(slot: int, hand_slots: int) -> str:
-    return tables.tile_name((slot // hand_slots) * tables.HAND_SLOTS + slot % hand_slots)
-
-
-def _code_name(leaf: str, v: int):
-    if leaf == "dtype":
-        d = tables.DTYPE_BY_CODE.get(v)
-        return d.name if d else v
-    if leaf == "layout":
-        return tables.TILE_LAYOUTS[v] if 0 <= v < len(tables.TILE_LAYOUTS) else v
-    if leaf == "location":
-        return tables.TILE_LOCATIONS[v] if 0 <= v < len(tables.TILE_LOCATIONS) else v
-    if leaf == "mask":
-        return tables.mask_str(v)
-    if leaf == "allocated":
-        return bool(v)
-    return v
-
-
-def _py(v):
-    a = np.asarray(v)
-    if a.ndim == 0:
-        x = a.item()
-        return bool(x) if a.dtype == bool else int(x)
-    return [_py(x) for x in a]
-
-
-def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), limit: int = 8) -> list:
-    """Field-by-field differences of two outcomes, as JSON-ready dicts.
-
-    Each entry has "field" and the two values under `names`: fault,
-    executed, pc, fault_address, GM byte ranges (hex), GPRs by PE and name,
-    TILE_CAPACITY, per tile (by assembly name) each descriptor field and the
-    payload Words / defined bits that differ (slot lists, at most `limit`
-    shown with the count), and each block field.
-    """
-    x, y = names
-    out = []
-
-    def add(fieldname, va, vb, **extra):
-        out.append({"field": fieldname, **extra, x: va, y: vb})
-
-    if a.error is not None or b.error is not None:
-        add("exception", a.error, b.error)
-        return out
-
-    la, lb = dict(a.leaves), dict(b.leaves)
-    for k in list(la):
-        if la[k].shape != lb[k].shape or la[k].dtype != lb[k].dtype:
-            add(f"shape {k[1:]}", f"{la[k].dtype}{list(la[k].shape)}", f"{lb[k].dtype}{list(lb[k].shape)}")
-            la[k], lb[k] = None, None          # compared no further
-    scalar = lambda k: la[k] is not None
-    if scalar(".fault") and a.fault != b.fault:
-        add("fault", a.fault, b.fault)
-    if a.executed != b.executed:
-        add("executed", a.executed, b.executed)
-    if scalar(".pc") and a.pc != b.pc:
-        add("pc", hex(a.pc), hex(b.pc))
-    if scalar(".fault_address") and a.fault_address != b.fault_address:
-        add("fault_address", hex(a.fault_address), hex(b.fault_address))
-    ga, gb = la[".gm"], lb[".gm"]
-    if ga is not None:
-        for s, e in index_ranges(np.flatnonzero(ga != gb), gap=8):
-            add("gm", ga[s:e].tobytes().hex(), gb[s:e].tobytes().hex(), address=hex(s), length=e - s)
-    ra, rb = la[".gpr"], lb[".gpr"]
-    if ra is not None:
-        for pe, r in np.argwhere(ra != rb).tolist():
-            add(f"gpr PE{pe} {tables.GPR_NAMES[r]}", hex(int(ra[pe, r])), hex(int(rb[pe, r])))
-    if la[".tile_capacity"] is not None and int(la[".tile_capacity"]) != int(lb[".tile_capacity"]):
-        add("tile_capacity", int(la[".tile_capacity"]), int(lb[".tile_capacity"]))
-    tile_leaves = [k for k in la if k.startswith(".tiles.") and la[k] is not None]
-    ta, tb = tile_leaves_of(la), tile_leaves_of(lb)
-    hs = (la[".tiles.base"].shape[1] // 4) if ".tiles.base" in tile_leaves else 0
-    pool_reported = set()
-    for pe, slot in ((p, q) for p in range(tables.NUM_PES) for q in range(hs * 4)):
-        name = f"PE{pe} {_tile_name(slot, hs)}"
-        for k in tile_leaves:
-            leaf = k[len(".tiles."):]
-            if leaf in ("words", "defined"):     # the Words the slot owns on either side
-                part = ("words", "defined").index(leaf)
-                n = max(own_words(t, pe, slot)[part].size for t in (ta, tb))
-                va, vb = (tile_words(t, pe, slot)[part][:n] for t in (ta, tb))
-            else:
-                va, vb = la[k][pe, slot], lb[k][pe, slot]
-            if np.array_equal(va, vb):
-                continue
-            pool_reported.add(k)
-            if va.ndim == 0:
-                add(f"tile {name} {leaf}", _code_name(leaf, int(va)), _code_name(leaf, int(vb)))
-            else:
-                where = np.flatnonzero(va != vb)
-                shown = where[:limit].tolist()
-                fmt = (lambda v: bool(v)) if va.dtype == bool else (lambda v: f"0x{int(v):016x}")
-                add(f"tile {name} {leaf}", [fmt(va[i]) for i in shown], [fmt(vb[i]) for i in shown],
-                    slots=shown, count=int(where.size))
-    for k in (".tiles.words", ".tiles.defined"):     # pool Words no tile owns
-        if k in tile_leaves and k not in pool_reported and not np.array_equal(la[k], lb[k]):
-            where = np.argwhere(la[k] != lb[k])
-            add(f"tile pool {k[len('.tiles.'):]}", f"{len(where)} Words differ",
-                f"first at PE{where[0][0]} Word {where[0][1] * la[k].shape[-1] + where[0][2]}")
-    for k in la:
-        if k.startswith(".shared.") and la[k] is not None and not np.array_equal(la[k], lb[k]):
-            rec = np.flatnonzero((la[k] != lb[k]).reshape(la[k].shape[0], -1).any(axis=1))
-            add(f"shared {k[len('.shared.'):]}", f"records {rec.tolist()}",
-                [_py(la[k][i]) if la[k].ndim == 1 else int(np.sum(la[k][i] != lb[k][i]))
-                 for i in rec[:limit]])
-    for k in la:
-        if k.startswith(".block.") and la[k] is not None and not np.array_equal(la[k], lb[k]):
-            add(f"block {k[len('.block.'):]}", _py(la[k]), _py(lb[k]))
-    return out
-
-
-def format_difference(d: dict, names: tuple = ("jax", "reference")) -> str:
-    x, y = names
-    f = d["field"]
-    if f == "gm":
-        return f"gm[{d['address']}..+{d['length']}]: {x} {d[x]} | {y} {d[y]}"
-    if "slots" in d:
-        more = f" (of {d['count']})" if d["count"] > len(d["slots"]) else ""
-        return f"{f} at slots {d['slots']}{more}: {x} {d[x]} | {y} {d[y]}"
-    return f"{f}: {x} {d[x]} | {y} {d[y]}"
-
-
-def signature(diffs: list, names: tuple = ("jax", "reference")) -> tuple:
-    """A coarse label of a mismatch: the two faults when they differ, else the
-    fault and the kinds of field that differ (gm, tile, block, gpr, ...)."""
-    x, y = names
-    for d in diffs:
-        if d["field"] == "exception":
-            return ("exception",)
-        if d["field"].startswith("shape "):
-            return ("shape",)
-        if d["field"] == "fault":
-            return (f"{d[x]} vs {d[y]}",)
-    return ("same fault",) + tuple(sorted({d["field"].split(" ")[0] for d in diffs}))
-
-
-# ----------------------------------------------------------------- the oracle
-
-
-def _oracle_init():
-    # the oracle needs no accelerator: keep worker processes on the CPU
-    jax.config.update("jax_platforms", "cpu")
-
-
-def _oracle_chunk(items, cfg, on_fault):
-    """Reference outcomes of [Case or (Case, initial State)]."""
-    out = []
-    for item in items:
-        c, st = item if isinstance(item, tuple) else (item, None)
-        st = initial_state(c, cfg) if st is None else st
-        out.append(reference_outcome(st, c.words, c.pe, on_fault, cfg, getattr(c, "core", False)))
-    return out
-
-
-class _Done:
-    """A finished 'future' (in-process oracle)."""
-
-    def __init__(self, value):
-        self._value = value
-
-    def done(self) -> bool:
-        return True
-
-    def result(self):
-        return self._value
-
-
-class Oracle:
-    """pj.reference.run on lists of Cases: in this process (jobs <= 1), or in
-    `jobs` worker processes (spawned; they import ptojax and run on the CPU)."""
-
-    task_cases = 32                 # cases per worker task
-
-    def __init__(self, cfg: MachineConfig, on_fault: str, jobs: int = 1):
-        self.cfg, self.on_fault, self.jobs = cfg, on_fault, max(1, int(jobs))
-        self.pool = None
-        if self.jobs > 1:
-            self.pool = cf.ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                               initializer=_oracle_init)
-
-    def submit(self, cases: list) -> list:
-        """Futures whose results concatenate to the outcomes of `cases` (Cases,
-        or (Case, initial State) pairs), in order."""
-        if not cases:
-            return []
-        if self.pool is None:
-            return [_Done(_oracle_chunk(cases, self.cfg, self.on_fault))]
-        k = max(1, min(self.task_cases, -(-len(cases) // self.jobs)))
-        return [self.pool.submit(_oracle_chunk, cases[i: i + k], self.cfg, self.on_fault)
-                for i in range(0, len(cases), k)]
-
-    def close(self):
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = None
-
-
-# ----------------------------------------------------------------- the campaign
-
-
-@dataclass
-class Mismatch:
-    """A case whose two results differ."""
-    k: int
-    index: int
-    case: G.Case
-    diffs: list
-    against: bool = False          # found by the external command (--against)
-
-    @property
-    def signature(self) -> tuple:
-        if self.against:
-            return ("against",) + signature(self.diffs, ("jax", "external"))
-        return signature(self.diffs)
+# ----------------------------------------------------------------- the campaign's config
 
 
 @dataclass
@@ -596,8 +74,10 @@ class CampaignConfig:
     matmul_weight: Optional[float] = None  # share of TMATMUL/TGEMV kinds; None: from `ops`
     profile: str = "portable"       # MachineConfig.profile of both models
     core: bool = False              # every case on the Core: pj.batch.run(core=True) / run_core
-    coop_weight: Optional[float] = None    # share of cooperative / Shared kinds (core only)
+    core_share: Optional[float] = None     # share of draws on the Core; None: from `ops`, `core`
+    coop_weight: Optional[float] = None    # share of cooperative / Shared kinds (Core draws)
     edge_weight: float = 0.0        # share of large-tile / budget-edge kinds (gen/edges.py)
+    variants: int = 1               # rows per drawn case: it and variants - 1 variants of it
     keep_mismatches: int = 50       # Mismatch records kept (all are counted)
 
     @property
@@ -607,44 +87,55 @@ class CampaignConfig:
         return cfg if cfg.profile == self.profile else cfg.replace(profile=self.profile)
 
     @property
+    def share_core(self) -> float:
+        """The share of draws that run on the Core: 1 with `core`, else as given,
+        else CORE_SHARE when the ops are all (every family, the Core's
+        included), 0 for a selection of ops."""
+        if self.core:
+            return 1.0
+        if self.core_share is not None:
+            return float(self.core_share)
+        return CORE_SHARE if self.ops is None else 0.0
+
+    @property
     def cas(self) -> float:
         """The generator's probability of an MGATHER.CAS kind: as given, else 0
-        without MGATHER.CAS among the ops, 1 when it is the only op, 1/3 otherwise
-        (at most 1 - a given matmul_weight)."""
+        without MGATHER.CAS among the ops, 1 when it is the only op, 1/5 with all
+        ops, 1/3 otherwise (at most 1 - a given matmul_weight)."""
         if self.cas_weight is not None:
             return float(self.cas_weight)
-        if "cas_weight" not in {f.name for f in dataclasses.fields(G.GenConfig)}:
-            return 0.0
         if self.ops is not None and "MGATHER.CAS" not in self.ops:
             return 0.0
-        share = 1.0 if self.ops == frozenset({"MGATHER.CAS"}) else 1.0 / 3.0
+        share = 1.0 if self.ops == frozenset({"MGATHER.CAS"}) else \
+            0.2 if self.ops is None else 1.0 / 3.0
         if self.matmul_weight is not None:
             share = min(share, 1.0 - float(self.matmul_weight))
-        return min(share, 1.0 - self.coop)
+        return max(0.0, min(share, 1.0 - self.edge_weight))
 
     @property
     def matmul(self) -> float:
-        """The generator's probability of a TMATMUL/TGEMV kind: as given, else 0
-        unless a matrix operation is among the ops ("all" keeps the mix of the
-        campaigns before the matrix kinds), 1 when only matrix operations are,
-        1/3 otherwise (at most 1 - the CAS share)."""
+        """The generator's probability of a TMATMUL/TGEMV kind: as given, else 3/10
+        when the ops are all, all that the cooperative and edge shares leave when
+        only matrix operations are selected, 1/3 when some are, 0 when none is (at
+        most what the CAS and edge shares leave)."""
         if self.matmul_weight is not None:
             return float(self.matmul_weight)
-        if self.ops is None or not self.ops & frozenset(MATRIX_OPS):
+        if self.ops is not None and not self.ops & frozenset(MATRIX_OPS):
             return 0.0
-        if self.ops <= frozenset(MATRIX_OPS):
-            return 1.0 - self.coop
-        return max(0.0, min(1.0 / 3.0, 1.0 - self.cas - self.coop))
+        if self.ops is not None and self.ops <= frozenset(MATRIX_OPS):
+            return max(0.0, 1.0 - self.coop - self.edge_weight)
+        share = 0.3 if self.ops is None else 1.0 / 3.0
+        return max(0.0, min(share, 1.0 - self.cas - self.edge_weight))
 
     @property
     def coop(self) -> float:
-        """The generator's probability of a cooperative / Shared kind (COOP_KINDS):
-        as given, else 1/3 with core when the ops include a TMATMUL form (or are
-        all), 0 without core."""
+        """The probability of a cooperative / Shared kind (COOP_KINDS) among the
+        Core's draws: as given, else 1/3 when the ops include a TMATMUL form
+        (or are all); 0 without Core draws."""
+        if self.share_core <= 0:
+            return 0.0
         if self.coop_weight is not None:
             return float(self.coop_weight)
-        if not self.core:
-            return 0.0
         if self.ops is not None and not self.ops & frozenset(G.COOP_FORMS):
             return 0.0
         return 1.0 / 3.0
@@ -658,22 +149,62 @@ class CampaignConfig:
 
     @property
     def gen(self) -> G.GenConfig:
+        """The generator config of the draws (the Core's: core_gen)."""
+        return self._gen(self.core)
+
+    @property
+    def core_gen(self) -> Optional[G.GenConfig]:
+        return self._gen(True) if self.share_core > 0 else None
+
+    def _gen(self, core: bool) -> G.GenConfig:
         kw = {"cas_weight": self.cas} if self.cas > 0 else {}
-        if self.matmul > 0 or self.coop > 0:
+        # the Core's draws give the cooperative kinds their share from the matrix one
+        matmul = min(self.matmul, max(0.0, 1.0 - self.cas - self.coop - self.edge_weight)) \
+            if core else self.matmul
+        if matmul > 0 or (core and self.coop > 0):
             kw.update(matmul_forms=self.matmul_forms)
-        if self.matmul > 0:
-            kw.update(matmul_weight=self.matmul)
-        if self.core:
+        if matmul > 0:
+            kw.update(matmul_weight=matmul)
+        if core:
             kw.update(core=True, coop_weight=self.coop)
         if self.edge_weight > 0:
             kw.update(edge_weight=self.edge_weight)
-        return G.GenConfig(machine=self.machine, max_words=WORDS, pe=self.pe, **kw)
+        return G.GenConfig(machine=self.machine, max_words=WORDS, pe=0 if core else self.pe, **kw)
+
+    @property
+    def drawing(self) -> Drawing:
+        return Drawing(self.seed, self.gen, Selection(self.ops, self.kinds), max(1, self.variants),
+                       self.core_gen, self.share_core)
+
+    def coverage(self) -> Coverage:
+        return Coverage(self.ops, self.cas, self.matmul, self.coop, self.edge_weight, self.machine,
+                        core_share=self.share_core, variants=self.variants > 1)
+
+
+# ----------------------------------------------------------------- results
+
+
+@dataclass
+class Mismatch:
+    """A case whose two results differ."""
+    k: int
+    index: int
+    case: G.Case
+    diffs: list
+    against: bool = False          # found by the external command (--against)
+
+    @property
+    def signature(self) -> tuple:
+        if self.against:
+            return ("against",) + signature(self.diffs, ("jax", "external"))
+        return signature(self.diffs)
 
 
 @dataclass
 class CampaignResult:
     cfg: CampaignConfig
     cases: int = 0                  # run on pj.batch.run
+    drawn: int = 0                  # of which drawn by the generator (the rest: variants)
     compared: int = 0               # also run on the oracle
     mismatches: int = 0
     against_compared: int = 0
@@ -682,148 +213,370 @@ class CampaignResult:
     first_call_seconds: float = 0.0
     coverage: Coverage = None
     kept: list = field(default_factory=list)
-    exported: list = field(default_factory=list)
     devices: int = 1
     interrupted: bool = False       # stopped by Ctrl-C: the counts cover the cases finished
+    stopped: Optional[str] = None   # why the campaign stopped early (an external DUT's failure)
+    batches: int = 0
+    setup_batches: int = 0
+    stage_seconds: dict = field(default_factory=lambda: collections.defaultdict(float))
 
     @property
     def cases_per_s(self) -> float:
         return self.cases / self.seconds if self.seconds > 0 else 0.0
 
 
+# ----------------------------------------------------------------- drawing pools
+
+
+def _merge(pools: list) -> Pool:
+    """Pools drawn in parts (consecutive draws) as one."""
+    pools = [p for p in pools if len(p.drawn)]
+    if not pools:
+        return draw_pool_empty()
+    if len(pools) == 1:
+        return pools[0]
+    offs = np.cumsum([0] + [len(p.drawn) for p in pools])
+    return Pool(drawn=[c for p in pools for c in p.drawn],
+                index=np.concatenate([p.index for p in pools]),
+                gm=np.concatenate([p.gm for p in pools]), gpr=np.concatenate([p.gpr for p in pools]),
+                pc=np.concatenate([p.pc for p in pools]),
+                tile_capacity=np.concatenate([p.tile_capacity for p in pools]),
+                base=np.concatenate([p.base + o for p, o in zip(pools, offs)]).astype(np.int32),
+                variant=np.concatenate([p.variant for p in pools]),
+                words=np.concatenate([p.words for p in pools]),
+                lengths=np.concatenate([p.lengths for p in pools]),
+                labels=[x for p in pools for x in p.labels],
+                pokes=[x for p in pools for x in p.pokes])
+
+
+def draw_pool_empty() -> Pool:
+    z = np.zeros(0, np.int64)
+    return Pool([], z, np.zeros((0, 1), np.uint8), np.zeros((0, tables.NUM_PES, tables.NUM_GPRS),
+                                                           np.uint64),
+                z.astype(np.uint64), z.astype(np.uint64), z.astype(np.int32), z.astype(np.int32),
+                np.zeros((0, WORDS), np.uint32), z.astype(np.int32))
+
+
+class Pools:
+    """This shard's cases in order, as Pools of about `rows` rows with their case
+    numbers, drawn `ahead` pools ahead in the workers (`submit(fn, *args)`)."""
+
+    max_misses = 20000              # draws in a row that a selection may reject
+
+    def __init__(self, cc: CampaignConfig, submit: Callable, rows: int, parts: int = 1,
+                 ahead: int = 2):
+        self.cc, self.submit, self.parts, self.ahead = cc, submit, max(1, parts), ahead
+        self.drawing = cc.drawing
+        self.M = self.drawing.variants
+        self.groups = -(-cc.count // self.M)             # drawn cases in the whole campaign
+        self.per_pool = max(1, rows // self.M)           # drawn cases a pool holds
+        self.gm_bytes = cc.machine.gm_bytes
+        self.me, self.n = cc.shard
+
+    @property
+    def total(self) -> int:
+        """Cases this shard runs."""
+        M, N = self.M, self.cc.count
+        return sum(min(M, N - g * M) for g in range(self.me, self.groups, self.n))
+
+    def _tasks(self) -> Iterator[list]:
+        """Lists of draw indices to draw, in order (each one pool's)."""
+        if self.drawing.select.everything:
+            mine = range(self.me, self.groups, self.n)
+            for a in range(0, len(mine), self.per_pool):
+                yield list(mine[a: a + self.per_pool])
+        else:                       # every shard scans every draw; groups are counted in order
+            j, step = 0, max(64, self.per_pool * self.n)
+            while True:
+                yield list(range(j, j + step))
+                j += step
+
+    def _submit(self, js: list):
+        k = -(-len(js) // self.parts)
+        return [self.submit(draw_pool, self.drawing, js[i: i + k], self.gm_bytes)
+                for i in range(0, len(js), k)]
+
+    def __iter__(self) -> Iterator[Pool]:
+        tasks = self._tasks()
+        pending = collections.deque()
+        for js in tasks:
+            pending.append(self._submit(js))
+            if len(pending) == self.ahead:
+                break
+        g = 0                         # the next group number (selection: counted here)
+        misses = 0
+        select_all = self.drawing.select.everything
+        while pending:
+            pool = _merge([f.result() for f in pending.popleft()])
+            if select_all:
+                groups = pool.index.astype(np.int64)
+            else:
+                # the selected draws of this range are the next groups, in draw order
+                groups = np.arange(g, g + len(pool.drawn), dtype=np.int64)
+                drawn_in = len(pool.drawn)
+                misses = 0 if drawn_in else misses + self.per_pool * self.n
+                g += drawn_in
+                if misses >= self.max_misses:
+                    raise ValueError(f"{self.max_misses} draws in a row matched no selected "
+                                     "operation/kind; the generator does not produce such cases")
+            k = groups[pool.base] * self.M + pool.variant
+            keep = (k < self.cc.count) & (groups[pool.base] % self.n == self.me)
+            done = not select_all and g >= self.groups
+            if not done:
+                js = next(tasks, None)
+                if js is not None:
+                    pending.append(self._submit(js))
+            if keep.any():
+                pool = pool.take(np.flatnonzero(keep))
+                pool.k = k[keep]
+                yield pool
+            if done:
+                return
+
+
+# ----------------------------------------------------------------- planning batches
+
+
+@dataclass
+class Batch:
+    """One engine call: pool rows `rows` of one pool, their States' arrays,
+    words, case numbers, which are sampled, and the oracle's futures."""
+    pool: Pool
+    rows: np.ndarray                # rows of the pool
+    core: bool
+    state_rows: Rows
+    starts: Starts                  # the same initial States, for the oracle, export and DUT
+    k: np.ndarray
+    sample: np.ndarray              # bool per row: compared with the oracle
+    engine: object = None           # future of Engine.run's BatchResult
+    oracle: list = field(default_factory=list)
+    dut: object = None              # the DUT's pending answer
+
+
+class Planner:
+    """Pools into Batches: setup words run on the engine once per drawn case,
+    each row's GM and GPRs after them with its pokes, rows routed by signature."""
+
+    def __init__(self, cc: CampaignConfig, engines: Callable, res: CampaignResult):
+        self.cc, self.engine_of, self.res = cc, engines, res
+        self.mcfg = cc.machine
+
+    def plan(self, pool: Pool) -> list:
+        cc, n = self.cc, len(pool)
+        drawn = pool.drawn
+        core = pool.core
+        used = np.unique(pool.base)
+        need = [d for d in used.tolist() if drawn[d].setup or drawn[d].undefine]
+        prep_of = np.full(len(drawn), -1, np.int64)      # which prepared batch
+        prep_row = np.full(len(drawn), -1, np.int64)
+        preps = []
+        gm_d, gpr_d = pool.gm.copy(), pool.gpr.copy()
+        t = time.perf_counter()
+        for flag in (False, True):
+            ds = [d for d in need if bool(drawn[d].core) == flag]
+            eng = self.engine_of(flag)
+            for a in range(0, len(ds), eng.capacity if ds else 1):
+                chunk = ds[a: a + eng.capacity]
+                st, gm = eng.prepare([drawn[d] for d in chunk])
+                preps.append((st, flag))
+                for i, d in enumerate(chunk):
+                    prep_of[d], prep_row[d] = len(preps) - 1, i
+                    gm_d[d] = gm[i]
+                self.res.setup_batches += 1
+        self.res.stage_seconds["setup"] += time.perf_counter() - t
+        # the rows' own State fields: the drawn case's (after its setup), then the row's pokes
+        gm, gpr = gm_d[pool.base], gpr_d[pool.base]
+        for r in (r for r, p in enumerate(pool.pokes) if p):
+            G.apply_pokes(gm[r], gpr[r], pool.pokes[r])
+        pc, cap = pool.pc[pool.base], pool.tile_capacity[pool.base]
+        pid = prep_of[pool.base]
+        # routing: Core rows apart, rows of one prepared batch together, by effect
+        # groups then completions within
+        sig = row_signature(pool.words, pool.lengths)
+        order = np.lexsort((sig >> 8, sig & 0xFF, pid, core))
+        sample = sampled_mask(cc.seed, pool.k, cc.sample)
+        out = []
+        host_prep = {}
+        i = 0
+        while i < n:
+            flag = bool(core[order[i]])
+            eng = self.engine_of(flag)
+            j, batch_pid = i, -1
+            while j < n and j - i < eng.capacity and bool(core[order[j]]) == flag:
+                p = pid[order[j]]
+                if p >= 0 and batch_pid >= 0 and p != batch_pid:
+                    break
+                batch_pid = max(batch_pid, p)
+                j += 1
+            rows = order[i:j]
+            which = np.where(pid[rows] >= 0, prep_row[pool.base[rows]], -1).astype(np.int32)
+            prepared = preps[batch_pid][0] if batch_pid >= 0 else None
+            state_rows = Rows(gm[rows], gpr[rows], pc[rows], cap[rows], which, prepared)
+            if batch_pid >= 0 and batch_pid not in host_prep:
+                host_prep[batch_pid] = {k: np.asarray(v) for k, v in state_leaves(prepared).items()}
+            prep_leaves = host_prep.get(batch_pid, {})
+            starts = Starts(gm[rows], gpr[rows], pc[rows], cap[rows], which, pool.words[rows],
+                            pool.lengths[rows], core[rows], prep_leaves)
+            out.append(Batch(pool, rows, flag, state_rows, starts, pool.k[rows], sample[rows]))
+            i = j
+        return out
+
+
+# ----------------------------------------------------------------- running
+
+
 def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, against=None,
                  oracle: Oracle = None) -> CampaignResult:
     """Run a campaign; `progress(done, total, result)` after every batch.
 
-    export(k, index, case, initial_state, reference_outcome): called for cases
-    to export (it decides which; return False to stop asking).
-    against: an object with `.run_many([(case, state)]) -> [Outcome]` (the
-    external command, casefile.External); every case is compared with
-    pj.batch.run's result too.
+    export: an object with `.batch(batch, jax_results, oracle_results or None,
+    cfg)` (report.BatchExporter, report.Exporter). against: the external
+    device under test (dut.BatchedDut: `.send(batch, cfg)`, `.receive(token)`
+    -> Results; casefile.External for the one-JSON-line-per-case protocol).
+    A DUT that fails stops the campaign with every result so far
+    (CampaignResult.stopped).
     """
-    mcfg, gen = cc.machine, cc.gen
-    runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault, core=cc.core)
+    from .casefile import ExternalError
+    mcfg = cc.machine
     own_oracle = oracle is None
-    oracle = oracle or Oracle(mcfg, cc.on_fault, cc.jobs)
-    res = CampaignResult(cc, coverage=Coverage(cc.ops, cc.cas, cc.matmul, cc.coop,
-                                                       cc.edge_weight, mcfg),
-                         devices=jax.local_device_count())
-    me, n_shards = cc.shard
-    total = len(range(me, cc.count, n_shards))
-    cases = draw_cases(cc.seed, cc.count, gen, Selection(cc.ops, cc.kinds), cc.shard)
+    oracle = oracle or Oracle(mcfg, cc.pe, cc.on_fault, cc.jobs)
+    res = CampaignResult(cc, coverage=cc.coverage(), devices=jax.local_device_count())
+    engines = {}
+
+    def engine_of(core: bool) -> Engine:
+        if core not in engines:
+            engines[core] = Engine(mcfg, core_rows(cc) if core else cc.rows, 0 if core else cc.pe,
+                                   cc.on_fault, core=core)
+        return engines[core]
+
+    pools = Pools(cc, oracle.submit_call, POOL_BATCHES * (cc.rows - 1), parts=oracle.jobs)
+    total = pools.total
+    planner = Planner(cc, engine_of, res)
     jax_thread = cf.ThreadPoolExecutor(1, thread_name_prefix="ptojax-fuzz-jax")
-    want_export = export is not None
-
-    def chunks():
-        while True:
-            chunk = []
-            for item in cases:
-                chunk.append(item)
-                if len(chunk) == runner.capacity:
-                    break
-            if not chunk:
-                return
-            yield chunk
-
-    def start_of(c, prepared, r):
-        return prepared[r] if r in prepared else initial_state(c, mcfg)
-
-    def finalize(chunk, prepared, jfut, ofuts, sample_rows):
-        nonlocal want_export
-        got = jfut.result()
-        want = [o for f in ofuts for o in f.result()]
-        oracle_of = _tally(res, cc, chunk, got, want, sample_rows)
-        if want_export:
-            want_export = _export_chunk(export, cc, mcfg, chunk, oracle_of,
-                                        lambda c, r: start_of(c, prepared, r))
-        if against is not None:
-            _compare_against(res, cc, against, chunk, got, lambda c, r: start_of(c, prepared, r))
-
+    pending = collections.deque()
+    depth = 2
     t0 = time.perf_counter()
+
+    def finish_one():
+        b = pending.popleft()
+        _finish(res, cc, mcfg, b, export, against)
+        res.seconds = time.perf_counter() - t0
+        if progress:
+            progress(res.cases, total, res)
+
     try:
-        _loop(chunks, finalize, runner, oracle, jax_thread, res, progress, total, cc, mcfg, t0)
+        for pool in pools:
+            res.drawn += int(np.count_nonzero(pool.variant == 0))
+            for b in planner.plan(pool):
+                eng = engine_of(b.core)
+                b.engine = jax_thread.submit(eng.run, b.state_rows, b.pool.words[b.rows],
+                                             b.pool.lengths[b.rows])
+                if b.sample.any():
+                    b.oracle = oracle.submit(b.starts.take(np.flatnonzero(b.sample)))
+                if against is not None and hasattr(against, "send"):
+                    b.dut = against.send(b, mcfg)
+                if res.first_call_seconds == 0.0:
+                    b.engine.result()
+                    res.first_call_seconds = time.perf_counter() - t0
+                pending.append(b)
+                while pending and (len(pending) > depth or _ready(pending[0])):
+                    finish_one()
+        while pending:
+            finish_one()
     except KeyboardInterrupt:
         res.interrupted = True
+    except ExternalError as e:
+        res.stopped = str(e)
     finally:
-        jax_thread.shutdown(wait=True)
+        jax_thread.shutdown(wait=True, cancel_futures=True)
         if own_oracle:
             oracle.close()
     res.seconds = time.perf_counter() - t0
     return res
 
 
-def _tally(res, cc, chunk, got, want, sample_rows) -> dict:
-    """Coverage, counts and kept mismatches of one finished chunk; {row: oracle outcome}."""
-    bad = mismatch_mask(got, want, sample_rows)
-    oracle_of = dict(zip(sample_rows, want))
-    for r, (k, j, c) in enumerate(chunk):
-        ref = oracle_of.get(r)
-        res.coverage.add(c, ref.fault if ref is not None else tables.FAULTS[int(got.fault_code[r])])
-    res.cases += len(chunk)
-    res.compared += len(sample_rows)
+def core_rows(cc: CampaignConfig) -> int:
+    """Rows of the Core's program: all of them in a Core campaign; else an
+    eighth (at least 64), since only the Core's share of a pool's rows and
+    setups fill its batches, and an emptier batch costs as much as a full one."""
+    if cc.share_core >= 1:
+        return cc.rows
+    return min(cc.rows, max(64, cc.rows // 8))
+
+
+def _ready(b: Batch) -> bool:
+    return b.engine.done() and all(f.done() for f in b.oracle)
+
+
+def _finish(res: CampaignResult, cc: CampaignConfig, mcfg: MachineConfig, b: Batch, export, against):
+    """Compare, count and hand on one finished batch."""
+    t = time.perf_counter()
+    br = b.engine.result()
+    n = len(b.rows)
+    got = Results(leaves_of(br, n), np.asarray(br.executed[:n], np.int64))
+    res.stage_seconds["engine wait"] += time.perf_counter() - t
+    t = time.perf_counter()
+    srows = np.flatnonzero(b.sample)
+    want = concat([f.result() for f in b.oracle]) if len(srows) else None
+    res.stage_seconds["oracle wait"] += time.perf_counter() - t
+    t = time.perf_counter()
+    faults = np.asarray(got.fault_code).copy()
+    bad = np.zeros(0, bool)
+    if want is not None:
+        bad = mismatches(got, srows, want)
+        faults[srows] = _fault_codes(want)
+    pool = b.pool
+    res.coverage.add_batch(pool, b.rows, faults)
+    res.cases += n
+    res.batches += 1
+    res.compared += len(srows)
     for i in np.flatnonzero(bad).tolist():
-        r = sample_rows[i]
+        r = int(srows[i])
         res.mismatches += 1
         if len(res.kept) < cc.keep_mismatches:
-            k, j, c = chunk[r]
-            res.kept.append(Mismatch(k, j, c, differences(got[r], want[i])))
-    return oracle_of
+            row = int(b.rows[r])
+            res.kept.append(Mismatch(int(b.k[r]), int(pool.index[pool.base[row]]), pool.case(row),
+                                     differences(got[r], want[i])))
+    res.stage_seconds["compare"] += time.perf_counter() - t
+    if export is not None:
+        t = time.perf_counter()
+        export.batch(b, got, want, mcfg)
+        res.stage_seconds["export"] += time.perf_counter() - t
+    if against is not None:
+        t = time.perf_counter()
+        ext = against.receive(b.dut) if hasattr(against, "receive") else _run_lines(against, b, mcfg)
+        _compare_against(res, cc, b, got, ext)
+        res.stage_seconds["dut"] += time.perf_counter() - t
 
 
-def _export_chunk(export, cc, mcfg, chunk, oracle_of, start_of) -> bool:
-    """Offer every case of the chunk to `export` (with its reference outcome);
-    False once it declines further cases."""
-    for r, (k, j, c) in enumerate(chunk):
-        ref = oracle_of.get(r)
-        st = start_of(c, r)
-        if ref is None:
-            ref = reference_outcome(st, c.words, c.pe, cc.on_fault, mcfg, c.core)
-        if export(k, j, c, st, ref) is False:
-            return False
-    return True
+def _fault_codes(r: Results) -> np.ndarray:
+    codes = np.asarray(r.fault_code).astype(np.int64).copy()
+    if r.errors is not None:
+        codes[[i for i, e in enumerate(r.errors) if e is not None]] = -1
+    return codes
 
 
-def _compare_against(res, cc, against, chunk, got, start_of):
-    """The external command's outcomes of the chunk, compared with pj.batch.run's."""
-    exts = against.run_many([(c, start_of(c, r)) for r, (_, _, c) in enumerate(chunk)])
-    for r, ((k, j, c), ext) in enumerate(zip(chunk, exts)):
-        res.against_compared += 1
-        mine = got[r]
-        if not mine.same(ext):
-            res.against_mismatches += 1
-            if len(res.kept) < cc.keep_mismatches:
-                res.kept.append(Mismatch(k, j, c, differences(mine, ext, ("jax", "external")),
-                                         against=True))
+def _run_lines(ext, b: Batch, mcfg: MachineConfig) -> Results:
+    """The one-JSON-line-per-case protocol (casefile.External) on a batch."""
+    items = [(b.pool.case(int(r)), b.starts.state(i, mcfg)) for i, r in enumerate(b.rows)]
+    return Results.stack(ext.run_many(items), mcfg)
 
 
-def _loop(chunks, finalize, runner, oracle, jax_thread, res, progress, total, cc, mcfg, t0):
-    """Batches in flight: pj.batch.run in `jax_thread`, the oracle in its
-    workers (or this thread); finished in order, `depth` at most pending."""
-    pending = collections.deque()
-    depth = 3 if oracle.pool is not None else 1
+def _compare_against(res: CampaignResult, cc: CampaignConfig, b: Batch, got: Results, ext: Results):
+    """The DUT's results of a batch compared with pj.batch.run's."""
+    n = len(b.rows)
+    bad = mismatches(got, np.arange(n), ext)
+    res.against_compared += n
+    for r in np.flatnonzero(bad).tolist():
+        res.against_mismatches += 1
+        if len(res.kept) < cc.keep_mismatches:
+            row = int(b.rows[r])
+            pool = b.pool
+            res.kept.append(Mismatch(int(b.k[r]), int(pool.index[pool.base[row]]), pool.case(row),
+                                     differences(got[r], ext[r], ("jax", "external")), against=True))
 
-    def finish_one():
-        finalize(*pending.popleft())
-        res.seconds = time.perf_counter() - t0
-        if progress:
-            progress(res.cases, total, res)
 
-    for chunk in chunks():
-        sample_rows = [r for r, (k, _, _) in enumerate(chunk) if sampled(cc.seed, k, cc.sample)]
-        # initial States that need setup words run: built once, for both sides
-        prepared = {r: initial_state(c, mcfg) for r, (_, _, c) in enumerate(chunk) if _prepared(c)}
-        rows = [(prepared[r], c.words) if r in prepared else c for r, (_, _, c) in enumerate(chunk)]
-        jfut = jax_thread.submit(runner.run, rows)
-        ofuts = oracle.submit([(chunk[r][2], prepared.get(r)) for r in sample_rows])
-        if res.first_call_seconds == 0.0:
-            jfut.result()
-            res.first_call_seconds = time.perf_counter() - t0
-        pending.append((chunk, prepared, jfut, ofuts, sample_rows))
-        while pending and (len(pending) >= depth
-                           or (pending[0][2].done() and all(f.done() for f in pending[0][3]))):
-            finish_one()
-    while pending:
-        finish_one()
+# ----------------------------------------------------------------- the report
 
 
 def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
@@ -837,21 +590,25 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "ops": sorted(op_token(o) for o in cc.ops) if cc.ops else "all",
         "kinds": list(cc.kinds) if cc.kinds else "all",
         "sample": cc.sample, "cas_weight": round(cc.cas, 4), "matmul_weight": round(cc.matmul, 4),
-        "core": cc.core, "coop_weight": round(cc.coop, 4),
-        "edge_weight": round(cc.edge_weight, 4),
+        "core": cc.core, "core_share": round(cc.share_core, 4), "coop_weight": round(cc.coop, 4),
+        "edge_weight": round(cc.edge_weight, 4), "variants": cc.variants,
         "profile": cc.profile, "shard": list(cc.shard),
         "devices": res.devices, "jobs": cc.jobs,
-        "cases": res.cases, "compared": res.compared, "mismatches": res.mismatches,
+        "cases": res.cases, "drawn": res.drawn, "compared": res.compared,
+        "mismatches": res.mismatches,
         "seconds": round(res.seconds, 3), "cases_per_s": round(res.cases_per_s, 1),
         "first_call_seconds": round(res.first_call_seconds, 3),
         "steady_cases_per_s": round((res.cases - first_cases) / steady, 1) if steady > 0 else None,
+        "batches": res.batches, "setup_batches": res.setup_batches,
+        "stage_seconds": {k: round(v, 3) for k, v in sorted(res.stage_seconds.items())},
         "coverage": res.coverage.to_json(),
         "never_hit": res.coverage.never_hit(),
         "not_applicable": res.coverage.not_applicable(),
         "fault_by_label": {k: dict(v) for k, v in sorted(res.coverage.fault_by_label.items())},
         "interrupted": res.interrupted,
+        "stopped": res.stopped,
     }
-    if res.against_compared:
+    if res.against_compared or res.stopped:
         out["against"] = {"compared": res.against_compared, "mismatches": res.against_mismatches}
     if extra:
         out.update(extra)
@@ -864,8 +621,8 @@ def merge_reports(reports: Iterable[dict]) -> dict:
     if not reports:
         raise ValueError("no reports to merge")
     out = dict(reports[0])
-    for k in ("cases", "compared", "mismatches"):
-        out[k] = sum(r[k] for r in reports)
+    for k in ("cases", "drawn", "compared", "mismatches"):
+        out[k] = sum(r.get(k, 0) for r in reports)
     out["seconds"] = max(r["seconds"] for r in reports)
     out["cases_per_s"] = round(out["cases"] / out["seconds"], 1) if out["seconds"] else 0.0
     cov = {}
@@ -882,8 +639,89 @@ def merge_reports(reports: Iterable[dict]) -> dict:
     return out
 
 
-__all__ = ["CampaignConfig", "CampaignResult", "JaxRunner", "Mismatch", "Oracle",
-           "Outcome", "Selection", "batch_arrays", "case_at", "differences",
+# ----------------------------------------------------------------- one case at a time
+
+
+def draw_cases(seed: int, count: int, gen: G.GenConfig, select: Selection = Selection(),
+               shard: tuple = (0, 1), max_misses: int = 20000) -> Iterator[tuple]:
+    """(k, draw index, Case) of this shard's share of the first `count` selected
+    drawn cases (no variants), one at a time in this process: case k belongs to
+    shard k % n, so the shards of one seed together are the whole campaign."""
+    me, n = shard
+    k = j = misses = 0
+    while k < count:
+        c = case_at(seed, j, gen)
+        if select(c):
+            if k % n == me:
+                yield k, j, c
+            k += 1
+            misses = 0
+        else:
+            misses += 1
+            if misses >= max_misses:
+                raise ValueError(f"{max_misses} draws in a row matched no selected operation/kind; "
+                                 "the generator does not produce such cases")
+        j += 1
+
+
+class JaxRunner:
+    """pj.batch.run at a campaign's shape on given rows (Cases, or (State, words)
+    pairs): what the shrinker and `replay` run; Results out."""
+
+    def __init__(self, cfg: MachineConfig, rows: int, pe: int = 0, on_fault: str = "abandon",
+                 length: int = WORDS, core: bool = False):
+        self.engine = Engine(cfg, rows, pe, on_fault, core)
+        self.cfg, self.rows, self.pe, self.on_fault, self.core = cfg, rows, pe, on_fault, core
+
+    @property
+    def capacity(self) -> int:
+        return self.engine.capacity
+
+    def run(self, items: Sequence) -> Results:
+        n = len(items)
+        if not 1 <= n <= self.capacity:
+            raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")
+        pairs = [(initial_state(x, self.cfg), x.words) if isinstance(x, G.Case) else x for x in items]
+        states = [jax.tree_util.tree_map(np.asarray, s) for s, _ in pairs]
+        for s, w in pairs:
+            if len(w) > PROGRAM_WORDS:
+                raise ValueError(f"{len(w)} words exceed a row's {PROGRAM_WORDS}")
+        stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *states)
+        rows = Rows(stacked.gm, stacked.gpr, stacked.pc, stacked.tile_capacity,
+                    np.arange(n, dtype=np.int32), stacked)
+        words = np.zeros((n, max([len(w) for _, w in pairs] + [1])), np.uint32)
+        for i, (_, w) in enumerate(pairs):
+            words[i, : len(w)] = np.asarray(w, np.uint32)
+        br = self.engine.run(rows, words, [len(w) for _, w in pairs])
+        return Results(leaves_of(br, n), np.asarray(br.executed[:n], np.int64))
+
+    def run_many(self, items: Sequence) -> list:
+        out = []
+        for i in range(0, len(items), self.capacity):
+            b = self.run(items[i: i + self.capacity])
+            out += [b[j] for j in range(len(b))]
+        return out
+
+
+def batch_arrays(rows: Sequence, cfg: MachineConfig, length: int = WORDS):
+    """(batched numpy State, words uint32[R, length], lengths int32[R]) for rows
+    that are Cases, (State, words) pairs, or None (a filler row): a batch for
+    pj.batch.run itself (the campaign builds its States on the device)."""
+    R = len(rows)
+    states, words, lengths = [], np.tile(filler_words(length), (R, 1)), np.zeros(R, np.int32)
+    for r, row in enumerate(rows):
+        if row is None:
+            states.append(reset_leaves(cfg))
+            continue
+        st, w = (initial_state(row, cfg), row.words) if isinstance(row, G.Case) else row
+        states.append(jax.tree_util.tree_map(np.asarray, st))
+        words[r, : len(w)] = np.asarray(w, np.uint32)
+        words[r, len(w):] = 0
+        lengths[r] = len(w)
+    return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *states), words, lengths
+
+
+__all__ = ["BatchOutcomes", "CampaignConfig", "CampaignResult", "JaxRunner", "Mismatch", "Oracle",
+           "Outcome", "Results", "Selection", "batch_arrays", "case_at", "differences",
            "draw_cases", "filler_words", "format_difference", "initial_state", "merge_reports",
-           "reference_outcome", "report_json", "run_campaign", "sampled",
-           "state_leaves", "WORDS"]
+           "reference_outcome", "report_json", "run_campaign", "sampled", "state_leaves", "WORDS"]

@@ -43,7 +43,8 @@ import numpy as np
 from .. import tables
 from ..state import MachineConfig, State, state_leaves
 from . import gen as G
-from .campaign import Outcome, initial_state
+from .cases import initial_state
+from .compare import Outcome
 
 CASE_FORMAT = "ptojax.fuzz-case.v1"
 EXPORT_FORMAT = "ptojax.fuzz-export.v1"
@@ -106,13 +107,14 @@ def case_json(case: G.Case) -> dict:
             "gprs": {pe: r for pe, r in regs.items() if r},
             "gm_nonzero_bytes": int(np.count_nonzero(np.frombuffer(bytes(case.gm), np.uint8))),
             "setup": words_hex(getattr(case, "setup", ())),
-            "undefine": [list(x) for x in getattr(case, "undefine", ())]}
+            "undefine": [list(x) for x in getattr(case, "undefine", ())],
+            "pokes": [list(x) for x in getattr(case, "pokes", ())]}
 
 
 def repro_json(case: G.Case, *, cfg: MachineConfig, config_name: str, on_fault: str, rows: int,
                campaign: dict, a: Outcome, b: Outcome, names: tuple, diffs: list,
                shrink: Optional[dict] = None, original: Optional[G.Case] = None,
-               against: Optional[str] = None) -> dict:
+               against: Optional[str] = None, against_protocol: str = "lines") -> dict:
     from ..version import __version__
     d = {
         "format": CASE_FORMAT, "ptojax_version": __version__,
@@ -125,6 +127,7 @@ def repro_json(case: G.Case, *, cfg: MachineConfig, config_name: str, on_fault: 
         "results": {names[0]: outcome_json(a, cfg, case.pe), names[1]: outcome_json(b, cfg, case.pe)},
         "differences": diffs,
         "against": against,
+        "against_protocol": against_protocol if against else None,
     }
     if shrink is not None:
         d["shrink"] = dict(shrink)

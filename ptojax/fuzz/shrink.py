@@ -287,7 +287,8 @@ def reference_predicate(runner, on_fault: str, cfg, other=None) -> Callable:
     call) against pj.reference.run, or against `other.run(case, state)`. A
     candidate whose initial State cannot be built (its setup words no longer
     complete) does not fail."""
-    from .campaign import initial_state, reference_outcome
+    from .cases import initial_state
+    from .oracle import reference_outcome
 
     def fails(cands) -> Iterator[bool]:
         for i in range(0, len(cands), runner.capacity):

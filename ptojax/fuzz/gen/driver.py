@@ -88,6 +88,11 @@ class Case:
     core=True), docs/shared-decisions.md section 2); build_state then runs the
     setup with pj.reference.run_core, and `undefine` pokes every PE whose
     Local file holds that Word defined.
+
+    pokes: writes build_state applies last, after the setup and `undefine`:
+    ("gpr", pe, reg, value) and ("gm", address, byte). A campaign's variants
+    (fuzz/variants.py) change a drawn case's State this way, so that its
+    setup reads the drawn case's GM and GPRs.
     """
     words: list
     gm: bytes
@@ -101,6 +106,7 @@ class Case:
     setup: tuple = ()
     undefine: tuple = ()
     core: bool = False
+    pokes: tuple = ()
 
     @property
     def labels(self) -> tuple:
@@ -126,6 +132,8 @@ class Case:
                 lines.append(f"  (s{i:2d}) {w:08x}  {t}")
         if self.undefine:
             lines.append(f"undefine (TileIndex, Word): {list(self.undefine)}")
+        if self.pokes:
+            lines.append(f"pokes after the setup: {list(self.pokes)}")
         for i, (w, t) in enumerate(zip(self.words, self.text().splitlines())):
             lines.append(f"  [{i:2d}] {w:08x}  {t}")
         return "\n".join(lines)
@@ -176,13 +184,26 @@ def build_state(case: Case, cfg=None) -> State:
         state = base.replace(gm=jnp.asarray(a["gm"]), gpr=jnp.asarray(a["gpr"]),
                              pc=jnp.asarray(a["pc"], jnp.uint64),
                              tile_capacity=jnp.asarray(a["tile_capacity"], jnp.uint64))
-    if case.setup or case.undefine:
+    if case.setup or case.undefine or case.pokes:
         state = prepare_state(state, case, mcfg)
     return state
 
 
+def apply_pokes(gm: np.ndarray, gpr: np.ndarray, pokes) -> None:
+    """Case.pokes written into a State's GM bytes and GPR files (numpy, in place)."""
+    for p in pokes:
+        if p[0] == "gm":
+            gm[p[1] % gm.shape[-1]] = p[2] & 0xFF
+        elif p[0] == "gpr":
+            if p[2] != 0:                      # x0 reads zero
+                gpr[p[1], p[2]] = p[3] & MASK64
+        else:
+            raise ValueError(f"unknown poke {p!r}")
+
+
 def prepare_state(state: State, case: Case, mcfg: MachineConfig) -> State:
-    """Run a Case's setup words on the oracle, reset the PC, apply `undefine`."""
+    """Run a Case's setup words on the oracle, reset the PC, apply `undefine`,
+    then its pokes."""
     import jax
     import jax.numpy as jnp
     from ...reference import run as reference_run, run_core as reference_run_core
@@ -207,9 +228,12 @@ def prepare_state(state: State, case: Case, mcfg: MachineConfig) -> State:
             write_tile_words(leaves, p, slot, words, defined)
             leaves["defined_valid"][p, slot] -= 1
     leaves = {k: leaves[k] for k in ("defined", "defined_valid")}
+    gm, gpr = np.array(state.gm), np.array(state.gpr)
+    apply_pokes(gm, gpr, case.pokes)
     with jax.enable_x64(True):
         tiles = state.tiles.replace(**{k: jnp.asarray(v) for k, v in leaves.items()})
-        return state.replace(tiles=tiles, pc=jnp.asarray(np.uint64(case.pc & MASK64), jnp.uint64))
+        return state.replace(tiles=tiles, pc=jnp.asarray(np.uint64(case.pc & MASK64), jnp.uint64),
+                             gm=jnp.asarray(gm), gpr=jnp.asarray(gpr))
 
 
 def core_setup(words, core: bool) -> tuple:
