@@ -235,10 +235,21 @@ def test_setup_on_the_engine_is_the_oracles():
 
 
 def test_a_setup_that_fails_names_its_case():
-    case = G.Case(words=[], gm=bytes(CFG.gm_bytes), gprs={}, kind="cas_legal",
+    """A drawn case whose setup words do not complete (a generator defect) is an
+    error naming it; in a campaign its rows are not run and the report lists it."""
+    case = G.Case(words=[G.BSTOP], gm=bytes(CFG.gm_bytes), gprs={}, kind="cas_legal",
                   setup=(G.bstart("TLOAD", 4), G.dim(0, 1, 0)))        # no B.IOT: never closes
     with pytest.raises(RuntimeError, match="setup of a cas_legal case did not complete"):
         Engine(CFG, ROWS).prepare([case])
+    cc = C.CampaignConfig(config="tiny", rows=ROWS, variants=2, core_share=0)
+    pool = C._merge([K.draw_pool(cc.drawing, [0], CFG.gm_bytes) for _ in range(2)])
+    pool.drawn[0] = case                    # drawn case 0 (rows 0, 1) cannot be set up
+    pool.k = np.arange(len(pool))
+    res = C.CampaignResult(cc, coverage=cc.coverage())
+    batches = C.Planner(cc, lambda core: Engine(CFG, ROWS), res).plan(pool)
+    assert sorted(int(k) for b in batches for k in b.k) == [2, 3]
+    assert [f["k"] for f in res.setup_failures] == [[0, 1]]
+    assert "setup of a cas_legal case did not complete" in res.setup_failures[0]["error"]
 
 
 # ----------------------------------------------------------------- export and the DUT

@@ -81,7 +81,11 @@ def cmd_fuzz(args) -> int:
         err.print(f"ptojax fuzz: error: {res.stopped}; the campaign stopped there, and the report "
                   f"covers the {res.cases:,} cases it finished", markup=False, highlight=False)
         return 2
-    if res.mismatches or res.against_mismatches:
+    if res.setup_failures:
+        err.print(f"ptojax fuzz: {len(res.setup_failures)} drawn case(s) whose setup words did not "
+                  "complete were not run (a generator defect; the report's setup_failures has them)",
+                  markup=False, highlight=False)
+    if res.mismatches or res.against_mismatches or res.setup_failures:
         return 1
     if res.interrupted:
         say("interrupted: the report covers the cases finished before Ctrl-C")

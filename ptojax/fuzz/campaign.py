@@ -216,6 +216,7 @@ class CampaignResult:
     devices: int = 1
     interrupted: bool = False       # stopped by Ctrl-C: the counts cover the cases finished
     stopped: Optional[str] = None   # why the campaign stopped early (an external DUT's failure)
+    setup_failures: list = field(default_factory=list)   # drawn cases whose setup did not complete
     batches: int = 0
     setup_batches: int = 0
     stage_seconds: dict = field(default_factory=lambda: collections.defaultdict(float))
@@ -369,7 +370,7 @@ class Planner:
         need = [d for d in used.tolist() if drawn[d].setup or drawn[d].undefine]
         prep_of = np.full(len(drawn), -1, np.int64)      # which prepared batch
         prep_row = np.full(len(drawn), -1, np.int64)
-        preps = []
+        preps, broken = [], set()
         gm_d, gpr_d = pool.gm.copy(), pool.gpr.copy()
         t = time.perf_counter()
         for flag in (False, True):
@@ -377,13 +378,24 @@ class Planner:
             eng = self.engine_of(flag)
             for a in range(0, len(ds), eng.capacity if ds else 1):
                 chunk = ds[a: a + eng.capacity]
-                st, gm = eng.prepare([drawn[d] for d in chunk])
+                failed = []
+                st, gm = eng.prepare([drawn[d] for d in chunk], failed)
                 preps.append((st, flag))
                 for i, d in enumerate(chunk):
                     prep_of[d], prep_row[d] = len(preps) - 1, i
                     gm_d[d] = gm[i]
+                for i, msg in failed:                 # a generator defect: reported, not run
+                    broken.add(chunk[i])
+                    rows = np.flatnonzero(pool.base == chunk[i])
+                    self.res.setup_failures.append({"k": [int(k) for k in pool.k[rows]],
+                                                    "index": int(pool.index[chunk[i]]),
+                                                    "error": msg})
                 self.res.setup_batches += 1
         self.res.stage_seconds["setup"] += time.perf_counter() - t
+        if broken:
+            pool = pool.take(np.flatnonzero(~np.isin(pool.base, list(broken))))
+            n = len(pool)
+            core = pool.core
         # the rows' own State fields: the drawn case's (after its setup), then the row's pokes
         gm, gpr = gm_d[pool.base], gpr_d[pool.base]
         for r in (r for r, p in enumerate(pool.pokes) if p):
@@ -607,6 +619,8 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "fault_by_label": {k: dict(v) for k, v in sorted(res.coverage.fault_by_label.items())},
         "interrupted": res.interrupted,
         "stopped": res.stopped,
+        "setup_failures": res.setup_failures[:20],
+        "setup_failure_cases": sum(len(f["k"]) for f in res.setup_failures),
     }
     if res.against_compared or res.stopped:
         out["against"] = {"compared": res.against_compared, "mismatches": res.against_mismatches}

@@ -193,24 +193,25 @@ class Engine:
 
     # ------------------------------------------------------------- setup
 
-    def prepare(self, cases: Sequence) -> tuple[State, np.ndarray]:
+    def prepare(self, cases: Sequence, failed: Optional[list] = None) -> tuple[State, np.ndarray]:
         """Run Cases' setup words (gen.Case.setup, at most `capacity` cases), as
         gen.build_state does on the oracle: (the device States after them, row i
         the i-th case's, PC back at the case's, `undefine` applied; the GM bytes
         uint8[n, gm_bytes] of those rows). Pokes are not applied (they are the
-        rows', Rows). RuntimeError when a setup does not complete cleanly."""
+        rows', Rows). A setup that does not complete cleanly is a RuntimeError,
+        or, given a `failed` list, an (index, message) entry there."""
         n = len(cases)
         rows = Rows.of_cases(cases, self.cfg)
         setup = [np.asarray(c.setup, np.uint32) for c in cases]
         total = np.array([len(s) for s in setup], np.int64)
         done = np.zeros(n, np.int64)
-        failed = np.full(n, -1, np.int64)          # the fault of a setup that faulted
+        faulted = np.full(n, -1, np.int64)         # the fault of a setup that faulted
         prepared = None
         for start in range(0, int(total.max(initial=0)), PROGRAM_WORDS):
             chunk = np.zeros((n, PROGRAM_WORDS), np.uint32)
             ln = np.zeros(n, np.int32)
             for i, s in enumerate(setup):
-                if failed[i] < 0 and start < len(s):
+                if faulted[i] < 0 and start < len(s):
                     part = s[start: start + PROGRAM_WORDS]
                     chunk[i, : len(part)] = part
                     ln[i] = len(part)
@@ -222,27 +223,32 @@ class Engine:
             rows = Rows(np.asarray(prepared.gm)[:n], np.asarray(prepared.gpr)[:n],
                         np.asarray(prepared.pc)[:n], np.asarray(prepared.tile_capacity)[:n])
             code, ex = res.fault_code[:n], res.executed[:n]
-            failed = np.where((failed < 0) & (code != 0), code, failed)
+            faulted = np.where((faulted < 0) & (code != 0), code, faulted)
             done += np.where(ln > 0, ex, 0)
         open_ = np.asarray(prepared.block.active)[:n]
+        bad = set()
         for i, c in enumerate(cases):
-            if failed[i] >= 0 or done[i] != total[i] or open_[i]:
-                fault = tables.FAULTS[failed[i]] if failed[i] >= 0 else "Fault_None"
-                raise RuntimeError(f"setup of a {c.kind} case did not complete cleanly: {fault} "
-                                   f"after {done[i]}/{total[i]} words\n{c.describe()}")
-        prepared = self._finish(prepared, cases)
+            if faulted[i] >= 0 or done[i] != total[i] or open_[i]:
+                fault = tables.FAULTS[faulted[i]] if faulted[i] >= 0 else "Fault_None"
+                msg = (f"setup of a {c.kind} case did not complete cleanly: {fault} "
+                       f"after {done[i]}/{total[i]} words\n{c.describe()}")
+                if failed is None:
+                    raise RuntimeError(msg)
+                failed.append((i, msg))
+                bad.add(i)
+        prepared = self._finish(prepared, [c for i, c in enumerate(cases)], skip=bad)
         return prepared, np.asarray(prepared.gm)[:n]
 
     @x64
-    def _finish(self, prepared: State, cases: Sequence) -> State:
+    def _finish(self, prepared: State, cases: Sequence, skip=()) -> State:
         """PC back at each case's; `undefine` cleared in the rows that have it
-        (few: on the host, written back row by row)."""
+        (few: on the host, written back row by row), but rows `skip`."""
         pcs = np.array([c.pc & ((1 << 64) - 1) for c in cases], np.uint64)
         pc = np.asarray(prepared.pc).copy()
         pc[: len(cases)] = pcs
         prepared = prepared.replace(pc=jnp.asarray(pc))
         for i, c in enumerate(cases):
-            if c.undefine:
+            if c.undefine and i not in skip:
                 prepared = _set_row(prepared, np.int32(i), _undefined(prepared, i, c, self.cfg))
         return prepared
 

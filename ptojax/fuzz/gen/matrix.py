@@ -759,8 +759,10 @@ def _mm_capacity(b: Builder, plan: _MmPlan, loads: list) -> Optional[int]:
     edge weight, sometimes one at the edge (edges.edge_capacity)."""
     if not (plan.budget or plan.aux_budget) and b.g.edge_weight <= 0:
         return None
-    charge = sum(4 * (128 << (t.size - 1)) if b.g.core else t.charge for t in loads) \
-        + (plan.d_charge if plan.chain else 0)          # core: mask 1111 (core_setup)
+    # core: the setup's bindings take mask 1111 (core_setup), a chained first bundle's D too
+    chain_d = (4 * (128 << (plan.d_size - 1)) if b.g.core and plan.chain == "setup"
+               else plan.d_charge) if plan.chain else 0
+    charge = sum(4 * (128 << (t.size - 1)) if b.g.core else t.charge for t in loads) + chain_d
     if plan.aux_budget:                                 # D fits, the auxiliary outputs do not
         cap = charge + plan.d_charge + plan.aux_charge - 1
         b.notes.append(f"tile_capacity:{cap} (in use {charge}, D {plan.d_charge}, "
