@@ -193,7 +193,7 @@ def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
     def phase1(i, carry):
         blk, stop_at, hfault, n, commits, pos = carry
         w = words[i]
-        d = jax.tree_util.tree_map(lambda a: a[i], decoded)
+        d = decode(w)
         go = (i < length) & (stop_at == L)
         pc = st.pc + U64(4) * i.astype(U64)
         fault, completes, update = header_step(blk, w, d, gpr_row, pc)
@@ -212,9 +212,6 @@ def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
     init = (pack_block(st.block), jnp.int32(L), jnp.int32(0), jnp.int32(0),
             jnp.broadcast_to(_EMPTY, (max_commits, _EMPTY.size)),
             jnp.full((max_commits,), L, jnp.int32))
-    # every word decoded at once, before the loop: decode reads no block state,
-    # and one vectorized pass costs less than L small ones inside the loop
-    decoded = jax.vmap(decode)(words)
     # as many steps as the batch's longest stream (trip_count), not L: a
     # program compiled for long streams costs a batch of short ones nothing
     blk, stop_at, hfault, _, commits, pos = jax.lax.fori_loop(

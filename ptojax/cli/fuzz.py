@@ -164,7 +164,11 @@ def _campaign_config(args, C):
                           matmul_weight=args.matmul_weight, profile=args.profile, core=args.core,
                           core_share=args.core_share, coop_weight=args.coop_weight,
                           edge_weight=args.edge_weight, variants=args.variants)
-    if cc.cas + cc.matmul + cc.coop + cc.edge_weight > 1.0 + 1e-12:
+    if cc.share_core > 0 and cc.cas + cc.coop + cc.edge_weight > 1.0 + 1e-12:
+        raise CliError(f"the MGATHER.CAS ({cc.cas:g}), cooperative ({cc.coop:g}) and edge "
+                       f"({cc.edge_weight:g}) shares of the Core's draws sum past 1")
+    if cc.core and args.matmul_weight is not None \
+            and cc.cas + cc.matmul + cc.coop + cc.edge_weight > 1.0 + 1e-12:
         raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}), cooperative "
                        f"({cc.coop:g}) and edge ({cc.edge_weight:g}) shares sum past 1")
     if cc.cas + cc.matmul + cc.edge_weight > 1.0 + 1e-12:

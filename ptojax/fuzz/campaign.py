@@ -27,6 +27,8 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import dataclasses
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Sequence
@@ -43,7 +45,7 @@ from .compare import (BatchOutcomes, Outcome, Results, differences, format_diffe
                       signature)
 from .coverage import MATRIX_OPS, Coverage, op_token
 from .engine import (PROGRAM_WORDS, WORDS, Engine, Rows, filler_words, leaves_of, reset_leaves,
-                     row_signature)
+                     row_signature, row_size)
 from .oracle import Oracle, concat, reference_outcome
 from .starts import Starts
 
@@ -372,9 +374,12 @@ class Planner:
         prep_row = np.full(len(drawn), -1, np.int64)
         preps, broken = [], set()
         gm_d, gpr_d = pool.gm.copy(), pool.gpr.copy()
+        setup_size = _setup_sizes(pool)
         t = time.perf_counter()
         for flag in (False, True):
-            ds = [d for d in need if bool(drawn[d].core) == flag]
+            # setups of like size and length together: a pass runs at its largest tile
+            ds = sorted((d for d in need if bool(drawn[d].core) == flag),
+                        key=lambda d: (setup_size[d], len(drawn[d].setup)))
             eng = self.engine_of(flag)
             for a in range(0, len(ds), eng.capacity if ds else 1):
                 chunk = ds[a: a + eng.capacity]
@@ -405,7 +410,9 @@ class Planner:
         # routing: Core rows apart, rows of one prepared batch together, by effect
         # groups then completions within
         sig = row_signature(pool.words, pool.lengths)
-        order = np.lexsort((sig >> 8, sig & 0xFF, pid, core))
+        kind = _kind_ids(pool)
+        size = np.maximum(row_size(pool.words, pool.lengths), setup_size[pool.base])
+        order = np.lexsort((sig >> 8, kind, size, sig & 0xFF, pid, core))
         sample = sampled_mask(cc.seed, pool.k, cc.sample)
         out = []
         host_prep = {}
@@ -476,23 +483,22 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
         if progress:
             progress(res.cases, total, res)
 
+    planned = _planned(pools, planner, res)
     try:
-        for pool in pools:
-            res.drawn += int(np.count_nonzero(pool.variant == 0))
-            for b in planner.plan(pool):
-                eng = engine_of(b.core)
-                b.engine = jax_thread.submit(eng.run, b.state_rows, b.pool.words[b.rows],
-                                             b.pool.lengths[b.rows])
-                if b.sample.any():
-                    b.oracle = oracle.submit(b.starts.take(np.flatnonzero(b.sample)))
-                if against is not None and hasattr(against, "send"):
-                    b.dut = against.send(b, mcfg)
-                if res.first_call_seconds == 0.0:
-                    b.engine.result()
-                    res.first_call_seconds = time.perf_counter() - t0
-                pending.append(b)
-                while pending and (len(pending) > depth or _ready(pending[0])):
-                    finish_one()
+        for b in planned:
+            eng = engine_of(b.core)
+            b.engine = jax_thread.submit(eng.run, b.state_rows, b.pool.words[b.rows],
+                                         b.pool.lengths[b.rows])
+            if b.sample.any():
+                b.oracle = oracle.submit(b.starts.take(np.flatnonzero(b.sample)))
+            if against is not None and hasattr(against, "send"):
+                b.dut = against.send(b, mcfg)
+            if res.first_call_seconds == 0.0:
+                b.engine.result()
+                res.first_call_seconds = time.perf_counter() - t0
+            pending.append(b)
+            while pending and (len(pending) > depth or _ready(pending[0])):
+                finish_one()
         while pending:
             finish_one()
     except KeyboardInterrupt:
@@ -500,11 +506,73 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
     except ExternalError as e:
         res.stopped = str(e)
     finally:
+        planned.close()
         jax_thread.shutdown(wait=True, cancel_futures=True)
         if own_oracle:
             oracle.close()
     res.seconds = time.perf_counter() - t0
     return res
+
+
+class _planned:
+    """The Batches of every pool, planned in a thread of their own (a pool's
+    setup words run on the engine there) while this one compares and counts
+    the batches before them; iterating yields them in order."""
+
+    def __init__(self, pools: Pools, planner: Planner, res: CampaignResult, ahead: int = 2):
+        self.q: queue.Queue = queue.Queue(maxsize=ahead * POOL_BATCHES)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(pools, planner, res), daemon=True,
+                                       name="ptojax-fuzz-plan")
+        self.thread.start()
+
+    def _run(self, pools, planner, res):
+        try:
+            for pool in pools:
+                res.drawn += int(np.count_nonzero(pool.variant == 0))
+                for b in planner.plan(pool):
+                    while not self.stop.is_set():
+                        try:
+                            self.q.put(b, timeout=0.5)
+                            break
+                        except queue.Full:         # wait for room, or for the stop
+                            continue
+                    if self.stop.is_set():
+                        return
+            self.q.put(None)
+        except BaseException as e:                 # handed to the consumer, raised there
+            self.q.put(e)
+
+    def __iter__(self):
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self):
+        self.stop.set()
+
+
+def _setup_sizes(pool: Pool) -> np.ndarray:
+    """Per drawn case, the largest SizeCode its setup words name (its tiles)."""
+    n = len(pool.drawn)
+    L = max([len(c.setup) for c in pool.drawn] + [1])
+    w = np.zeros((n, L), np.uint32)
+    ln = np.array([len(c.setup) for c in pool.drawn], np.int32)
+    for i, c in enumerate(pool.drawn):
+        w[i, : len(c.setup)] = c.setup
+    return row_size(w, ln) if n else np.zeros(0, np.int64)
+
+
+def _kind_ids(pool: Pool) -> np.ndarray:
+    """Per row, a number for its drawn case's kind: rows of one kind share the
+    costly parts of a family (a matrix kind's K loop and epilogue, say)."""
+    names = sorted({c.kind for c in pool.drawn})
+    ids = np.array([names.index(c.kind) for c in pool.drawn], np.int64)
+    return ids[pool.base] if len(pool.base) else np.zeros(0, np.int64)
 
 
 def core_rows(cc: CampaignConfig) -> int:
@@ -571,7 +639,7 @@ def _fault_codes(r: Results) -> np.ndarray:
 def _run_lines(ext, b: Batch, mcfg: MachineConfig) -> Results:
     """The one-JSON-line-per-case protocol (casefile.External) on a batch."""
     items = [(b.pool.case(int(r)), b.starts.state(i, mcfg)) for i, r in enumerate(b.rows)]
-    return Results.stack(ext.run_many(items), mcfg)
+    return Results.collect(ext.run_many(items), mcfg)
 
 
 def _compare_against(res: CampaignResult, cc: CampaignConfig, b: Batch, got: Results, ext: Results):

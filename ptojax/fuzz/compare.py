@@ -22,6 +22,8 @@ from ..state import (MachineConfig, State, leaf_differences, own_words, state_le
                      tile_leaves as tile_leaves_of)
 from .engine import reset_leaves
 
+STACK_BYTES = 1 << 20        # States up to this size travel stacked (Results.collect)
+
 
 @dataclass
 class Outcome:
@@ -80,11 +82,14 @@ class Results:
     executed: np.ndarray
     errors: Optional[list] = None
     odd: dict = field(default_factory=dict)
+    outcomes: Optional[list] = None   # kept row by row instead (leaves: the fault codes alone)
 
     def __len__(self) -> int:
         return len(self.executed)
 
     def __getitem__(self, i: int) -> Outcome:
+        if self.outcomes is not None:
+            return self.outcomes[i]
         if self.errors is not None and self.errors[i] is not None:
             return Outcome({}, -1, self.errors[i])
         if i in self.odd:
@@ -94,6 +99,19 @@ class Results:
     @property
     def fault_code(self) -> np.ndarray:
         return self.leaves[".fault"]
+
+    @classmethod
+    def collect(cls, outcomes: list, cfg: MachineConfig) -> "Results":
+        """Outcomes as a batch: stacked where States are small; where they are
+        large (the model's own bounds: 15 MB), kept row by row, since stacking
+        them cost more than comparing them."""
+        if cfg.state_bytes <= STACK_BYTES:
+            return cls.stack(outcomes, cfg)
+        faults = np.array([int(o.leaves[".fault"]) if o.error is None and ".fault" in o.leaves
+                           else 0 for o in outcomes], np.int32)
+        errors = [o.error for o in outcomes]
+        return cls({".fault": faults}, np.array([o.executed for o in outcomes], np.int64),
+                   errors if any(e is not None for e in errors) else None, {}, list(outcomes))
 
     @classmethod
     def stack(cls, outcomes: list, cfg: MachineConfig) -> "Results":
@@ -136,6 +154,12 @@ def mismatches(got: Results, rows, want: Results) -> np.ndarray:
             bad |= np.array([side.errors[i] is not None for i in idx])
         if side.odd:
             bad |= np.isin(idx, list(side.odd))
+    if want.outcomes is not None:           # row by row, on views of the batch's leaves
+        for i, (r, w) in enumerate(zip(rows.tolist(), want.outcomes)):
+            bad[i] = bad[i] or w.error is not None or len(w.leaves) != len(got.leaves) or not all(
+                k in w.leaves and w.leaves[k].shape == a.shape[1:] and w.leaves[k].dtype == a.dtype
+                and np.array_equal(a[r], w.leaves[k]) for k, a in got.leaves.items())
+        return bad
     for k, a in got.leaves.items():
         b = want.leaves[k]
         bad |= (np.asarray(a)[rows] != b).reshape(m, -1).any(axis=1)

@@ -98,6 +98,19 @@ def row_signature(words, lengths) -> np.ndarray:
     return (np.asarray(commits, np.int64) << 8) | bits
 
 
+_SIZED = np.array(sorted({e for e, f in IW.FIELDS if f.name == "SizeCode"}), np.int16)
+_SIZE = IW.field_of(int(_SIZED[0]), "SizeCode")
+assert all(IW.field_of(int(e), "SizeCode").pieces == _SIZE.pieces for e in _SIZED)
+
+
+def row_size(words, lengths) -> np.ndarray:
+    """Per row, the largest SizeCode its B.IOT and B.IOS words name (0: none): how
+    many lanes its completions take (ops.dispatch.lane_classes), where a machine
+    has several lane classes."""
+    enc, _ = _row_ops(words, lengths)
+    return np.where(np.isin(enc, _SIZED), IW.extract(words, _SIZE), 0).max(axis=1, initial=0)
+
+
 # ----------------------------------------------------------------- States on the device
 
 
@@ -283,4 +296,4 @@ def leaves_of(result, n: int) -> dict:
 
 
 __all__ = ["EFFECT_BITS", "Engine", "FILLER_OPS", "PROGRAM_WORDS", "Rows", "WORDS",
-           "filler_words", "leaves_of", "reset_leaves", "row_signature"]
+           "filler_words", "leaves_of", "reset_leaves", "row_signature", "row_size"]

@@ -37,8 +37,8 @@ def reference_outcome(state: State, words, pe: int, on_fault: str, cfg: MachineC
 
 def run_work(work: Starts, cfg: MachineConfig, pe: int, on_fault: str) -> Results:
     """The reference model's results of a chunk, stacked."""
-    return Results.stack([reference_outcome(work.state(i, cfg), work.words_of(i), pe, on_fault, cfg,
-                                            bool(work.core[i])) for i in range(len(work))], cfg)
+    return Results.collect([reference_outcome(work.state(i, cfg), work.words_of(i), pe, on_fault,
+                                              cfg, bool(work.core[i])) for i in range(len(work))], cfg)
 
 
 def _worker_init():
@@ -102,6 +102,12 @@ def concat(parts: list) -> Optional[Results]:
         return None
     if len(parts) == 1:
         return parts[0]
+    if parts[0].outcomes is not None:
+        return Results({".fault": np.concatenate([p.leaves[".fault"] for p in parts])},
+                       np.concatenate([p.executed for p in parts]),
+                       [e for p in parts for e in (p.errors or [None] * len(p))]
+                       if any(p.errors for p in parts) else None, {},
+                       [o for p in parts for o in p.outcomes])
     offs = np.cumsum([0] + [len(p) for p in parts])
     errors = None
     if any(p.errors is not None for p in parts):

@@ -203,7 +203,8 @@ def _rows(r, idx):
     from .compare import Results
     return Results({k: v[idx] for k, v in r.leaves.items()}, r.executed[idx],
                    None if r.errors is None else [r.errors[i] for i in idx],
-                   {j: r.odd[i] for j, i in enumerate(idx) if i in r.odd})
+                   {j: r.odd[i] for j, i in enumerate(idx) if i in r.odd},
+                   None if r.outcomes is None else [r.outcomes[i] for i in idx])
 
 
 def read_batch(path, cfg=None) -> dict:

@@ -17,10 +17,10 @@ import jax.numpy as jnp
 from .. import tables
 from . import memory
 from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
-                     U64, capacity_register, cube_descriptor, cube_geometry, destination,
+                     U64, branch, capacity_register, cube_descriptor, cube_geometry, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, payload, ordered_fault,
                      ordinary_shape, ordinary_slot, ordinary_source_legal, row, settle, settle_pair, source,
-                     take, tile_coords, valid_lanes)
+                     take, tile_coords, trip_count, valid_lanes)
 from .header import Header
 
 OP = tables.OP_ID
@@ -255,12 +255,17 @@ def _effects(state, h: Header, tile_words: int, effects, ok, is_load, is_store, 
     if "TSTORE" not in effects:
         return tiles, state.gm
 
-    src_words = payload(tiles, e["sslot"], tile_words)[lanes.value_slot]
-    gm = memory.write_elements(state.gm, lanes.addr, src_words, nbytes, (c & 1) == 1, four,
-                               memory.overwritten_later(r, c, p["vr"], p["vc"], p["stride"], nbytes,
-                                                        four),
-                               valid & e["store"])
-    return tiles, gm
+    def store(gm):
+        src_words = payload(tiles, e["sslot"], tile_words)[lanes.value_slot]
+        return memory.write_elements(gm, lanes.addr, src_words, nbytes, (c & 1) == 1, four,
+                                     memory.overwritten_later(r, c, p["vr"], p["vc"], p["stride"],
+                                                              nbytes, four),
+                                     valid & e["store"])
+
+    # the GM write (a scatter of every lane's bytes) runs only where some State
+    # stores: a batch of TLOADs in a program that can also store pays nothing
+    stores = trip_count(e["store"].astype(jnp.int32)) > 0
+    return tiles, jax.lax.cond(stores, branch(store), lambda gm: gm, state.gm)
 
 
 def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})):
