@@ -12,7 +12,8 @@ spent. The passes, in order:
    (uimm17 = the value it had), then lower LB values (0, 1, v/2, v-1); lower
    B.IOT/B.IOS SizeCodes (1, s/2, s-1);
 3. simpler words: B.IOR register fields to the zero register;
-4. simpler values: TILE_CAPACITY back to the config's, PC 0; GPRs zero (the
+4. simpler values: TILE_CAPACITY back to the config's, PC 0; a variant's
+   pokes dropped (all, then one at a time); GPRs zero (the
    other PEs' files at once, then the current PE's, then one register at a
    time), then smaller (lowest set bit, low 8/16/32 bits); GM bytes zero (all at once, then aligned chunks halving down to
    single bytes, only chunks holding nonzero bytes).
@@ -148,6 +149,17 @@ def _scalars(case):
     return out
 
 
+def _pokes(case):
+    """Fewer pokes (a variant's GPR and GM changes after the setup): none, then one
+    fewer at a time."""
+    if not case.pokes:
+        return []
+    out = [("drop the pokes", dataclasses.replace(case, pokes=()))] if len(case.pokes) > 1 else []
+    for i, p in enumerate(case.pokes):
+        out.append((f"drop poke {p}", dataclasses.replace(case, pokes=case.pokes[:i] + case.pokes[i + 1:])))
+    return out
+
+
 def _nonzero(regs: dict) -> dict:
     return {r: v for r, v in regs.items() if r and v & MASK64}
 
@@ -260,6 +272,7 @@ def shrink(case, fails: Callable, *, seconds: float = 120.0, log: Optional[Calla
         changed |= greedy(_sizes)
         changed |= greedy(_ior_regs)
         changed |= greedy(_scalars)
+        changed |= greedy(_pokes)
         changed |= greedy(_gprs)
         changed |= greedy(_gpr_values)
         changed |= greedy(lambda c: [("zero GM", dataclasses.replace(c, gm=bytes(len(c.gm))))]
@@ -278,7 +291,7 @@ def shrink(case, fails: Callable, *, seconds: float = 120.0, log: Optional[Calla
 
 def _same(a, b) -> bool:
     return (a.words == b.words and a.gm == b.gm and a.pc == b.pc
-            and a.tile_capacity == b.tile_capacity
+            and a.tile_capacity == b.tile_capacity and a.pokes == b.pokes
             and {p: _nonzero(r) for p, r in a.gprs.items()} == {p: _nonzero(r) for p, r in b.gprs.items()})
 
 

@@ -103,6 +103,23 @@ def _representable(disp: int, dt: int) -> bool:
     return disp < (1 << bits)
 
 
+def _representable_addresses(lo: int, hi: int, step: int, base: int, dt: int) -> list:
+    """The addresses lo, lo + step, ... below hi whose displacement from `base` an
+    index element of dtype `dt` holds (_representable, for a whole range at once)."""
+    a = np.arange(lo, hi, step, dtype=np.int64)
+    bits = BITS[dt]
+    if bits >= 64 or dt not in INT_DTYPES:
+        return a.tolist()
+    with np.errstate(over="ignore"):
+        disp = a.astype(np.uint64) - np.uint64(base & MASK64)      # mod 2^64
+    if SIGNED[dt]:
+        v = disp.view(np.int64)
+        keep = (v >= -(1 << (bits - 1))) & (v < (1 << (bits - 1)))
+    else:
+        keep = disp < np.uint64(1 << bits)
+    return a[keep].tolist()
+
+
 def _cas_rows(size: int, col: int, bits: int) -> int:
     """Derived rows of a TSize code (C.7 step 4); 0 when not derivable."""
     cap_bits = (128 << (size - 1)) * 8
@@ -144,11 +161,11 @@ def _cas_base(b: Builder, idt: int, e: int, region: tuple):
             base = (1 << 64) - int(rng.integers(1, 2048))
         else:
             base = rand_bits(rng, 64)
-        cands = [a for a in range(lo, hi - e + 1, e) if _representable(a - base, idt)]
+        cands = _representable_addresses(lo, hi - e + 1, e, base, idt)
         if cands:
             return base, mode, cands
     base = lo
-    return base, "low", [a for a in range(lo, hi - e + 1, e) if _representable(a - base, idt)]
+    return base, "low", _representable_addresses(lo, hi - e + 1, e, base, idt)
 
 
 def _cas_types(rng, kind: str, muts: list) -> tuple:
