@@ -201,7 +201,34 @@ class ExternalError(RuntimeError):
     """The external command failed, died, or broke the protocol."""
 
 
-class External:
+class Command:
+    """A started external command (`proc`): stopped by close(), or by leaving a
+    `with` block, after its input is closed (`_end_input`)."""
+    proc: subprocess.Popen
+
+    def _end_input(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def close(self):
+        if self.proc.poll() is None:
+            self._end_input()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class External(Command):
     """An external command speaking `ptojax.fuzz-against.v1` (one line per case)."""
 
     def __init__(self, command: str, cfg: MachineConfig, on_fault: str, timeout: float = 120.0):
@@ -295,24 +322,6 @@ class External:
             out.append(self._outcome(self._receive(ids[i]), state))
         return out
 
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 def serve(run, stdin=None, stdout=None) -> int:
     """The command side of the protocol: answer each request line with
@@ -344,5 +353,5 @@ def serve(run, stdin=None, stdout=None) -> int:
     return n
 
 
-__all__ = ["CASE_FORMAT", "EXPORT_FORMAT", "PROTOCOL", "External", "ExternalError", "Repro",
+__all__ = ["CASE_FORMAT", "EXPORT_FORMAT", "PROTOCOL", "Command", "External", "ExternalError", "Repro",
            "export_json", "load_repro", "repro_json", "serve", "write_json"]

@@ -120,18 +120,16 @@ class Results:
         and kept aside (errors, odd)."""
         base = {k: np.asarray(v) for k, v in state_leaves(reset_leaves(cfg)).items()}
         n = len(outcomes)
-        leaves = {k: np.zeros((n,) + v.shape, v.dtype) for k, v in base.items()}
-        errors, odd = [None] * n, {}
-        for i, o in enumerate(outcomes):
-            if o.error is not None:
-                errors[i] = o.error
-                continue
-            if any(k not in o.leaves or o.leaves[k].shape != v.shape or o.leaves[k].dtype != v.dtype
-                   for k, v in base.items()) or len(o.leaves) != len(base):
-                odd[i] = o.leaves
-                continue
-            for k in base:
-                leaves[k][i] = o.leaves[k]
+        errors = [o.error for o in outcomes]
+        odd = {i: o.leaves for i, o in enumerate(outcomes) if o.error is None
+               and (o.leaves.keys() != base.keys() or any(
+                   o.leaves[k].shape != v.shape or o.leaves[k].dtype != v.dtype
+                   for k, v in base.items()))}
+        fill = {k: np.zeros_like(v) for k, v in base.items()}
+        # one stack per leaf: a row that raised or came back odd contributes zeros
+        ok = [o.leaves if o.error is None and i not in odd else fill for i, o in enumerate(outcomes)]
+        leaves = {k: np.stack([x[k] for x in ok]) if n else np.zeros((0,) + v.shape, v.dtype)
+                  for k, v in base.items()}
         return cls(leaves, np.array([o.executed for o in outcomes], np.int64),
                    errors if any(e is not None for e in errors) else None, odd)
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..state import MachineConfig
 from . import batchfile
-from .casefile import ExternalError, machine_from, machine_json
+from .casefile import Command, ExternalError, machine_from, machine_json
 from .compare import Results
 
 REQUEST_FORMAT = "ptojax.fuzz-dut-request.v1"
@@ -54,7 +54,7 @@ def request(batch_id: int, ids, words, lengths, core, initial: dict, cfg: Machin
     return batchfile.encode(t, meta)
 
 
-class BatchedDut:
+class BatchedDut(Command):
     """The command side of a campaign's batched DUT: `send(batch, cfg)` writes
     a request (Batch from fuzz.campaign), `receive(token)` reads its answer as
     compare.Results."""
@@ -188,20 +188,8 @@ class BatchedDut:
     def run(self, case, state):
         return self.run_state(state, case.words, case.pe, case.core)
 
-    def close(self):
-        self.requests.put(None)
-        if self.proc.poll() is None:
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _end_input(self):
+        self.requests.put(None)          # the writer thread closes the input after the last
 
 
 def serve(run: Callable, stdin=None, stdout=None) -> int:

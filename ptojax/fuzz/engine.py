@@ -30,7 +30,7 @@ from .. import tables
 from .._x64 import x64
 from ..isa import words as IW
 from ..machine import commit_capable
-from ..state import MachineConfig, State, state_leaves, tile_words, write_tile_words
+from ..state import MachineConfig, State, state_leaves
 from . import gen as G
 
 WORDS = 16                       # words of a case row: GenConfig.max_words
@@ -270,17 +270,7 @@ def _undefined(states: State, i: int, case, cfg: MachineConfig) -> State:
     """Row i of `states` with the Case's `undefine` applied (gen.prepare_state's rule)."""
     one = jax.tree_util.tree_map(lambda a: np.array(a[i]), states)
     leaves = dict(one.tiles.items())
-    for index, word in case.undefine:
-        slot = cfg.slot_of(index)
-        pes = [p for p in (range(tables.NUM_PES) if case.core else [case.pe])
-               if slot is not None and tile_words(leaves, p, slot)[1][word]]
-        if not pes:
-            raise RuntimeError(f"undefine ({index}, {word}): no defined Word there")
-        for p in pes:
-            w, d = tile_words(leaves, p, slot)
-            d[word] = False
-            write_tile_words(leaves, p, slot, w, d)
-            leaves["defined_valid"][p, slot] -= 1
+    G.undefine_words(leaves, case, cfg)
     return one.replace(tiles=one.tiles.replace(defined=leaves["defined"],
                                                defined_valid=leaves["defined_valid"]))
 

@@ -22,7 +22,6 @@ from PE to PE).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import operator
 from dataclasses import dataclass, field, fields
@@ -136,9 +135,13 @@ class Block:
     def copy(self) -> "Block":
         """An independent copy (one is taken before every word): the lists are
         copied, the Bindings shared (frozen)."""
-        return dataclasses.replace(self, datr=list(self.datr), lb=list(self.lb),
-                                   lb_present=list(self.lb_present), ior=list(self.ior),
-                                   iots=list(self.iots), ios=[list(r) for r in self.ios])
+        return Block(active=self.active, pc=self.pc, op=self.op, dtype=self.dtype,
+                     datr_present=self.datr_present, datr=list(self.datr), lb=list(self.lb),
+                     lb_present=list(self.lb_present), ior_present=self.ior_present,
+                     ior=list(self.ior), iots=list(self.iots), iot_closed=self.iot_closed,
+                     ios=[list(r) for r in self.ios], zero_seen=self.zero_seen,
+                     fpatr_present=self.fpatr_present, fpatr=self.fpatr,
+                     catr_present=self.catr_present, catr=self.catr)
 
 
 class Machine:
@@ -489,10 +492,16 @@ def _leaf_order(treedef) -> tuple:
     return tuple(jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(leaves))
 
 
+_LEAF_ORDER: list = []
+
+
 def leaf_order(state) -> tuple:
-    """The leaf paths of a State in state.state_leaves' order."""
-    import jax
-    return _leaf_order(jax.tree_util.tree_structure(state))
+    """The leaf paths of a State in state.state_leaves' order (every State has
+    the same: found once)."""
+    if not _LEAF_ORDER:
+        import jax
+        _LEAF_ORDER.append(_leaf_order(jax.tree_util.tree_structure(state)))
+    return _LEAF_ORDER[0]
 
 
 def np_with_words(leaf, words: dict) -> np.ndarray:

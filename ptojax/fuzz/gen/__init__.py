@@ -46,7 +46,7 @@ from ...isa.encode import (BSTOP, FPATR0, START, bstart, catr, datr, dim, ior, i
 from .cooperative import (COOP_AIMS, COOP_FORMS, COOP_KINDS, COOP_MACHINE, COOP_MUTATIONS,
                           random_coop_case, random_coop_cases)
 from .driver import (Bundle, Case, GenConfig, apply_pokes, gen_config, prepare_state, build_state,  # noqa: F401
-                     case_arrays, case_rng, draw_many)
+                     case_arrays, case_rng, draw_many, undefine_words)
 from .matrix import (MATMUL_AIMS, MATMUL_FORMS, MATMUL_KINDS, MATMUL_MUTATIONS,  # noqa: F401
                      MatmulImpossible, mm_form_ok, mm_mutation_ok, matmul_possible,
                      random_matmul_case, random_matmul_cases)

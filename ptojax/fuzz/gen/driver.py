@@ -201,6 +201,23 @@ def apply_pokes(gm: np.ndarray, gpr: np.ndarray, pokes) -> None:
             raise ValueError(f"unknown poke {p!r}")
 
 
+def undefine_words(tiles: dict, case: Case, mcfg: MachineConfig) -> None:
+    """Case.undefine applied to a State's Tiles leaves (a dict of numpy arrays,
+    edited in place): each Word's definedness cleared on the PEs that hold it
+    defined (the Core's, or the case's PE), their defined_valid counts down."""
+    for index, word in case.undefine:
+        slot = mcfg.slot_of(index)
+        pes = [p for p in (range(tables.NUM_PES) if case.core else [case.pe])
+               if slot is not None and tile_words(tiles, p, slot)[1][word]]
+        if not pes:
+            raise RuntimeError(f"undefine ({index}, {word}): no defined Word there")
+        for p in pes:
+            words, defined = tile_words(tiles, p, slot)
+            defined[word] = False
+            write_tile_words(tiles, p, slot, words, defined)
+            tiles["defined_valid"][p, slot] -= 1
+
+
 def prepare_state(state: State, case: Case, mcfg: MachineConfig) -> State:
     """Run a Case's setup words on the oracle, reset the PC, apply `undefine`,
     then its pokes."""
@@ -216,17 +233,7 @@ def prepare_state(state: State, case: Case, mcfg: MachineConfig) -> State:
                                f"after {r.executed}/{len(case.setup)} words\n{case.describe()}")
         state = r.state
     leaves = {k: np.array(v) for k, v in state.tiles.items()}
-    for index, word in case.undefine:
-        slot = mcfg.slot_of(index)
-        pes = [p for p in (range(tables.NUM_PES) if case.core else [case.pe])
-               if slot is not None and tile_words(leaves, p, slot)[1][word]]
-        if not pes:
-            raise RuntimeError(f"undefine ({index}, {word}): no defined Word there")
-        for p in pes:
-            words, defined = tile_words(leaves, p, slot)
-            defined[word] = False
-            write_tile_words(leaves, p, slot, words, defined)
-            leaves["defined_valid"][p, slot] -= 1
+    undefine_words(leaves, case, mcfg)
     leaves = {k: leaves[k] for k in ("defined", "defined_valid")}
     gm, gpr = np.array(state.gm), np.array(state.gpr)
     apply_pokes(gm, gpr, case.pokes)
