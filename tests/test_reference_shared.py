@@ -945,6 +945,19 @@ def test_sparse_masks_rejected(pemode):
         fails(s, words, "Fault_TileLegality", core=False, pe=p)
 
 
+@pytest.mark.parametrize("ios_pemode", [6, 1])                  # B.IOS 1110 / 1000, B.IOT 1111
+def test_ios_mask_before_the_iot_must_match(ios_pemode):
+    # step 3's one common mask covers a B.IOS recorded before the first B.IOT,
+    # which the header's B.IOT check (earlier B.IOTs only) does not compare;
+    # found by a 1,000,000-case campaign (seed 2200, a variant of coop_right)
+    s, _, _ = group_state(17)
+    fails(s, coop("TMATMUL", "U16", [40, 41], G=17, N=2, K=2, ios_pemode=ios_pemode),
+          "Fault_TileLegality")
+    s = e6_mask_state(OLD)
+    fails(s, coop("TMATMUL", "U16", [40, 41], G=1, N=1, K=1, size=1, ios_pemode=ios_pemode),
+          "Fault_TileLegality", cfg=OLD, core=False)
+
+
 def test_zero_mask_is_a_no_op():
     s, _, _ = group_state(17)
     out = ok(s, coop("TMATMUL", "U16", [40, 41], G=17, N=2, K=2, pemode=0))

@@ -65,6 +65,7 @@ class Header(NamedTuple):
     shared_id: jax.Array        # int32[MAX_IOS]
     shared_size: jax.Array      # int32[MAX_IOS]
     shared_mask: jax.Array      # the first B.IOS's PE mask
+    shared_masks: jax.Array     # int32[MAX_IOS]: every B.IOS's PE mask
     zero_mask: jax.Array        # a PEMode-000 binding and no participating one: a no-op
     # B.FPATR
     fpatr_present: jax.Array
@@ -110,7 +111,7 @@ def decode(blk) -> Header:
         n_dst=jnp.sum(bound & has_dst), n_src=jnp.sum(src_ok), mask=iot[0, 3],
         sources=jnp.stack([iot[:, 6], iot[:, 7]], axis=1).reshape(-1), source_ok=src_ok,
         ios_count=blk.ios_count, ios_bound=jnp.arange(blk.ios.shape[0]) < blk.ios_count,
-        shared_id=blk.ios[:, 0], shared_size=blk.ios[:, 1], shared_mask=blk.ios[0, 2],
+        shared_id=blk.ios[:, 0], shared_size=blk.ios[:, 1], shared_mask=blk.ios[0, 2], shared_masks=blk.ios[:, 2],
         zero_mask=blk.zero_seen & (blk.iot_count == 0) & (blk.ios_count == 0),
         fpatr_present=blk.fpatr_present, trans_a=_bit(fp, 7), trans_b=_bit(fp, 8),
         max_abs=_bit(fp, 15), row_max_init=_bit(fp, 16), group_max=_bit(fp, 17),

@@ -267,11 +267,14 @@ def _binding_stream(h: Header, cfg, blk: _Block, gpr):
                                     & (h.canonicalize == 0))
     dimensions_legal = ~jnp.any(h.lb_present & (h.lb == 0))
     # at least one binding, with the fields a decoded B.IOT can hold (only a
-    # hand-made block State holds others; equal masks are the header's check)
+    # hand-made block State holds others), and one mask over every B.IOT and
+    # B.IOS: the header compares a B.IOT with earlier B.IOTs only, so a B.IOS
+    # recorded before the first B.IOT is compared here
     masks_legal = (h.iot_count > 0) & jnp.all(
         ~rows | (_member(h.pe_mask, tables.PEMODE_MASK[1:]) & (h.dst_hand >= 0) & (h.dst_hand <= 3)
                  & (~h.has_dst | ((h.size_code >= 1) & (h.size_code <= 10)))
-                 & (h.src0 >= 0) & (h.src0 < 64) & (h.src1 >= 0) & (h.src1 < 64)))
+                 & (h.src0 >= 0) & (h.src0 < 64) & (h.src1 >= 0) & (h.src1 < 64))) \
+        & ~jnp.any(h.ios_bound & (h.shared_masks != mask))
     gate_legal = blk.types_legal & stream_legal & ior_legal & datr_legal & dimensions_legal \
         & masks_legal & ~shared_bad
     return gate_legal, (quant, relu)
