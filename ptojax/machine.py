@@ -35,19 +35,20 @@ def _command_faults(blk, d):
     (B.DATR, B.DIM, B.IOR, B.CATR, B.FPATR, B.IOT, B.IOS), and what the checks derive
     that the commands latch: (B.DIM's target row, the B.IOT and B.IOS PE masks)."""
     active = blk.active
-    f_datr = jnp.where(~active | blk.datr_present, F["Fault_BundleControl"], 0)
+    f_datr = ordered_fault(("HDR.3 datr_once", ~active | blk.datr_present, "Fault_BundleControl"))
     t = jnp.clip(d["dim_target"], 0, 2)
-    f_dim = jnp.where(~active | row(blk.lb_present, t), F["Fault_BundleControl"], 0)
-    f_ior = jnp.where(~active | blk.ior_present, F["Fault_BundleControl"], 0)
-    f_catr = jnp.where(~active | blk.catr_present, F["Fault_BundleControl"], 0)
+    f_dim = ordered_fault(("HDR.4 dim_once", ~active | row(blk.lb_present, t),
+                           "Fault_BundleControl"))
+    f_ior = ordered_fault(("HDR.5 ior_once", ~active | blk.ior_present, "Fault_BundleControl"))
+    f_catr = ordered_fault(("HDR.9 catr_once", ~active | blk.catr_present, "Fault_BundleControl"))
     fp = d["fp"]
     fp_combo_bad = ((fp["RowMaxInit"] == 1) & (fp["RowMaxEn"] == 0)) \
         | ((fp["GroupMaxEn"] == 1) != (fp["GroupNCode"] != 0)) \
         | ((fp["MaxAbsEn"] == 1) & (fp["RowMaxEn"] == 0) & (fp["GroupMaxEn"] == 0))
     f_fpatr = ordered_fault(
-        (~active | blk.fpatr_present | (blk.op < _MATRIX_FIRST) | blk.ior_present
-         | (blk.iot_count > 0) | (blk.ios_count > 0), "Fault_BundleControl"),
-        (fp_combo_bad, "Fault_TileLegality"))
+        ("HDR.8 fpatr_place", ~active | blk.fpatr_present | (blk.op < _MATRIX_FIRST)
+         | blk.ior_present | (blk.iot_count > 0) | (blk.ios_count > 0), "Fault_BundleControl"),
+        ("HDR.8 fpatr_fields", fp_combo_bad, "Fault_TileLegality"))
     iot_mask = take(_PEMODE_MASK, d["pemode"])
     ios_mask = take(_PEMODE_MASK, d["ios_pemode"])
 
@@ -56,15 +57,15 @@ def _command_faults(blk, d):
         | ((blk.ios_count > 0) & (ios_mask != blk.ios[0, 2]))
     # a B.IOT compares with earlier B.IOTs only (4.6); a B.IOS with both (4.7)
     f_iot = jnp.where(d["pemode"] == 0, 0, ordered_fault(
-        (~active | blk.iot_closed, "Fault_BundleControl"),
-        (iot_mismatch, "Fault_TileLegality"),
-        (blk.iot_count >= MAX_IOT, "Fault_TileLegality")))
+        ("HDR.6 iot_open", ~active | blk.iot_closed, "Fault_BundleControl"),
+        ("HDR.6 iot_mask", iot_mismatch, "Fault_TileLegality"),
+        ("HDR.6 iot_count", blk.iot_count >= MAX_IOT, "Fault_TileLegality")))
     ios_used = jnp.arange(MAX_IOS) < blk.ios_count
     dup_sid = jnp.any(ios_used & (blk.ios[:, 0] == d["ios_sid"]))
     f_ios = jnp.where(d["ios_pemode"] == 0, 0, ordered_fault(
-        (~active, "Fault_BundleControl"),
-        (ios_mismatch, "Fault_TileLegality"),
-        (dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))
+        ("HDR.7 ios_open", ~active, "Fault_BundleControl"),
+        ("HDR.7 ios_mask", ios_mismatch, "Fault_TileLegality"),
+        ("HDR.7 ios_sid_count", dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))
     return (f_datr, f_dim, f_ior, f_catr, f_fpatr, f_iot, f_ios), (t, iot_mask, ios_mask)
 
 

@@ -236,6 +236,27 @@ TRAP_NUMBER = {
 MEMORY_FAULTS = ("Fault_DataAlignment", "Fault_DataPage")
 
 
+# Ordered-check step ids: "<list>.<step> <name>", the key both models share.
+# The executor names each entry of its `ordered_fault` lists by one; the oracle
+# carries the same id on the check it makes (a `# <id>` comment on the line
+# that returns the fault), so one search for the id finds the spec step, the
+# executor's check and the oracle's (tests/test_step_ids.py checks both sides).
+STEP_LISTS = {
+    "HDR": "encoding.md 4.3-4.9 (header commands, checked when each issues)",
+    "DSP": "docs/execution-model.md, Completion (dispatch of a completed block)",
+    "C5": "state-and-transport.md C.5 (CUBE TLOAD)",
+    "C6": "state-and-transport.md C.6 (CUBE TSTORE)",
+    "C7": "state-and-transport.md C.7 (ordinary Local TLOAD)",
+    "C8": "state-and-transport.md C.8 (ordinary Local TSTORE)",
+    "CAS": "state-and-transport.md D.4 (MGATHER.CAS)",
+    "MM": "matrix.md B.6 and docs/matmul-decisions.md (TMATMUL/TGEMV; 7s: Shared sources, "
+          "docs/shared-decisions.md 5)",
+    "SH3": "docs/shared-decisions.md 3 (Shared TLOAD)",
+    "SH4": "docs/shared-decisions.md 4 (Shared TSTORE, TSTORE.SPART)",
+}
+STEP_ID = r"(?:%s)\.[0-9]+[a-z]? [a-z][a-z0-9_]*" % "|".join(STEP_LISTS)
+
+
 # ---------------------------------------------------------------- PEs, sizes, GPRs
 
 NUM_PES = 4

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -132,12 +134,19 @@ def settle_pair(a, b):
     return (both >> 32).astype(jnp.int32), both.astype(jnp.int32)
 
 
+_STEP_ID = re.compile(tables.STEP_ID)
+
+
 def ordered_fault(*checks):
-    """Fault code of the first (condition, fault name) pair that holds, else 0:
-    an ordered check list as data. A family settles its verdict (`settle`):
+    """Fault code of the first (step id, condition, fault name) entry whose
+    condition holds, else 0: an ordered check list as data. The step id
+    (tables.STEP_ID, e.g. "MM.8 acc_hand") names the spec step; the oracle's
+    twin check carries the same id. A family settles its verdict (`settle`):
     every effect of the bundle depends on it."""
     code = jnp.int32(0)
-    for cond, name in reversed(checks):
+    for step, cond, name in reversed(checks):
+        if not (isinstance(step, str) and _STEP_ID.fullmatch(step)):
+            raise ValueError(f"ordered_fault: {step!r} is not a step id ({tables.STEP_ID})")
         code = jnp.where(cond, F[name], code)
     return code
 

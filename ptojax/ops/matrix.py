@@ -633,14 +633,16 @@ def complete(state, h: Header, pe, cfg, enable):
     aux_on = (h.row_max == 1) | (h.group_max == 1)
 
     fault = settle(ordered_fault(
-        (~h.fpatr_present, "Fault_BundleControl"),
-        (~gate_legal, "Fault_TileLegality"),
-        (blk.is_gemv & (blk.M != 1), "Fault_TileLegality"),
-        ((shr.trans_a & blk.a_local) | (shr.trans_b & blk.b_local), "Fault_TileLegality"),
-        (~post.legal, "Fault_TileLegality"),
-        (~shr.sources_legal | ~loc.sources_legal, "Fault_TileLegality"),
-        (blk.is_acc & (c_idx == d_hand), "Fault_TileLegality"),
-        (blk.active & (~dst.legal | ~d_shape_ok), "Fault_TileAllocation"),
+        ("MM.1 fpatr_present", ~h.fpatr_present, "Fault_BundleControl"),
+        ("MM.3 gate", ~gate_legal, "Fault_TileLegality"),
+        ("MM.4 gemv_rows", blk.is_gemv & (blk.M != 1), "Fault_TileLegality"),
+        ("MM.5 transpose", (shr.trans_a & blk.a_local) | (shr.trans_b & blk.b_local),
+         "Fault_TileLegality"),
+        ("MM.6 post_sources", ~post.legal, "Fault_TileLegality"),
+        ("MM.7s shared_sources", ~shr.sources_legal, "Fault_TileLegality"),
+        ("MM.7 local_sources", ~loc.sources_legal, "Fault_TileLegality"),
+        ("MM.8 acc_hand", blk.is_acc & (c_idx == d_hand), "Fault_TileLegality"),
+        ("MM.10 destination", blk.active & (~dst.legal | ~d_shape_ok), "Fault_TileAllocation"),
     ))
     do = enable & (fault == 0) & blk.active
     d_b4 = take(DT_BITS, out_type) == 4                  # an S4X2 D: M16 CELLs swizzled

@@ -190,10 +190,13 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
     dlay = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
 
     fault = settle(ordered_fault(
-        (~schema_legal(h) | ~datr_legal(h), "Fault_TileLegality"),
-        (~sources_legal(srcs, state.tile_capacity, W, tdt, vr, vc), "Fault_TileLegality"),
-        (~found | ~budget_ok | ~destination_shape, "Fault_TileAllocation"),
-        (~fractal_ok(dlay, drows, col, tbits), "Fault_TileLegality")))     # destination_indexable
+        ("CAS.3 schema", ~schema_legal(h), "Fault_TileLegality"),
+        ("CAS.4 datr", ~datr_legal(h), "Fault_TileLegality"),
+        ("CAS.5 sources", ~sources_legal(srcs, state.tile_capacity, W, tdt, vr, vc),
+         "Fault_TileLegality"),
+        ("CAS.6 destination", ~found | ~budget_ok | ~destination_shape, "Fault_TileAllocation"),
+        ("CAS.7 destination_indexable", ~fractal_ok(dlay, drows, col, tbits),
+         "Fault_TileLegality")))
     legal = fault == 0
 
     ln = _lane_operands(state, h, pe, cfg, vr, vc, unstacked)

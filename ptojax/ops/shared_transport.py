@@ -175,13 +175,16 @@ def complete(state, h: Header, cfg, enable):
     st = _store_checks(state, h, cfg, size, spart, rec, exists, bits, lay)
 
     fault = settle(ordered_fault(
-        (h.ios_count != 1, "Fault_TileLegality"),
-        (h.fpatr_present | h.ior_surplus, "Fault_BundleControl"),
-        (attr_bad, "Fault_TileLegality"),
-        (is_load & (ld.schema_bad | ld.shape_bad | ld.update_bad), "Fault_TileLegality"),
-        (is_load & ld.bound_bad, "Fault_TileAllocation"),
-        (~is_load & (st.bind_bad | st.schema_bad), "Fault_TileLegality"),
-        (~is_load & st.bound_bad, "Fault_TileAllocation"),
+        ("SH3.1 one_shared_binding", h.ios_count != 1, "Fault_TileLegality"),
+        ("SH3.2 scalar_schema", h.fpatr_present | h.ior_surplus, "Fault_BundleControl"),
+        ("SH3.3 datr", attr_bad, "Fault_TileLegality"),
+        ("SH3.4 load_bindings", is_load & ld.schema_bad, "Fault_TileLegality"),
+        ("SH3.5 descriptor", is_load & ld.shape_bad, "Fault_TileLegality"),
+        ("SH3.6 update_compatible", is_load & ld.update_bad, "Fault_TileLegality"),
+        ("SH3.7 model_bounds", is_load & ld.bound_bad, "Fault_TileAllocation"),
+        ("SH4.4 store_bindings", ~is_load & st.bind_bad, "Fault_TileLegality"),
+        ("SH4.5 read_schema", ~is_load & st.schema_bad, "Fault_TileLegality"),
+        ("SH4.5 model_bound", ~is_load & st.bound_bad, "Fault_TileAllocation"),
     ))
     legal = fault == 0
 

@@ -150,23 +150,25 @@ def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source
     cube = h.cube
     tl_op = is_load | is_store
     return settle(ordered_fault(
-        (h.zero_mask, "Fault_None"),
-        (cube & ~tlsu_decodable(h), "Fault_IllegalInstruction"),
+        ("C5.1 zero_mask", h.zero_mask, "Fault_None"),
+        ("C5.2 tlsu_decodable", cube & ~tlsu_decodable(h), "Fault_IllegalInstruction"),
         # CUBE path: whatever the BSTART (C.5 "selection")
-        (cube & (~tl_op | ~cube_schema_legal(h, is_load, is_store) | (cls < 0)),
+        ("C5.3 cube_schema", cube & (~tl_op | ~cube_schema_legal(h, is_load, is_store)),
          "Fault_TileLegality"),
-        (cube & is_load & d.alloc_bad, "Fault_TileAllocation"),
-        (cube & is_store & src.cube_bad, "Fault_TileLegality"),
+        ("C5.4 cube_dtype", cube & (cls < 0), "Fault_TileLegality"),
+        ("C5.6 cube_destination", cube & is_load & d.alloc_bad, "Fault_TileAllocation"),
+        ("C6.6 cube_source", cube & is_store & src.cube_bad, "Fault_TileLegality"),
         # operations and forms not modelled yet
-        (~cube & (~tl_op | (h.ios_count > 0)), "Fault_Unimplemented"),
-        (~cube & (h.fpatr_present | ~ordinary_bindings_complete(h, is_load)),
+        ("DSP.1 unmodelled", ~cube & (~tl_op | (h.ios_count > 0)), "Fault_Unimplemented"),
+        ("C7.2 bindings", ~cube & (h.fpatr_present | ~ordinary_bindings_complete(h, is_load)),
          "Fault_BundleControl"),
-        (~cube & ~ordinary_datr_legal(h), "Fault_TileLegality"),
-        (~cube & is_load & d.alloc_bad, "Fault_TileAllocation"),
+        ("C7.3 datr", ~cube & ~ordinary_datr_legal(h), "Fault_TileLegality"),
+        ("C7.4 destination", ~cube & is_load & d.alloc_bad, "Fault_TileAllocation"),
         # the new descriptor generically indexable: a ZN/NZ tile on the fractal grid
-        (~cube & is_load & ~fractal_ok(d.lay_o, d.rows_o, d.col_o, take(DT_BITS, d.edt)),
+        ("C7.4 indexable",
+         ~cube & is_load & ~fractal_ok(d.lay_o, d.rows_o, d.col_o, take(DT_BITS, d.edt)),
          "Fault_TileLegality"),
-        (~cube & is_store & src.ord_bad, "Fault_TileLegality"),
+        ("C8.4 source", ~cube & is_store & src.ord_bad, "Fault_TileLegality"),
     ))
 
 

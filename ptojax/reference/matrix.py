@@ -590,7 +590,7 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
     (The CUBE-transport dispatch and the zero-mask no-op, steps "pre" and 0,
     run before this in run.tile_operation.)"""
     f = form_of(op_name)
-    # 1. B.FPATR is mandatory
+    # MM.1 fpatr_present: B.FPATR is mandatory
     if not b.fpatr_present:
         return BUNDLE_CONTROL
     # Shared (B.IOS) operands of TMATMUL*: the cooperative path
@@ -598,36 +598,36 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
     if b.ios and not f.gemv:
         return cooperative_matmul(m, b, f)
     p = Fpatr.of(b.fpatr)
-    # 3. the combined gate: types, stream, B.IOR (with its parameter Words), B.DATR,
+    # MM.3 gate: types, stream, B.IOR (with its parameter Words), B.DATR,
     # dimensions, masks
     if not gate_legal(m, f, b, p, pe):
         return TILE_LEGALITY
     a, bt = operand_types(b)
     dims = dimensions(b)
     M, N, K = dims
-    # 4. TGEMV is M = 1
+    # MM.4 gemv_rows: TGEMV is M = 1
     if f.gemv and M != 1:
         return TILE_LEGALITY
-    # 5. TransA/TransB need a Shared primary (never, All-Local)
+    # MM.5 transpose: TransA/TransB need a Shared primary (never, All-Local)
     if p.trans_a or p.trans_b:
         return TILE_LEGALITY
-    # 6. PreQuantMode vs the accumulator class, the post-process sources
+    # MM.6 post_sources: PreQuantMode vs the accumulator class, the post-process sources
     acc = accumulator_type(f, a)
     n_math = mathematical_sources(f, a, bt)
     if not post_sources_legal(m, b, p, n_math, M, N, acc):
         return TILE_LEGALITY
-    # 7. Local sources C, A, sA, B, sB, Bias
+    # MM.7 local_sources: C, A, sA, B, sB, Bias
     ops = operands_of(f, b, a, bt)
     dest = destinations(b)[0]
     tsize = tables.size_code_bytes(dest.size_code)
     if not sources_legal(m, ops, p, a, bt, acc, dims, tsize):
         return TILE_LEGALITY
-    # 8. ACC: C's raw 6-bit source index against D's 2-bit hand
+    # MM.8 acc_hand: C's raw 6-bit source index against D's 2-bit hand
     if f.acc and ops.c == dest.dst_hand:
         return TILE_LEGALITY
     # (9. D's M layout = A's layout, legal for M: established by step 7)
     layout = m.tile_at(ops.a).layout_name
-    # 10. the destination group: slots, Core budget, D's geometry for its element type
+    # MM.10 destination: the group's slots, Core budget, D's geometry for its element type
     out = tables.DTYPE_BY_NAME[pp.output_type(p.pre_quant, acc.name)]
     slots = destination_group(m, b, p, layout, out, acc, M, N)
     if slots is None:
@@ -875,21 +875,21 @@ def readers(m: Machine, f: Form, b: Block, p: Fpatr, g: Groups, ops: LocalOperan
 def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     """shared-decisions.md 5 for PE m.cur (steps 0 and 1 already ran)."""
     p = Fpatr.of(b.fpatr)
-    # 3. the gate
+    # MM.3 gate (the cooperative one)
     if f.gemv or not cooperative_gate_legal(m, f, b, p):
         return TILE_LEGALITY
     a, bt = operand_types(b)
     g = Groups(f, a, bt, len(b.ios))
     G, N, K = dimensions(b)
-    # 5. TransA needs a Shared A (B is always Shared here)
+    # MM.5 transpose: TransA needs a Shared A (B is always Shared here)
     if p.trans_a and not g.both:
         return TILE_LEGALITY
-    # 6. PreQuantMode vs the accumulator class (the post-process sources are
-    # Local: checked with the others, on a PE with rows)
+    # MM.6 post_sources: PreQuantMode vs the accumulator class (the post-process
+    # sources are Local: checked with the others, on a PE with rows)
     acc = accumulator_type(f, a)
     if not pp.mode_matches_accumulator(p.pre_quant, acc.name):
         return TILE_LEGALITY
-    # 7s. Shared sources, collectively
+    # MM.7s shared_sources: collectively
     if not shared_sources_legal(m, f, b, p, g, a, bt, (G, N, K)):
         return TILE_LEGALITY
     pe = m.cur
@@ -901,21 +901,22 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     dest = destinations(b)[0]
     tsize = tables.size_code_bytes(dest.size_code)
     active = M > 0
-    # 7. Local sources, post-process ones first, only on a PE with rows to compute
+    # MM.7 local_sources: post-process ones first, only on a PE with rows to compute
     layout = d_layout(m, f, g, ops, G) if active else None
     n_math = g.local_sources(f, a)
     if active and not (post_sources_legal(m, b, p, n_math, M, N, acc)
                        and local_sources_legal(m, f, ops, p, layout, a, acc, M, N, K, tsize)):
         return TILE_LEGALITY
-    # 8. ACC: C's raw source index against D's hand (every PE)
+    # MM.8 acc_hand: C's raw source index against D's hand (every PE)
     if f.acc and ops.c == dest.dst_hand:
         return TILE_LEGALITY
     if not active:
         return None                 # an idle PE: no Local work, no D
-    # 9. D's M layout must hold the fragment's rows
+    # MM.7 local_sources (step 9, D's M layout must hold the fragment's rows: the
+    # executor checks it with the Local sources, the same TileLegality)
     if not m_layout_legal(layout, M):
         return TILE_LEGALITY
-    # 10. the destination group in PE cur's file: slots, pool, geometry
+    # MM.10 destination: the group in PE cur's file: slots, pool, geometry
     # (adr0100: a private fragment, its own mask bit, charged once)
     out = tables.DTYPE_BY_NAME[pp.output_type(p.pre_quant, acc.name)]
     adr0100 = m.semantics == "adr0100"

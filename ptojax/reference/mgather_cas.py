@@ -235,20 +235,20 @@ def mgather_cas(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     """D.4 ordered checks, then D.5. (Step 1, the zero-mask no-op, and the
     CUBE-Layout dispatch run before this in run.tile_operation; step 2, the
     selector, always decodes for Function 8.)"""
-    # 3. schema, bindings, B.IOR, masks, dimensions
+    # CAS.3 schema: schema, bindings, B.IOR, masks, dimensions
     if not schema_legal(b):
         return TILE_LEGALITY
-    # 4. B.DATR applicability
+    # CAS.4 datr: B.DATR applicability
     if not datr_legal(b):
         return TILE_LEGALITY
-    # 5. sources and types
+    # CAS.5 sources: sources and types
     d = tables.DTYPE_BY_CODE.get(b.dtype)
     if d is None:
         return TILE_LEGALITY
     vc, vr, cols = resolved_dimensions(b)
     if not sources_legal(m, b, d, vr, vc):
         return TILE_LEGALITY
-    # 6. destination: free slot, Core budget, shape -> Fault_TileAllocation
+    # CAS.6 destination: free slot, Core budget, shape -> Fault_TileAllocation
     bind = b.iots[1]
     tsize = tables.size_code_bytes(bind.size_code)
     slot = free_slot(m, bind.dst_hand)
@@ -257,7 +257,7 @@ def mgather_cas(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     rows = destination_shape(m, tsize, vr, vc, cols, d)
     if rows == 0:
         return TILE_ALLOCATION
-    # 7. destination legality (layout from B.DATR, location Any) -> rollback + TileLegality
+    # CAS.7 destination_indexable: layout from B.DATR, location Any -> rollback + TileLegality
     layout = DESTINATION_LAYOUT.get(b.datr[0] if b.datr_present else 0)
     if layout is None or not generic_indexable(layout, rows, cols, d):
         return TILE_LEGALITY

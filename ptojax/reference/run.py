@@ -240,7 +240,7 @@ def zero_mask(b: Block) -> bool:
 def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
     """Dispatch of the completed block (execution-model.md "Completion")."""
     if zero_mask(b):
-        return None
+        return None                             # C5.1 zero_mask (every family's step 0/1)
     if b.datr_present and b.datr[0] in transport.CUBE_LOAD_CODES.keys() | transport.CUBE_STORE_CODES.keys():
         return transport.cube_transport(m, b, op, pe)
     name = op[0]
@@ -251,7 +251,7 @@ def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
     if b.ios or name == "TSTORE.SPART":
         return shared_transport.shared_tlsu(m, b, name)   # Shared TLOAD/TSTORE/TSTORE.SPART
     if name not in ("TLOAD", "TSTORE"):
-        return UNIMPLEMENTED
+        return UNIMPLEMENTED                    # DSP.1 unmodelled
     if name == "TLOAD":
         return transport.ordinary_tload(m, b, pe)
     return transport.ordinary_tstore(m, b, pe)
@@ -268,7 +268,7 @@ def b_datr(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Option
     """B.DATR: once per header; latch the raw fields."""
     b = m.block
     if not in_header(m) or b.datr_present:
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # HDR.3 datr_once
     b.datr_present = True
     b.datr = [cmd["Layout"], cmd["DataType"], cmd["PadValueOrByteId"], cmd["CMode"],
               cmd["RMode"], cmd["Sat"], cmd["Canonicalize"]]
@@ -280,7 +280,7 @@ def b_dim(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optiona
     b = m.block
     n = (word >> 12) & 7
     if not in_header(m) or b.lb_present[n]:
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # HDR.4 dim_once
     b.lb[n] = (transport.gpr(m, pe, cmd["RegSrc"]) + cmd["uimm17"]) & 0xFFFF
     b.lb_present[n] = True
     return None
@@ -290,7 +290,7 @@ def b_ior(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optiona
     """B.IOR: once per header; latch RegDst, RegSrc0..2 (read at completion)."""
     b = m.block
     if not in_header(m) or b.ior_present:
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # HDR.5 ior_once
     b.ior_present = True
     b.ior = [cmd["RegDst"], cmd["RegSrc0"], cmd["RegSrc1"], cmd["RegSrc2"]]
     return None
@@ -309,11 +309,11 @@ def b_iot(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optiona
             b.zero_seen = True
         return None
     if not in_header(m) or b.iot_closed:
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # HDR.6 iot_open
     if any(x.mask != mask for x in b.iots):
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # HDR.6 iot_mask
     if len(b.iots) >= MAX_IOT:
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # HDR.6 iot_count
     dst = cmd.has("DstTile")
     binding = Binding(dst_valid=dst, dst_hand=cmd["DstTile"] if dst else 0,
                       size_code=cmd["SizeCode"] if dst else 0, mask=mask,
@@ -335,11 +335,11 @@ def b_ios(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optiona
             b.zero_seen = True
         return None
     if not in_header(m):
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # HDR.7 ios_open
     if any(x.mask != mask for x in b.iots) or any(r[2] != mask for r in b.ios):
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # HDR.7 ios_mask
     if any(r[0] == cmd["SharedTID"] for r in b.ios) or len(b.ios) >= MAX_IOS:
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # HDR.7 ios_sid_count
     b.ios.append([cmd["SharedTID"], cmd["SizeCode"], mask])
     return None
 
@@ -361,9 +361,9 @@ def b_fpatr(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optio
     op = tables.OPS[b.op] if 0 <= b.op < len(tables.OPS) else None
     if (not in_header(m) or b.fpatr_present or (op is not None and op[1] != "CUBE")
             or b.ior_present or b.iots or b.ios):
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # HDR.8 fpatr_place
     if not fpatr_fields_legal(cmd):
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # HDR.8 fpatr_fields
     b.fpatr_present = True
     b.fpatr = word
     return None
@@ -373,7 +373,7 @@ def b_catr(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Option
     """B.CATR: once per header; latch the raw word (DR/trap act at completion)."""
     b = m.block
     if not in_header(m) or b.catr_present:
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # HDR.9 catr_once
     b.catr_present = True
     b.catr = word
     return None

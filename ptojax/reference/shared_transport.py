@@ -77,17 +77,17 @@ def shared_tlsu(m: Machine, b: Block, name: str) -> Optional[Fault]:
     shared-decisions.md 3 (common), then the direction's own steps.
     (Step 0, the zero-mask no-op, and the CUBE-code dispatch run before this.)"""
     function = FUNCTION[name]
-    # 1. exactly one B.IOS
+    # SH3.1 one_shared_binding: exactly one B.IOS
     if len(b.ios) != 1 or not ios_well_formed(b):
         return TILE_LEGALITY
     sid, size_code, mask = b.ios[0]
     d = tables.DTYPE_BY_CODE.get(b.dtype)
     if d is None:
         return TILE_LEGALITY
-    # 2. the ordinary path's scalar schema
+    # SH3.2 scalar_schema: the ordinary path's scalar schema
     if b.fpatr_present or ior_surplus(b):
         return BUNDLE_CONTROL
-    # 3. B.DATR attributes
+    # SH3.3 datr: B.DATR attributes
     if not ordinary_datr_legal(b):
         return TILE_LEGALITY
     # the register's layout: the second half of a relayout code (GM is row-major)
@@ -102,7 +102,7 @@ def shared_tlsu(m: Machine, b: Block, name: str) -> Optional[Fault]:
 def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
                  d: tables.DataType, layout: str) -> Optional[Fault]:
     """shared-decisions.md 3, steps 4-9."""
-    # 4. a destination B.IOS, no B.IOT; LB0/LB1/LB2 present and 1..65535
+    # SH3.4 load_bindings: a destination B.IOS, no B.IOT; LB0/LB1/LB2 present and 1..65535
     if size_code == 0 or b.iots:
         return TILE_LEGALITY
     if not all(b.lb_present[n] and lb_in_range(b, n) for n in range(3)):
@@ -111,7 +111,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
     if vc > cols:
         return TILE_LEGALITY
     tsize = tables.size_code_bytes(size_code)
-    # 5. the descriptor: rows derived from (TSize, columns)
+    # SH3.5 descriptor: rows derived from (TSize, columns)
     rows = derived_rows(tsize, cols, d)
     if rows == 0 or vr > rows or vr * vc > tsize * 8 // d.bits:
         return TILE_LEGALITY
@@ -119,7 +119,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
     # stops on an assertion there; docs/spec-notes.md)
     if not generic_indexable(layout, rows, cols, d):
         return TILE_LEGALITY
-    # 6. SharedTileUpdateCompatible
+    # SH3.6 update_compatible: SharedTileUpdateCompatible
     if not capacity_legal(m, tsize):
         return TILE_LEGALITY
     i = m.record_of(sid)
@@ -132,7 +132,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
             return TILE_LEGALITY
     elif not shared_pool_ok(m, mask, tsize):
         return TILE_LEGALITY
-    # 7. model bounds
+    # SH3.7 model_bounds
     if rows * cols > m.shared_words:
         return TILE_ALLOCATION
     if i is None and m.free_record() is None:
@@ -177,10 +177,10 @@ def store_shape(m: Machine, b: Block, sid: int) -> tuple[int, int, int]:
 def shared_tstore(m: Machine, b: Block, function: int, sid: int, size_code: int, mask: int,
                   d: tables.DataType, layout: str) -> Optional[Fault]:
     """shared-decisions.md 4, steps 4-6."""
-    # 4. mask (TSTORE: all four PEs; SPART: any), a source B.IOS, no B.IOT
+    # SH4.4 store_bindings: mask (TSTORE: all four PEs; SPART: any), a source B.IOS, no B.IOT
     if (function == 1 and mask != ALL_PES) or size_code != 0 or b.iots:
         return TILE_LEGALITY
-    # 5. store shape and the read schema
+    # SH4.5 read_schema: store shape and the read schema
     vc, vr, cols = store_shape(m, b, sid)
     if vc < 1 or vr < 1 or cols < 1 or vc > cols:
         return TILE_LEGALITY
@@ -201,7 +201,7 @@ def shared_tstore(m: Machine, b: Block, function: int, sid: int, size_code: int,
         rows = derived_rows(capacity, cols, d)
         if not generic_indexable(layout, rows, cols, d):
             return TILE_LEGALITY
-    # model bound: the stored elements must lie within shared_words (as a record's payload)
+    # SH4.5 model_bound: the stored elements lie within shared_words (as a record's payload)
     if layout_index(layout, rows, cols, d, vr - 1, vc - 1) >= m.shared_words:
         return TILE_ALLOCATION
     # 6. preflight, then store each selected element's Word (undefined Words included)

@@ -167,13 +167,13 @@ def cube_transport(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
     `op` is the block's (name, engine, Function) entry of tables.OPS.
     """
     _, engine, function = op
-    # 2. the block's Function must decode as a TLSU tile operation
+    # C5.2 tlsu_decodable: the block's Function must decode as a TLSU tile operation
     if not tlsu_decodable(engine, function):
         return ILLEGAL
-    # 3. schema, dimensions, attributes, direction, bindings
+    # C5.3 cube_schema: schema, dimensions, attributes, direction, bindings
     if not cube_schema_legal(b, engine, function):
         return TILE_LEGALITY
-    # 4. dtype = BSTART DataType, must have a CELL mapping
+    # C5.4 cube_dtype: dtype = BSTART DataType, must have a CELL mapping
     d = tables.DTYPE_BY_CODE.get(b.dtype)
     if d is None or not layouts.cube_dtype_supported(d):
         return TILE_LEGALITY
@@ -228,7 +228,7 @@ def _cube_tload(m: Machine, b: Block, d: tables.DataType, layout: str, vr: int, 
                 base: int, stride: int) -> Optional[Fault]:
     bind = b.iots[0]
     tsize = tables.size_code_bytes(bind.size_code)
-    # 6. shape vs TSize (B.6), Core budget, free slot -> Fault_TileAllocation
+    # C5.6 cube_destination: shape vs TSize (B.6), Core budget, free slot
     if not layouts.legal(layout, d, vr, vc, tsize, m.tile_capacity, m.tile_words):
         return TILE_ALLOCATION
     if not budget_ok(m, bind.mask, tsize):
@@ -292,7 +292,7 @@ def _cube_tstore(m: Machine, b: Block, d: tables.DataType, layout: str, vr: int,
     bind = b.iots[0]
     slot = m.slot_of(bind.src0)
     t = m.tile_at(bind.src0)
-    # 6. the source must be a defined CUBE tile of this dtype, layout, valid shape and mask
+    # C6.6 cube_source: a defined CUBE tile of this dtype, layout, valid shape and mask
     if (slot is None or not cube_descriptor_legal(m, t) or not t.contents_defined
             or t.dtype != d.code or t.layout_name != layout
             or t.valid_rows != vr or t.valid_cols != vc
@@ -339,16 +339,16 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     """C.7: ordinary Local TLOAD, GM read row-major into a tile of the layout its
     B.DATR code names (RowMajor without one; a relayout code's second half)."""
     if b.fpatr_present or not ordinary_bindings_complete(b, loads=True):
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # C7.2 bindings
     if not ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # C7.3 datr
     layout = DESTINATION_LAYOUT[b.datr[0]] if b.datr_present else "RowMajor"
     # effective dtype: B.DATR DataType when present and concrete, else BSTART (F.3)
     code = b.datr[1] if b.datr_present and b.datr[1] != tables.DTYPE_NONE else b.dtype
     d = tables.DTYPE_BY_CODE.get(code)
     start = tables.DTYPE_BY_CODE.get(b.dtype)
     if d is None or start is None:
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # C7.3 datr (no such DataType)
     # dimensions (C.2): an absent or zero LB0/LB1 means 1; LB2 absent or zero means ValidCol
     vc = b.lb[0] if lb_in_range(b, 0) else 1
     vr = b.lb[1] if lb_in_range(b, 1) else 1
@@ -357,7 +357,7 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     tsize = tables.size_code_bytes(bind.size_code)
     slot = free_slot(m, bind.dst_hand)
     if slot is None or not budget_ok(m, bind.mask, tsize):
-        return TILE_ALLOCATION
+        return TILE_ALLOCATION                  # C7.4 destination
     rows = derived_rows(tsize, cols, d)
     if rows == 0 or vr > rows or vc > cols or vr * vc > tsize * 8 // d.bits:
         return TILE_ALLOCATION
@@ -367,7 +367,7 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     # the new descriptor must be generically indexable (TileDescriptorLegal),
     # checked after the allocation, which it rolls back
     if not indexable:
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # C7.4 indexable
     # base/stride: dense default over the resolved Col with the BSTART dtype (F.3)
     base, stride = base_and_stride(m, b, pe, dense_stride(cols, start))
     f = preflight(m, base, stride, vr, vc, d)
@@ -493,9 +493,9 @@ def ordinary_source_legal(m: Machine, t: Tile) -> bool:
 def ordinary_tstore(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     """C.8: ordinary Local TSTORE of the source descriptor's valid region."""
     if b.fpatr_present or not ordinary_bindings_complete(b, loads=False):
-        return BUNDLE_CONTROL
+        return BUNDLE_CONTROL                   # C7.2 bindings (C.8 steps 0-3 are C.7's)
     if not ordinary_datr_legal(b) or not all(binding_well_formed(x) for x in b.iots):
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # C7.3 datr
     # a relayout code changes nothing here: the source is read through its own
     # layout and dtype, GM written row-major
     start = tables.DTYPE_BY_CODE.get(b.dtype)
@@ -514,7 +514,7 @@ def ordinary_tstore(m: Machine, b: Block, pe: int) -> Optional[Fault]:
         cols = b.lb[0] if lb_in_range(b, 0) else 1
     base, stride = base_and_stride(m, b, pe, dense_stride(max(cols, 0), start))
     if slot is None or not ordinary_source_legal(m, t):
-        return TILE_LEGALITY
+        return TILE_LEGALITY                    # C8.4 source
     d = tables.DTYPE_BY_CODE[t.dtype]
     f = preflight(m, base, stride, t.valid_rows, t.valid_cols, d)
     if f is not None:
