@@ -37,10 +37,3 @@ def cell(a, i, j):
         return jax.vmap(lambda k: cell(a, i, k))(j.reshape(-1)).reshape(j.shape + a.shape[2:])
     start = (jnp.asarray(i, jnp.int32), j.astype(jnp.int32)) + (jnp.int32(0),) * (a.ndim - 2)
     return jax.lax.dynamic_slice(a, start, (1, 1) + a.shape[2:]).reshape(a.shape[2:])
-
-
-def set_cell(a, i, j, v):
-    """a with a[i, j] = v along the first two axes (indices clamped, as `row`)."""
-    start = (jnp.asarray(i, jnp.int32), jnp.asarray(j, jnp.int32)) + (jnp.int32(0),) * (a.ndim - 2)
-    v = jnp.asarray(v, a.dtype).reshape((1, 1) + a.shape[2:])
-    return jax.lax.dynamic_update_slice(a, v, start)

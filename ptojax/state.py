@@ -225,13 +225,6 @@ def _as_words(pairs, xp):
     return jax.lax.bitcast_convert_type(pairs, jnp.uint64)
 
 
-def _as_pairs(words, xp):
-    """uint64[n] as uint32[2n] slot pairs (low, high): inverse of _as_words."""
-    if xp is np:
-        return np.ascontiguousarray(words).view(np.uint32).reshape(-1)
-    return jax.lax.bitcast_convert_type(words, jnp.uint32).reshape(-1)
-
-
 def decode_window(slots, defined, wide, W: int, xp=jnp):
     """A tile's W Words (uint64) and their definedness from its window's slots."""
     if slots.dtype == np.uint64:                      # 64-bit slots: the Words themselves

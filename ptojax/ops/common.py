@@ -410,9 +410,14 @@ def local_pool_in_use(state, cfg):
     return used
 
 
+def size_code_bytes(size_code):
+    """TSize bytes of a SizeCode 1..12 (clipped): tables.size_code_bytes's twin."""
+    return jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
+
+
 def destination(state, hand, size_code, mask, cfg):
     """Destination hand allocation: (slot, found, tsize, budget_ok) (A.2, A.5)."""
-    tsize = jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
+    tsize = size_code_bytes(size_code)
     charge = local_pool_in_use(state, cfg) + pe_count(mask) * tsize
     hand_slots = cfg.hand_slots
     slot, found = free_slot(state.tiles, hand, hand_slots)

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 from .. import tables
 from ..state import TILE_COLUMN as COL, local_desc, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
-from .common import DT_BITS, aux_slots, branch, div, slot_of, take, trip_count, under_batch
+from .common import (DT_BITS, aux_slots, branch, div, size_code_bytes, slot_of, take, trip_count,
+                     under_batch)
 from .shared_transport import apply_row_write, no_row_write
 from .header import Header
 
@@ -71,7 +72,7 @@ def lanes_needed(desc, h: Header, cfg):
     edt = jnp.where(h.datr_present & (h.datr_dtype != tables.DTYPE_NONE), h.datr_dtype, h.dtype)
     bits = jnp.minimum(take(DT_BITS, h.dtype), take(DT_BITS, edt))
     bits = jnp.where(take(DT_BITS, edt) == 0, take(DT_BITS, h.dtype), bits)
-    tsize = jnp.int32(128) << jnp.clip(h.size_code - 1, 0, 11)
+    tsize = size_code_bytes(h.size_code)
     dst = jnp.where(h.bound & h.has_dst, _tile_words(tsize, bits, W), 0)
     slot, exists = slot_of(h.sources, cfg.hand_slots)
     d = desc[slot]

@@ -37,10 +37,9 @@ from . import shared as sh
 from .header import Header
 from .common import (CELL_C, CELL_R, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, aux_words,
                      branch, capacity_register, cube_descriptor, cube_geometry, gpr_value, install,
-                     install_aux, lane_count,
-                     local_pool_in_use, log2, ordered_fault, ordinary_shape,
-                     ordinary_source_legal, payload, pe_count, settle, source, take, tile_coords,
-                     trip_count)
+                     install_aux, lane_count, local_pool_in_use, log2, ordered_fault, ordinary_shape,
+                     ordinary_source_legal, payload, pe_count, settle, size_code_bytes, source, take,
+                     tile_coords, trip_count)
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
@@ -446,7 +445,7 @@ def _destinations(state, cfg, h: Header, blk: _Block, pe) -> _Destinations:
     rows = [jnp.argmax(dst & (ordinal == k)) for k in range(3)]
     present = jnp.stack([jnp.any(dst & (ordinal == k)) for k in range(3)])
     hands = jnp.stack([h.dst_hand[r] for r in rows])
-    tsize = jnp.int32(128) << jnp.clip(jnp.stack([h.size_code[r] for r in rows]) - 1, 0, 11)
+    tsize = size_code_bytes(jnp.stack([h.size_code[r] for r in rows]))
     allocated = tiles.desc[:, COL_ALLOCATED] != 0
     slots, found, taken = [], [], jnp.zeros(allocated.shape, bool)
     for k in range(3):

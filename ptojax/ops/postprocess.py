@@ -117,7 +117,7 @@ def relu_parameter_legal(word):
 # ---------------------------------------------------------------- exact float64 helpers
 
 
-def _pow2(n):
+def _exp2(n):
     """2.0 ** n for integer n in the float64 normal range (exact, by its bits)."""
     return jax.lax.bitcast_convert_type((jnp.asarray(n).astype(jnp.int64) + 1023).astype(U64)
                                         << U64(52), jnp.float64)
@@ -133,7 +133,7 @@ def fp19_value(code):
     """A finite FP19 value (sign 18, bias-127 exponent 17:10, fraction 9:0)."""
     e = ((code >> U64(10)) & U64(0xFF)).astype(jnp.int32)
     f = (code & U64(0x3FF)).astype(jnp.float64)
-    mag = jnp.where(e == 0, f * _pow2(-136), (1024.0 + f) * _pow2(e - 137))
+    mag = jnp.where(e == 0, f * _exp2(-136), (1024.0 + f) * _exp2(e - 137))
     return jnp.where((code >> U64(18)) & U64(1) == 1, -mag, mag)
 
 
@@ -210,9 +210,9 @@ def encode_binary(x, dtype, mode, sat):
     a = jnp.abs(jnp.where(x == 0, 1.0, x))
     e = _exponent(a)
     overflow = sign | jnp.where(sat, max_finite, infinity)
-    unit = _pow2(fb)
+    unit = _exp2(fb)
     subnormal = e < 1 - bias
-    q = a * _pow2(fb - jnp.where(subnormal, 1 - bias, e))
+    q = a * _exp2(fb - jnp.where(subnormal, 1 - bias, e))
     r = round_magnitude(q, mode, negative)
     carry = ~subnormal & (r == 2.0 * unit)
     biased = (e + bias + carry).astype(U64)
@@ -338,7 +338,7 @@ def element(word, mode, relu, acc_type, quant, relu_param, rnd, sat):
     offset = jnp.where(width > 0, (field.astype(jnp.int64)
                                    - ((field >> jnp.maximum(width - 1, 0).astype(U64)).astype(jnp.int64)
                                       << width.astype(jnp.int64))), 0).astype(jnp.float64)
-    half = jnp.where(width > 0, _pow2(jnp.maximum(width - 1, 0)), 1.0)
+    half = jnp.where(width > 0, _exp2(jnp.maximum(width - 1, 0)), 1.0)
     intermediate = jnp.clip(to_integer(activated, rnd), -half, half - 1.0)
     encoded = encode(jnp.where(width > 0, intermediate, activated) + offset, out, rnd, sat)
     floating = (out == DT["FP32"]) | (out == DT["FP16"]) | (out == DT["BF16"]) \

@@ -18,11 +18,6 @@ ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 MAX_SHARED_BYTES = 262144
 
 
-def tsize(size_code):
-    """TSize bytes of a SizeCode 1..12 (clipped)."""
-    return jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
-
-
 def derived_rows(capacity, cols, bits):
     """DerivedTileRows: whole rows of a power-of-two column count, else 0."""
     cap_bits = capacity.astype(jnp.int64) * 8

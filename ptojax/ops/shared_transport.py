@@ -21,7 +21,8 @@ from . import memory, shared as sh
 from .header import Header
 from .common import (DEST_LAYOUT, DT_BITS, DT_SIGNED, U64, capacity_register, core_charge,
                      elem_bytes, fractal_ok, gpr_value, ordered_fault, ordinary_coords,
-                     ordinary_index, pe_count, settle, shared_charge, take)
+                     ordinary_index, pe_count, settle, shared_charge, size_code_bytes,
+                     take)
 
 OP = tables.OP_ID
 
@@ -88,7 +89,7 @@ def _load_checks(state, h: Header, cfg, size, cap_reg, rec, exists, has_free, bi
     shared, WS = state.shared, cfg.shared_words
     mask, lb, lbp, edt = h.shared_mask, h.lb, h.lb_present, h.dtype
     vc_l, vr_l, cols_l = lb[0], lb[1], lb[2]
-    tsz = sh.tsize(size)
+    tsz = size_code_bytes(size)
     rows_l = sh.derived_rows(tsz, cols_l, bits)
     load_schema_bad = (size == 0) | (h.iot_count != 0) | ~lbp[0] | ~lbp[1] | ~lbp[2] \
         | (vc_l < 1) | (vr_l < 1) | (cols_l < 1) | (vc_l > cols_l)

@@ -14,7 +14,7 @@ from ... import tables
 from ...isa.encode import FPATR0
 from .matrix_tiles import (FP32, MM_FP32_MODES, MM_S32_MODES, MM_SCALAR_MODES, MM_VECTOR_MODES,
                            S32, MmTile, mm_codes, mm_tile)
-from .values import DT_CODE, pick_one
+from .values import DT_CODE, pick_one, pow2
 
 U64 = DT_CODE["U64"]
 OFFSET_WIDTH = {17: 5, 18: 5, 2: 9, 3: 9, 23: 9, 24: 9, 19: 17, 20: 17}
@@ -110,7 +110,7 @@ def draw_post(b, plan, muts) -> bool:
         # where N allows (N > 16), else a TILE_CAPACITY short of the auxiliary outputs
         plan.aux_budget = False
         if kw["group_max"]:
-            odd = [code for code in range(1, 10) if not _pow2(-(-plan.N // tables.FPATR_GROUP_N[code]))]
+            odd = [code for code in range(1, 10) if not pow2(-(-plan.N // tables.FPATR_GROUP_N[code]))]
             if want_dst and odd and rng.random() < 0.7:
                 kw["group_n"] = pick_one(rng, odd)
             else:
@@ -161,10 +161,6 @@ def draw_post(b, plan, muts) -> bool:
             need = max(1, (4 * plan.M * cols - 1).bit_length() - 6)   # 128 << (s-1) >= 4 M cols
             plan.aux.append(min(10, need + (int(rng.integers(1, 3)) if rng.random() < 0.2 else 0)))
     return True
-
-
-def _pow2(x: int) -> bool:
-    return x > 0 and x & (x - 1) == 0
 
 
 def _bad_shape(rng, plan, role, dt, vr, vc, values):
