@@ -1,4 +1,5 @@
-"""`pj.ops.matmul`: golden matrix products computed by running the real bundles.
+"""`pj.golden.matmul` (also `pj.ops.matmul`, the name it had first): golden matrix
+products computed by running the real bundles.
 
 For compiler pipelines: numpy matrices in, numpy result out. The helper
 writes the operands to global memory, runs the instruction sequence a
@@ -30,6 +31,8 @@ from .isa.asm import assemble
 from .layouts.geometry import geometry as cube_geometry
 from .machine import run_stream
 from .state import MachineConfig, reset
+
+__all__ = ["matmul", "MatmulFault", "MatmulResult"]
 
 # operand hands (a TLOAD takes the hand's lowest free register): A, B -> T; C, Bias,
 # RowMaxIn -> U; scales, the epilogue's parameter vectors -> N; D, RowMaxOut, GroupMaxOut
