@@ -18,7 +18,8 @@ from .indexing import row
 from .isa.decode_array import decode
 from .isa.forms import ENCODINGS
 from .ops import dispatch, header
-from .ops.common import F, U64, settle, trip_count
+from .ops.common import F, U64
+from .ops.lowering import settle, trip_count
 from .result import RunResult
 from .block_domain import check_block
 from .ops.commands import EMPTY_BLOCK, apply_header, header_step
