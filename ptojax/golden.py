@@ -411,7 +411,7 @@ _CONFIGS: dict = {}    # (class, profile) -> (MachineConfig, reset State)
 
 def _machine(words_needed: int, gm_needed: int, profile: str):
     """The class config and its reset State (cached: States are immutable)."""
-    for name, tile_words, gm_bytes in SIZE_CLASSES:
+    for name, tile_words, gm_bytes in SIZE_CLASSES:   # noqa: B007 (the class found is used below)
         if words_needed <= tile_words and gm_needed <= gm_bytes:
             break
     else:

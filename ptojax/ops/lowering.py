@@ -75,7 +75,7 @@ def settle(tree):
     for i, v in enumerate(leaves):
         if not v.ndim:
             by_type.setdefault(v.dtype, []).append(i)
-    for dtype, idx in by_type.items():
+    for _dtype, idx in by_type.items():
         held = hold(jnp.stack([leaves[i] for i in idx]))
         out.update({i: held[k] for k, i in enumerate(idx)})
     return jax.tree_util.tree_unflatten(treedef, [out[i] for i in range(len(leaves))])
