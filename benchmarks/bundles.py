@@ -342,7 +342,7 @@ def time_batch(pj, jax, s, words, B, repeats, cfg, core=False):
     w = np.broadcast_to(np.asarray(words, np.uint32), (B, len(words))).copy()
     times = []
     res = None
-    for i in range(repeats + 1):            # call 0 is the warm-up
+    for _ in range(repeats + 1):            # call 0 is the warm-up
         states = make_batch(jax, s, B)
         del res
         t0 = time.perf_counter()

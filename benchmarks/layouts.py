@@ -294,7 +294,7 @@ def run_case(layout, width, batch, *, random_valid, repeats, rng, check, min_tot
         "np_copy": _best_time(ncopy, repeats, min_total),
         "np_copyto": _best_time(ncopyto, repeats, min_total),
     }
-    del words_j, x_j, dst
+    words_j = x_j = dst = None     # free the buffers before the next size
     return {
         "layout": layout, "width": width, "dtype": dt,
         "container": np.dtype(container).name + ("-nibbles" if width == "b4" else ""),

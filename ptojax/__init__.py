@@ -11,9 +11,10 @@ from . import batch
 from . import reference
 from . import interop
 from . import ops
+from . import golden
 from .version import __version__  # noqa: F401  (pj.__version__)
 
 __all__ = ["MachineConfig", "PRESETS", "State", "preset", "reset", "write_memory", "read_memory",
            "write_gpr", "read_gpr", "read_tile", "TileView", "read_shared", "SharedTileView", "RunResult", "run",
            "run_core", "layouts",
-           "asm", "batch", "reference", "interop", "tables", "ops"]
+           "asm", "batch", "reference", "interop", "tables", "ops", "golden"]

@@ -1,4 +1,5 @@
-"""`pj.ops.matmul`: golden matrix products computed by running the real bundles.
+"""`pj.golden.matmul` (also `pj.ops.matmul`, the name it had first): golden matrix
+products computed by running the real bundles.
 
 For compiler pipelines: numpy matrices in, numpy result out. The helper
 writes the operands to global memory, runs the instruction sequence a
@@ -30,6 +31,8 @@ from .isa.asm import assemble
 from .layouts.geometry import geometry as cube_geometry
 from .machine import run_stream
 from .state import MachineConfig, reset
+
+__all__ = ["matmul", "MatmulFault", "MatmulResult"]
 
 # operand hands (a TLOAD takes the hand's lowest free register): A, B -> T; C, Bias,
 # RowMaxIn -> U; scales, the epilogue's parameter vectors -> N; D, RowMaxOut, GroupMaxOut
@@ -408,7 +411,7 @@ _CONFIGS: dict = {}    # (class, profile) -> (MachineConfig, reset State)
 
 def _machine(words_needed: int, gm_needed: int, profile: str):
     """The class config and its reset State (cached: States are immutable)."""
-    for name, tile_words, gm_bytes in SIZE_CLASSES:
+    for name, tile_words, gm_bytes in SIZE_CLASSES:   # noqa: B007 (the class found is used below)
         if words_needed <= tile_words and gm_needed <= gm_bytes:
             break
     else:

@@ -15,170 +15,19 @@ import numpy as np
 from . import tables
 from ._x64 import x64
 from .indexing import row
-from .isa.decode_array import K, decode
+from .isa.decode_array import decode
 from .isa.forms import ENCODINGS
 from .ops import dispatch, header
-from .ops.common import F, U64, ordered_fault, gpr_value, settle, take, trip_count
+from .ops.common import F, U64
+from .ops.lowering import settle, trip_count
 from .result import RunResult
 from .block_domain import check_block
-from .state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, MachineConfig, State,
-                    check_pool, config_of, empty_block, pack_block, pack_tiles, packed_width, unpack_block,
+from .ops.commands import EMPTY_BLOCK, apply_header, header_step
+from .state import (MachineConfig, State, check_pool, config_of, pack_block, pack_tiles, unpack_block,
                     unpack_tiles)
 
 ON_FAULT = ("abandon", "hold")
-_PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
 _MATRIX_FIRST = tables.OP_ID["TMATMUL"]
-
-
-def _command_faults(blk, d):
-    """The header commands' own faults (encoding.md 4.x) in the fault select's order
-    (B.DATR, B.DIM, B.IOR, B.CATR, B.FPATR, B.IOT, B.IOS), and what the checks derive
-    that the commands latch: (B.DIM's target row, the B.IOT and B.IOS PE masks)."""
-    active = blk.active
-    f_datr = ordered_fault(("HDR.3 datr_once", ~active | blk.datr_present, "Fault_BundleControl"))
-    t = jnp.clip(d["dim_target"], 0, 2)
-    f_dim = ordered_fault(("HDR.4 dim_once", ~active | row(blk.lb_present, t),
-                           "Fault_BundleControl"))
-    f_ior = ordered_fault(("HDR.5 ior_once", ~active | blk.ior_present, "Fault_BundleControl"))
-    f_catr = ordered_fault(("HDR.9 catr_once", ~active | blk.catr_present, "Fault_BundleControl"))
-    fp = d["fp"]
-    fp_combo_bad = ((fp["RowMaxInit"] == 1) & (fp["RowMaxEn"] == 0)) \
-        | ((fp["GroupMaxEn"] == 1) != (fp["GroupNCode"] != 0)) \
-        | ((fp["MaxAbsEn"] == 1) & (fp["RowMaxEn"] == 0) & (fp["GroupMaxEn"] == 0))
-    f_fpatr = ordered_fault(
-        ("HDR.8 fpatr_place", ~active | blk.fpatr_present | (blk.op < _MATRIX_FIRST)
-         | blk.ior_present | (blk.iot_count > 0) | (blk.ios_count > 0), "Fault_BundleControl"),
-        ("HDR.8 fpatr_fields", fp_combo_bad, "Fault_TileLegality"))
-    iot_mask = take(_PEMODE_MASK, d["pemode"])
-    ios_mask = take(_PEMODE_MASK, d["ios_pemode"])
-
-    iot_mismatch = (blk.iot_count > 0) & (iot_mask != blk.iot[0, 3])
-    ios_mismatch = ((blk.iot_count > 0) & (ios_mask != blk.iot[0, 3])) \
-        | ((blk.ios_count > 0) & (ios_mask != blk.ios[0, 2]))
-    # a B.IOT compares with earlier B.IOTs only (4.6); a B.IOS with both (4.7)
-    f_iot = jnp.where(d["pemode"] == 0, 0, ordered_fault(
-        ("HDR.6 iot_open", ~active | blk.iot_closed, "Fault_BundleControl"),
-        ("HDR.6 iot_mask", iot_mismatch, "Fault_TileLegality"),
-        ("HDR.6 iot_count", blk.iot_count >= MAX_IOT, "Fault_TileLegality")))
-    ios_used = jnp.arange(MAX_IOS) < blk.ios_count
-    dup_sid = jnp.any(ios_used & (blk.ios[:, 0] == d["ios_sid"]))
-    f_ios = jnp.where(d["ios_pemode"] == 0, 0, ordered_fault(
-        ("HDR.7 ios_open", ~active, "Fault_BundleControl"),
-        ("HDR.7 ios_mask", ios_mismatch, "Fault_TileLegality"),
-        ("HDR.7 ios_sid_count", dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))
-    return (f_datr, f_dim, f_ior, f_catr, f_fpatr, f_iot, f_ios), (t, iot_mask, ios_mask)
-
-
-def _latch(blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
-    """What the word does to the packed block: (the value each entry would take,
-    which entries take it, which return to their reset value). Header commands
-    write their own fields, BSTART writes the fields it opens and resets the
-    rest, BSTOP resets every field."""
-    active = blk.active
-    kind = d["kind"]
-    is_ = lambda name: kind == K[name]
-    # each command updates only its own fields: `written` holds the value every
-    # field would take from this word, `latch` marks the ones this word's kind
-    # (and row) writes
-    word32 = jnp.asarray(word, jnp.uint32)
-    dim_val = ((gpr_value(gpr_row, d["dim_reg"]) + d["dim_imm"].astype(U64)) & U64(0xFFFF)).astype(jnp.int32)
-    iot_row = jnp.stack([d["iot_dst"].astype(jnp.int32), jnp.where(d["iot_dst"], d["dst_hand"], 0),
-                         jnp.where(d["iot_dst"], d["size_code"], 0), iot_mask,
-                         d["iot_src0"].astype(jnp.int32), d["iot_src1"].astype(jnp.int32),
-                         jnp.where(d["iot_src0"], d["src0"], 0), jnp.where(d["iot_src1"], d["src1"], 0)])
-    # the binding and dimension rows are written once here, and _WRITTEN_FROM spreads
-    # them over every row position (no broadcast table is materialized)
-    true = jnp.bool_(True)
-    written = pack_block(Block(
-        active=true, pc=pc, op=d["op"], dtype=d["dtype"], datr_present=true, datr=d["datr"],
-        lb=dim_val[None], lb_present=jnp.ones(1, bool), ior_present=true,
-        ior=d["ior"], iot_count=blk.iot_count + 1, iot_closed=blk.iot_closed | (d["last"] == 1),
-        iot=iot_row[None], ios_count=blk.ios_count + 1,
-        ios=jnp.stack([d["ios_sid"], d["ios_size"], ios_mask])[None],
-        zero_seen=true, fpatr_present=true, fpatr=word32, catr_present=true,
-        catr=word32))[_WRITTEN_FROM]
-    at_row = jnp.where(_LATCH_GROUP == _G_LB, t,
-                       jnp.where(_LATCH_GROUP == _G_IOT, blk.iot_count, blk.ios_count))
-    recorded = jnp.where(kind == K["B.IOT"], d["pemode"] != 0, d["ios_pemode"] != 0)
-    zero_bind = ((kind == K["B.IOT"]) & (d["pemode"] == 0)) \
-        | ((kind == K["B.IOS"]) & (d["ios_pemode"] == 0))
-    latch = ((_LATCH_KIND == kind) & ((_LATCH_ROW < 0) | (_LATCH_ROW == at_row))
-             & (~_LATCH_RECORDS | recorded)) | (_LATCH_ZERO & zero_bind & active)
-    # BSTOP closes the block, BSTART opens a fresh one
-    opens = _OPENED & is_("BSTART")
-    return written, latch | opens, (is_("BSTOP") | is_("BSTART")) & ~opens
-
-
-def header_step(packed, word, d, gpr_row, pc):
-    """What one word (decoded: `d`) does to the block header (packed: state.pack_block).
-
-    Returns (fault of the word, completes, and the word's update of the block:
-    `_latch`'s (written, take, reset), which `apply_header` applies). A completing
-    word (BSTOP, or BSTART with a block open) is assumed to commit; phase 2
-    decides its real fault. GPRs are only read here (no op in the slice writes
-    them), so header processing never depends on a commit's effects.
-    """
-    blk = unpack_block(packed)
-    active = blk.active
-    kind = d["kind"]
-    is_ = lambda name: kind == K[name]
-    illegal = is_("NONE") | d["illegal"]
-
-    # ---- header commands (encoding.md 4.x): their own faults
-    (f_datr, f_dim, f_ior, f_catr, f_fpatr, f_iot, f_ios), latched = _command_faults(blk, d)
-
-    completes = (is_("BSTOP") | is_("BSTART")) & active & ~illegal
-    # an odd continuation/fall-through PC (only reachable from a hand-made State)
-    odd_pc = (is_("BSTART") | (is_("BSTOP") & active)) & ((pc & U64(1)) == 1)
-    fault = jnp.select(
-        [illegal, odd_pc, is_("B.DATR"), is_("B.DIM"), is_("B.IOR"), is_("B.CATR"), is_("B.FPATR"),
-         is_("B.IOT"), is_("B.IOS"), is_("BSTOP") & ~active],
-        [F["Fault_IllegalInstruction"], F["Fault_InstructionPC"], f_datr, f_dim, f_ior, f_catr, f_fpatr,
-         f_iot, f_ios, F["Fault_BundleControl"]], 0).astype(jnp.int32)
-
-    # ---- header latching
-    return fault, completes, _latch(blk, d, word, gpr_row, pc, *latched)
-
-
-def apply_header(packed, update, applies):
-    """The packed block after a word whose `update` (header_step) `applies`:
-    one select per entry, so a scan step writes the block once."""
-    written, take, reset = update
-    return jnp.where(applies & take, written, jnp.where(applies & reset, _EMPTY, packed))
-
-
-def _latch_tables():
-    """Per packed Block entry: the command kind that writes it, its row group and
-    row (B.DIM target, B.IOT or B.IOS row; -1 none), whether it is written only
-    by a recorded (nonzero PEMode) binding, whether it is zero_seen, whether a
-    BSTART sets it, and where `_latch`'s one-row-per-group block holds its value."""
-    writer = {"datr_present": "B.DATR", "datr": "B.DATR", "lb": "B.DIM", "lb_present": "B.DIM",
-              "ior_present": "B.IOR", "ior": "B.IOR", "iot_count": "B.IOT", "iot_closed": "B.IOT",
-              "iot": "B.IOT", "ios_count": "B.IOS", "ios": "B.IOS", "fpatr_present": "B.FPATR",
-              "fpatr": "B.FPATR", "catr_present": "B.CATR", "catr": "B.CATR"}
-    groups = {"lb": _G_LB, "lb_present": _G_LB, "iot": _G_IOT, "ios": _G_IOS}
-    kind, group, rows, records, zero, opened = [], [], [], [], [], []
-    written_from, at = [], 0    # position of each entry in the block packed with one row per group
-    for name, shape, dtype in BLOCK_FIELDS:
-        n = packed_width(name, shape, dtype)
-        kind += [K[writer[name]] if name in writer else -1] * n
-        group += [groups.get(name, 0)] * n
-        rows += (list(np.repeat(np.arange(shape[0]), n // shape[0])) if name in groups else [-1] * n)
-        records += [writer.get(name) in ("B.IOT", "B.IOS")] * n
-        zero += [name == "zero_seen"] * n
-        opened += [name in ("active", "pc", "op", "dtype")] * n
-        width = n // shape[0] if name in groups else n
-        written_from += [at + k % width for k in range(n)]
-        at += width
-    return (np.array(kind, np.int32), np.array(group, np.int32), np.array(rows, np.int32),
-            np.array(records), np.array(zero), np.array(opened), np.array(written_from, np.int32))
-
-
-_G_LB, _G_IOT, _G_IOS = 1, 2, 3
-(_LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED,
- _WRITTEN_FROM) = _latch_tables()
-with jax.ensure_compile_time_eval(), jax.enable_x64(True):
-    _EMPTY = np.asarray(pack_block(empty_block()))     # every entry at its reset value
 
 
 def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
@@ -211,7 +60,7 @@ def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
                 n + rec.astype(jnp.int32), commits, pos)
 
     init = (pack_block(st.block), jnp.int32(L), jnp.int32(0), jnp.int32(0),
-            jnp.broadcast_to(_EMPTY, (max_commits, _EMPTY.size)),
+            jnp.broadcast_to(EMPTY_BLOCK, (max_commits, EMPTY_BLOCK.size)),
             jnp.full((max_commits,), L, jnp.int32))
     # as many steps as the batch's longest stream (trip_count), not L: a
     # program compiled for long streams costs a batch of short ones nothing
@@ -252,7 +101,7 @@ def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, 
         return phase2(carry, (commits[i], pos[i]))[0]
 
     return jax.lax.fori_loop(0, n, body,
-                             (st, jnp.int32(L), jnp.int32(0), U64(0), jnp.asarray(_EMPTY)))
+                             (st, jnp.int32(L), jnp.int32(0), U64(0), jnp.asarray(EMPTY_BLOCK)))
 
 
 def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
@@ -291,9 +140,9 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     faulted = at < L
     post_commit = fault == F["Fault_BundlePostCommit"]
     # on a header fault the scan's block is the block before the faulting word
-    kept = jnp.where(hold, jnp.where(commit_first, cblk, blk), _EMPTY)
+    kept = jnp.where(hold, jnp.where(commit_first, cblk, blk), EMPTY_BLOCK)
     final_block = unpack_block(settle(jnp.where(faulted & ~post_commit, kept,
-                                                jnp.where(faulted, _EMPTY, blk))))
+                                                jnp.where(faulted, EMPTY_BLOCK, blk))))
     memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
     executed = jnp.where(faulted, at, length)
     pc = st.pc + U64(4) * executed.astype(U64)

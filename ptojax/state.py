@@ -511,7 +511,7 @@ def pack_block(blk: Block):
     """The Block as one int32 vector (a uint64 leaf as two words, a binding
     row one word of ROW_BITS fields: 52 words): a scan step selects or stores
     one array, not one per field (each field would be its own kernel). (The
-    executor also packs blocks whose row tables hold one row: machine._latch.)"""
+    executor also packs blocks whose row tables hold one row: ops.commands._latch.)"""
     parts = []
     for name, _, dtype in BLOCK_FIELDS:
         v = jnp.asarray(getattr(blk, name))

@@ -175,7 +175,7 @@ def test_no_import_cycles():
     assert _cycles() == []
 
 
-@pytest.mark.parametrize("family", ["transport", "mgather_cas", "matrix", "shared",
-                                    "shared_transport"])
+@pytest.mark.parametrize("family", ["commands", "transport", "mgather_cas", "matrix", "postprocess",
+                                    "shared", "shared_transport"])
 def test_operation_families_have_one_name_on_both_sides(family):
     assert f"ptojax.ops.{family}" in MODULES and f"ptojax.reference.{family}" in MODULES

@@ -25,12 +25,11 @@ import pytest
 
 import ptojax as pj
 from ptojax import cli, tables
-from ptojax.fuzz import batchfile, campaign as C, cases as K, dut, report
+from ptojax.fuzz import batchfile, campaign as C, cases as K, report
 from ptojax.fuzz import coverage as V
 from ptojax.fuzz import gen as G
 from ptojax.fuzz import variants
-from ptojax.fuzz.engine import Engine, Rows
-from ptojax.fuzz.starts import Starts
+from ptojax.fuzz.engine import Engine
 from ptojax.state import state_leaves
 
 ROWS = 64

@@ -36,7 +36,7 @@ from ptojax.state import tile_words, write_tile_words
 from ptojax.fuzz import gen as G
 from ptojax.machine import commit_capable
 from ptojax.reference import cas_check
-from ptojax.reference.machine import Machine
+from ptojax.reference.state import Machine
 from ptojax.reference.run import run_machine
 
 from _differential import (CapacityEdges, Outcome, assert_same, diff, run_batch,

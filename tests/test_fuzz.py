@@ -109,7 +109,7 @@ def test_ops_selection():
     sel = C.Selection(ops=V.parse_ops("mgather_cas"))
     drawn = list(C.draw_cases(3, 40, GEN, sel))
     assert len(drawn) == 40
-    for k, j, c in drawn:
+    for _k, _j, c in drawn:
         named = V.case_ops(c)
         assert not named or "MGATHER.CAS" in named
     # the draw index is kept, so case k replays from (seed, index)
@@ -672,7 +672,7 @@ def test_distributed_processes_split_one_campaign(tmp_path):
     procs = [subprocess.Popen(common + ["--process-id", str(i)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = [p.communicate(timeout=900) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
     reps = [json.loads(out) for out, _ in outs]
     assert [r["shard"] for r in reps] == [[0, 2], [1, 2]] and [r["cases"] for r in reps] == [40, 40]

@@ -209,3 +209,10 @@ def test_epilogue_reductions():
 def test_epilogue_misuse_is_a_clear_error(kw, err):
     with pytest.raises(err):
         pj.ops.matmul(A8, B8, dtype="S8", **kw)
+
+
+def test_golden_is_the_home_and_ops_the_alias():
+    # pj.golden.matmul is the golden-result helper's home; pj.ops keeps the first name
+    assert pj.golden.matmul is pj.ops.matmul
+    assert pj.golden.MatmulFault is MatmulFault and pj.golden.MatmulResult is pj.ops.MatmulResult
+    assert set(pj.golden.__all__) == {"matmul", "MatmulFault", "MatmulResult"}

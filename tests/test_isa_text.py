@@ -171,7 +171,7 @@ def test_gpr_24_reserved():
 
 
 def test_iot_ios_sizecode_reserved():
-    for form_match, base in ((0x00006013, 0), (0x00005013, 0), (0x00004013, 0)):
+    for form_match, _base in ((0x00006013, 0), (0x00005013, 0), (0x00004013, 0)):
         for size in range(16):
             c = decode(form_match | size << 15 | 7 << 9)
             if size == 0:

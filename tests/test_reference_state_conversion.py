@@ -1,6 +1,6 @@
 """Reference model: State conversion costs what a run touches, and only that.
 
-reference/machine.py converts a Local slot's payload window or a Shared
+reference/state.py converts a Local slot's payload window or a Shared
 record's payload on first use and writes back only the Words that changed; every other leaf of the
 result is the input's own (immutable) jax array. These tests fill every
 payload row of a many-slot State with random bits and check that a run leaves

@@ -52,7 +52,7 @@ def garbage_state(rng, base, block=True, picks=PICKS):
     tile_capacity and, with `block`, every block field random (an open block of
     any operation id, bindings, dims): States that run never produces."""
     t = {k: np.asarray(v).copy() for k, v in base.tiles.items() if k not in ("words", "defined")}
-    for k, a in t.items():
+    for _k, a in t.items():
         hit = rng.random(a.shape) < 0.5
         a[hit] = (rng.random(a.shape) < 0.5)[hit] if a.dtype == bool else rng.choice(picks, a.shape)[hit]
     b = {k: np.asarray(v).copy() for k, v in base.block.items()}

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import tables
 from .._x64 import x64
-from ..ops.common import BATCH_AXIS
+from ..ops.lowering import BATCH_AXIS
 from ..machine import (bucket, check_config, check_on_fault, check_pe, commit_capable,
                        open_block_ops, possible_effects, STREAM_STATIC, stream)
 from ..result import RunResult
@@ -50,7 +50,7 @@ class BatchResult:
 
 
 def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effects, core):
-    # the axis name lets a loop share one trip count across the batch (ops.common.trip_count)
+    # the axis name lets a loop share one trip count across the batch (ops.lowering.trip_count)
     return jax.vmap(lambda s, w, n: stream(s, w, n, pe, hold, cfg, max_commits, effects,
                                            cas_seed, core), axis_name=BATCH_AXIS)(states, words, lengths)
 

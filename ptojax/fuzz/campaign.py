@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
-import dataclasses
 import queue
 import threading
 import time
@@ -37,7 +36,7 @@ import jax
 import numpy as np
 
 from .. import tables
-from ..state import MachineConfig, State, state_leaves
+from ..state import MachineConfig, state_leaves
 from . import gen as G
 from .cases import (Drawing, Pool, Selection, case_at, draw_pool, initial_state, sampled,
                     sampled_mask)
@@ -765,7 +764,7 @@ class JaxRunner:
             raise ValueError(f"{n} rows for a runner of {self.capacity} case rows")
         pairs = [(initial_state(x, self.cfg), x.words) if isinstance(x, G.Case) else x for x in items]
         states = [jax.tree_util.tree_map(np.asarray, s) for s, _ in pairs]
-        for s, w in pairs:
+        for _, w in pairs:
             if len(w) > PROGRAM_WORDS:
                 raise ValueError(f"{len(w)} words exceed a row's {PROGRAM_WORDS}")
         stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *states)

@@ -1,4 +1,5 @@
-"""Operation families of the JAX executor, and `pj.ops.matmul`, the golden-result helper.
+"""Operation families of the JAX executor, and `pj.ops.matmul`, the golden-result
+helper's first name (an alias of `pj.golden.matmul`, kept for the callers of it).
 
 `matmul`, `MatmulFault` and `MatmulResult` live in ptojax/golden.py: the helper runs real
 bundles through the word-stream executor (machine.py), which sits above

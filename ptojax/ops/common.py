@@ -11,47 +11,13 @@ import numpy as np
 from .. import tables
 from ..indexing import row, set_row
 from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
+from .lowering import settle
 from ..state import (TILE_COLUMN as COL, TILE_FIELDS, decode_window, encode_window, is_wide,
                      pool_extent, pool_start, pool_top, window_slots)
 
 F = tables.FAULT_CODE
 U64 = jnp.uint64
 
-# pj.batch.run vmaps the executor under this axis name (see trip_count)
-BATCH_AXIS = "batch"
-
-
-def under_batch() -> bool:
-    """Whether the code being traced runs under pj.batch.run's vmap (static)."""
-    try:
-        jax.lax.pmax(jnp.int32(0), BATCH_AXIS)      # unused: dropped from the program
-    except NameError:       # no such axis: one State (pj.run)
-        return False
-    return True
-
-
-def branch(fn):
-    """A conditional's costly branch `fn`, as a jitted call under pj.batch.run.
-
-    vmap batches each branch of a cond twice (once to learn which results
-    vary by State, once to build them), so a cond inside a cond traced its
-    inner branches four times. A jitted call is batched once per batching
-    of its operands and then reused. XLA inlines the call: the compiled
-    program is about the same (1.6% more HLO for a campaign's), and tracing
-    it takes about 40% less time at the presets with several lane classes."""
-    return jax.jit(fn) if under_batch() else fn
-
-
-def trip_count(n):
-    """The trip count of a loop that runs `n` times for this State: under
-    pj.batch.run the batch's largest n, else n. The body masks its own
-    iterations past n. A loop whose bound differs across the batch becomes,
-    under vmap, a loop that selects its whole carry per iteration (a CAS
-    loop re-selected every State's GM that way each lane); one bound shared by
-    the batch keeps an iteration's cost to what it touches."""
-    return jax.lax.pmax(n, BATCH_AXIS) if under_batch() else n
-
-# DataType code (0..31) -> properties; unassigned codes have bits 0.
 DT_BITS = np.zeros(32, np.int32)
 DT_SIGNED = np.zeros(32, bool)
 DT_INT = np.zeros(32, bool)
@@ -85,53 +51,6 @@ for _code, _name in tables.ORDINARY_CODE_LAYOUT.items():
 def pe_count(mask):
     """Number of PEs a 4-bit PE mask names (one instruction, no table)."""
     return jax.lax.population_count(jnp.asarray(mask).astype(jnp.int32) & 15)
-
-
-def settle(tree):
-    """The leaves of `tree`, computed once.
-
-    XLA:CPU fuses cheap scalar code into every consumer, so a fault code or an
-    enable that feeds the per-leaf selects of a State is recomputed inside
-    each of their fused kernels: the check list is copied once per leaf and
-    the program grows tenfold. A dynamic-update-slice cannot be fused into
-    its consumers, and its index hides behind an optimization barrier so that
-    the simplifier can neither see that it is 0 nor that the read returns
-    what was written. The buffer is one element longer than the value (a
-    full-size update would simplify away): under vmap every State pays for
-    it, and a buffer twice the value's size cost pj.batch.run a fifth of its
-    throughput.
-    """
-    put = jax.lax.optimization_barrier(jnp.int32(0))
-
-    def hold(v):
-        flat = v.reshape(-1)
-        buf = jax.lax.dynamic_update_slice(jnp.zeros(flat.size + 1, v.dtype), flat, (put,))
-        return buf[:flat.size].reshape(v.shape)
-
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    leaves = [jnp.asarray(v) for v in leaves]
-    # scalars travel stacked, one round trip per dtype
-    out = {i: hold(v) for i, v in enumerate(leaves) if v.ndim}
-    by_type: dict = {}
-    for i, v in enumerate(leaves):
-        if not v.ndim:
-            by_type.setdefault(v.dtype, []).append(i)
-    for dtype, idx in by_type.items():
-        held = hold(jnp.stack([leaves[i] for i in idx]))
-        out.update({i: held[k] for k, i in enumerate(idx)})
-    return jax.tree_util.tree_unflatten(treedef, [out[i] for i in range(len(leaves))])
-
-
-def settle_pair(a, b):
-    """Two int32 arrays of one shape, computed once, in one kernel.
-
-    settle holds each leaf in its own kernel, and each kernel recomputes the
-    leaf's whole elementwise producer: a lane's (row, col) held as two
-    leaves costs the coordinate arithmetic twice. Held as one int64 per lane
-    (row in the high half), it is computed once."""
-    both = (a.astype(jnp.int64) << 32) | (b.astype(jnp.int64) & 0xFFFFFFFF)
-    both = settle(both)
-    return (both >> 32).astype(jnp.int32), both.astype(jnp.int32)
 
 
 _STEP_ID = re.compile(tables.STEP_ID)

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 from .. import tables
 from ..state import TILE_COLUMN as COL, local_desc, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, transport
-from .common import (DT_BITS, aux_slots, branch, div, size_code_bytes, slot_of, take, trip_count,
-                     under_batch)
+from .common import DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
+from .lowering import branch, trip_count, under_batch
 from .shared_transport import apply_row_write, no_row_write
 from .header import Header
 

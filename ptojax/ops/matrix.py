@@ -36,10 +36,11 @@ from . import postprocess as pp
 from . import shared as sh
 from .header import Header
 from .common import (CELL_C, CELL_R, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, U64, aux_words,
-                     branch, capacity_register, cube_descriptor, cube_geometry, gpr_value, install,
-                     install_aux, lane_count, local_pool_in_use, log2, ordered_fault, ordinary_shape,
-                     ordinary_source_legal, payload, pe_count, settle, size_code_bytes, source, take,
-                     tile_coords, trip_count)
+                     capacity_register, cube_descriptor, cube_geometry, gpr_value, install,
+                     install_aux, lane_count, local_pool_in_use, log2, ordered_fault,
+                     ordinary_shape, ordinary_source_legal, payload, pe_count, size_code_bytes,
+                     source, take, tile_coords)
+from .lowering import branch, settle, trip_count
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}

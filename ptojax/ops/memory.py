@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import tables
-from .common import settle
+from .lowering import settle
 
 F = tables.FAULT_CODE
 

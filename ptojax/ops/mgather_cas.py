@@ -11,15 +11,15 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .. import cas_order, tables
 from ..indexing import row
 from . import memory
-from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, elem_bytes,
-                     fractal_ok, gpr_value, install, lane_count, ordered_fault, ordinary_index,
-                     ordinary_shape, ordinary_slot, ordinary_source_legal, payload, settle, source,
-                     take, trip_count, valid_lanes)
+from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination,
+                     elem_bytes, fractal_ok, gpr_value, install, lane_count, ordered_fault,
+                     ordinary_index, ordinary_shape, ordinary_slot, ordinary_source_legal, payload,
+                     source, take, valid_lanes)
+from .lowering import settle, trip_count
 from .header import Header
 
 LAY = tables.TILE_LAYOUT_CODE

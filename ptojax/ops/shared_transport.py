@@ -21,8 +21,8 @@ from . import memory, shared as sh
 from .header import Header
 from .common import (DEST_LAYOUT, DT_BITS, DT_SIGNED, U64, capacity_register, core_charge,
                      elem_bytes, fractal_ok, gpr_value, ordered_fault, ordinary_coords,
-                     ordinary_index, pe_count, settle, shared_charge, size_code_bytes,
-                     take)
+                     ordinary_index, pe_count, shared_charge, size_code_bytes, take)
+from .lowering import settle
 
 OP = tables.OP_ID
 

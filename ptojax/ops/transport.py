@@ -16,11 +16,12 @@ import jax.numpy as jnp
 
 from .. import tables
 from . import memory
-from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED, PAD_WORDS,
-                     U64, branch, capacity_register, cube_descriptor, cube_geometry, destination,
+from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED,
+                     PAD_WORDS, U64, capacity_register, cube_descriptor, cube_geometry, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, payload, ordered_fault,
-                     ordinary_shape, ordinary_slot, ordinary_source_legal, row, settle, settle_pair, source,
-                     take, tile_coords, trip_count, valid_lanes)
+                     ordinary_shape, ordinary_slot, ordinary_source_legal, row, source, take,
+                     tile_coords, valid_lanes)
+from .lowering import branch, settle, settle_pair, trip_count
 from .header import Header
 
 OP = tables.OP_ID

@@ -42,7 +42,7 @@ from .. import tables
 from ..result import RunResult
 from ..state import MachineConfig, State, state_differences, tile_words
 from .decode import decode
-from .machine import Machine
+from .state import Machine
 from .run import check_args, run_machine, word_list
 
 DEFAULT_MAX_NODES = 200_000

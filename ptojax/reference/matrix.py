@@ -28,7 +28,7 @@ import numpy as np
 from .. import numerics, tables
 from . import layouts, minifloat
 from . import postprocess as pp
-from .machine import MASK64, Block, Machine, Tile
+from .state import MASK64, Block, Machine, Tile
 from .shared import ALL_PES, ROW_MAJOR, cooperative_ready, ios_well_formed, read_word
 from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, Fault,
                         allocate, binding_well_formed, cube_descriptor_legal, derived_rows, gpr,

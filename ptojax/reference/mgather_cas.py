@@ -17,7 +17,7 @@ from typing import Optional
 from .. import tables
 from ..cas_order import lane_order
 from . import layouts
-from .machine import MASK64, Block, Machine, Tile
+from .state import MASK64, Block, Machine, Tile
 from .transport import (DESTINATION_LAYOUT, TILE_ALLOCATION, TILE_LEGALITY, Fault, allocate,
                         binding_well_formed, budget_ok, derived_rows, free_slot,
                         generic_indexable, gpr, linear_index, load_element,

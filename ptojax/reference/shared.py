@@ -11,7 +11,7 @@ TLOAD/TSTORE (shared_transport.py) and the cooperative matrix forms
 from __future__ import annotations
 
 from .. import tables
-from .machine import MASK64, Block, Machine, SharedRecord
+from .state import MASK64, Block, Machine
 from .transport import derived_rows, generic_indexable
 
 ALL_PES = 0b1111

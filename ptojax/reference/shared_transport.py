@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .. import tables
-from .machine import Block, Machine, SharedRecord
+from .state import Block, Machine, SharedRecord
 from .shared import (ALL_PES, capacity_legal, descriptor_legal, ios_well_formed,
                      minimum_capacity, quarter, read_word)
 from .transport import (BUNDLE_CONTROL, DESTINATION_LAYOUT, TILE_ALLOCATION, TILE_LEGALITY,

@@ -15,7 +15,7 @@ from typing import Optional
 
 from .. import tables
 from . import layouts
-from .machine import MASK64, Block, Machine, Tile
+from .state import MASK64, Block, Machine, Tile
 
 CUBE_LOAD_CODES = {21: "CUBE_M32", 22: "CUBE_M16", 23: "CUBE_N8"}    # B.DATR Layout (ADR 0070)
 CUBE_STORE_CODES = {24: "CUBE_M32", 25: "CUBE_M16", 26: "CUBE_N8"}
