@@ -37,6 +37,10 @@ MASK64 = (1 << 64) - 1
 DATR_ABSENT = [0, tables.DTYPE_NONE, tables.PAD_NULL, 0, 0, 0, 0]   # block reset value
 
 
+def _layout_name(code: int) -> Optional[str]:
+    return tables.TILE_LAYOUTS[code] if 0 <= code < len(tables.TILE_LAYOUTS) else None
+
+
 @dataclass
 class Tile:
     """One materialized Local tile slot (descriptor fields of A.3)."""
@@ -59,7 +63,7 @@ class Tile:
 
     @property
     def layout_name(self) -> Optional[str]:
-        return tables.TILE_LAYOUTS[self.layout] if 0 <= self.layout < len(tables.TILE_LAYOUTS) else None
+        return _layout_name(self.layout)
 
     @property
     def contents_defined(self) -> bool:
@@ -85,7 +89,7 @@ class SharedRecord:
 
     @property
     def layout_name(self) -> Optional[str]:
-        return tables.TILE_LAYOUTS[self.layout] if 0 <= self.layout < len(tables.TILE_LAYOUTS) else None
+        return _layout_name(self.layout)
 
 
 SHARED_FIELDS = tuple(f.name for f in fields(SharedRecord))
