@@ -281,7 +281,9 @@ def check_on_fault(on_fault: str) -> bool:
 
 
 def check_config(state: State, cfg: MachineConfig | None) -> MachineConfig:
-    """The config to run with: the State's own sizes unless one is given that matches."""
+    """The config to run with: the State's own sizes and rules (State.rules), or
+    `cfg` when one is given: its sizes must match the State's, and its
+    semantics and profile then hold for this call."""
     sizes = config_of(state)
     if cfg is None:
         return sizes

@@ -446,9 +446,35 @@ class Block:
     catr: jax.Array             # uint32 raw B.CATR word
 
 
+@dataclass(frozen=True)
+class Rules:
+    """The rule set a State runs under: MachineConfig.semantics and .profile.
+
+    Static data of the State, as its sizes are (they are its arrays' shapes):
+    a pytree node without leaves whose value is part of the tree structure, so
+    jit and vmap carry it, a program is compiled for it, and pj.run without
+    cfg= runs the rules the State was reset for. A tree_map over States of
+    different rules is an error, as one over States of different sizes is."""
+    semantics: str = "adr0100"
+    profile: str = "portable"
+
+    def __post_init__(self):
+        if self.semantics not in SEMANTICS:
+            raise ValueError(f"semantics {self.semantics!r} not in {SEMANTICS}")
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile {self.profile!r} not in {PROFILES}")
+
+    @classmethod
+    def of(cls, cfg: "MachineConfig") -> "Rules":
+        return cls(cfg.semantics, cfg.profile)
+
+
+jax.tree_util.register_static(Rules)
+
+
 @chex.dataclass
 class State:
-    """One machine: a pytree of arrays only (vmap it for a batch)."""
+    """One machine: a pytree of arrays (vmap it for a batch) and its Rules."""
     gm: jax.Array               # uint8[gm_bytes]
     gpr: jax.Array              # uint64[4, 24] per-PE GPR files (x0 reads 0)
     pc: jax.Array               # uint64 TPC: address of the next word
@@ -458,6 +484,7 @@ class State:
     tiles: Tiles                # [4, ...] one Local register file per PE
     shared: SharedTiles
     block: Block
+    rules: Rules = Rules()      # static: no leaves (see Rules)
 
 
 def _i32(shape=()):
@@ -570,7 +597,7 @@ def _reset(cfg: MachineConfig) -> State:
                  pc=jnp.zeros((), jnp.uint64), fault=_i32(),
                  fault_address=jnp.zeros((), jnp.uint64),
                  tile_capacity=jnp.asarray(cfg.tile_capacity, jnp.uint64),
-                 tiles=tiles, shared=shared, block=empty_block())
+                 tiles=tiles, shared=shared, block=empty_block(), rules=Rules.of(cfg))
 
 
 def _state_shapes(cfg: MachineConfig):
@@ -595,13 +622,14 @@ def reset(cfg: MachineConfig = None) -> State:
 
 
 def config_of(s: State) -> MachineConfig:
-    """Recover the sizes a State (or a batch of States) was built with."""
+    """Recover the sizes and rules a State (or a batch of States) was built with."""
     K, W = s.tiles.words.shape[-2:]
     S = s.tiles.base.shape[-1]
     R, WS = s.shared.words.shape[-2:]
     cap = pool_capacity(int(K), int(S), int(W), _has_slots64(s.tiles))
     return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4,
                          shared_slots=int(R), shared_words=int(WS),
+                         semantics=s.rules.semantics, profile=s.rules.profile,
                          **({} if cap is None else {"tile_capacity": cap}))
 
 

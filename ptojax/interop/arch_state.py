@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..state import (Block, MachineConfig, SharedTiles, State, Tiles, check_state, config_of,
-                     empty_block)
+from ..state import (PROFILES, SEMANTICS, Block, MachineConfig, Rules, SharedTiles, State, Tiles,
+                     check_state, config_of, empty_block)
 from .fields import (U64 as _U64, bool_ as _bool, dtype_code as _dtype_code, fail as _fail,
                      int_ as _int, layout_code as _layout_code, list_ as _list,
                      location_code as _location_code, obj as _obj, put_bits as _put_bits,
@@ -692,9 +692,10 @@ def _read_block(v, label: str) -> dict:
     return out
 
 
-def _read_config(st: dict, cfg: Optional[MachineConfig]) -> MachineConfig:
-    """The State's sizes: `cfg`, else those recorded in state.extensions.ptojax, else
-    MachineConfig()."""
+def _read_config(st: dict, cfg: Optional[MachineConfig], artifact: dict) -> MachineConfig:
+    """The State's sizes and rules: `cfg`, else the sizes recorded in
+    state.extensions.ptojax and the rules in artifact.semantics and .profile
+    (to_arch_state writes both), each defaulting to MachineConfig()'s."""
     top = _ext(st["extensions"], "state.extensions")
     if top is not None:
         tl = f"state.extensions.{EXT}"
@@ -714,6 +715,12 @@ def _read_config(st: dict, cfg: Optional[MachineConfig]) -> MachineConfig:
             cfg = MachineConfig(**src) if src is not None else MachineConfig()
         except ValueError as e:
             _fail(f"state.extensions.{EXT}", str(e))
+        for key, names in (("semantics", SEMANTICS), ("profile", PROFILES)):
+            if key in artifact:
+                if artifact[key] not in names:
+                    _fail(f"envelope.artifact.{key}", f"unknown {key} {artifact[key]!r}; "
+                          f"expected one of {names}")
+                cfg = cfg.replace(**{key: artifact[key]})
     elif not isinstance(cfg, MachineConfig):
         raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
     return cfg
@@ -879,7 +886,7 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     pe = _int(st["pe_id"], "state.pe_id", 0, tables.NUM_PES - 1)
     _int(st["thread_id"], "state.thread_id", 0, 1 << 63)
     _int(st["cycle"], "state.cycle", 0, 1 << 63)
-    cfg = _read_config(st, cfg)
+    cfg = _read_config(st, cfg, env["artifact"])
 
     gpr, tpc, tile_capacity = _read_scalar(st["scalar"], pe, cfg)
     gm = _read_memory(st["memory"], cfg.gm_bytes)
@@ -899,4 +906,4 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
                      fault=jnp.asarray(tables.FAULTS.index(code), jnp.int32),
                      fault_address=jnp.asarray(fault_address, jnp.uint64),
                      tile_capacity=jnp.asarray(tile_capacity, jnp.uint64),
-                     tiles=tiles, shared=shared, block=block)
+                     tiles=tiles, shared=shared, block=block, rules=Rules.of(cfg))

@@ -154,7 +154,7 @@ class Machine:
 
     def __init__(self, state: State, cfg: Optional[MachineConfig] = None):
         leaves = {k: np.asarray(v) for k, v in state.items()
-                  if k not in ("tiles", "shared", "block")}
+                  if k not in ("tiles", "shared", "block", "rules")}
         if leaves["gm"].ndim != 1:
             raise ValueError("reference.run takes one State, not a batch")
         P, K, W = state.tiles.words.shape
@@ -188,10 +188,12 @@ class Machine:
         # (cas_check.py) may force an explicit order and record each CAS's lanes
         self.cas_lane_order = cfg.cas_lane_order if cfg is not None else "row-major"
         self.cas_seed = cfg.cas_seed if cfg is not None else 0
-        # numeric profile of the matrix family ("portable" raw words / "ieee")
-        self.profile = cfg.profile if cfg is not None else "portable"
-        # cooperative rules: "adr0100" (default) or "0.58.3" (shared-decisions.md)
-        self.semantics = cfg.semantics if cfg is not None else "adr0100"
+        # numeric profile of the matrix family ("portable" raw words / "ieee") and
+        # the cooperative rules ("adr0100" / "0.58.3", shared-decisions.md): cfg's
+        # when given, else the rules the State was reset for
+        rules = state.rules if cfg is None else cfg
+        self.profile = rules.profile
+        self.semantics = rules.semantics
         self.cas_forced_order: Optional[list] = None
         self.cas_trace: Optional[list] = None
         self.gm = bytearray(leaves["gm"].astype(np.uint8).tobytes())
