@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import tables
+from . import families, tables
 from ._x64 import x64
 from .indexing import row
 from .isa.decode_array import decode
@@ -175,10 +175,11 @@ def stream_runner(cfg: MachineConfig):
     return run_stream_quick if cfg.state_bytes <= QUICK_STATE_BYTES else run_stream
 
 
-# effect group -> the operations whose completion it traces
+# effect group -> the operations whose completion it traces: the default
+# family's two (TSTORE.SPART reads GM like a TSTORE), then each routed family's
+# (ptojax/families.py); SHARED is also a B.IOS in the words (possible_effects)
 _EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE", "TSTORE.SPART"),
-               "MGATHER.CAS": ("MGATHER.CAS",),
-               "MATMUL": tuple(n for n, e, _ in tables.OPS if e == "CUBE")}
+               **{f.effect: f.ops for f in families.ROUTED if f.effect != "SHARED"}}
 
 
 # the catalog's BSTART encodings: each one's operation, mask and match

@@ -21,8 +21,8 @@ ROOT = Path(ptojax.__file__).resolve().parent
 
 # Layers, lowest first: a module may import its own layer and the ones below.
 LAYERS = (
-    ("tables", ("ptojax.tables", "ptojax.isa.forms", "ptojax.cas_order", "ptojax.version",
-                "ptojax.compile_cache", "ptojax._x64", "ptojax._hugepages")),
+    ("tables", ("ptojax.tables", "ptojax.families", "ptojax.isa.forms", "ptojax.cas_order",
+                "ptojax.version", "ptojax.compile_cache", "ptojax._x64", "ptojax._hugepages")),
     ("state", ("ptojax.indexing", "ptojax.state", "ptojax.block_domain", "ptojax.layouts*",
                "ptojax.numerics", "ptojax.result", "ptojax.tileview")),
     # instruction words; the State's interchange format (it needs only the State)
@@ -40,12 +40,12 @@ LAYERS = (
 )
 
 # The reference model is written from the spec, not from the executor: it imports
-# itself and only these (tables and the catalog; the public State and RunResult at
-# its edges, and the check that a State's block lies in the domain both models run
-# from; the CAS lane orders, an implementation-defined option both models select;
+# itself and only these (tables, the family records and the catalog; the public
+# State and RunResult at its edges, and the check that a State's block lies in the
+# domain both models run from; the CAS lane orders, an implementation-defined option both models select;
 # the ieee profile's codecs of the wider formats).
-REFERENCE_MAY_IMPORT = ("ptojax.reference*", "ptojax.tables", "ptojax.isa.forms", "ptojax.state",
-                        "ptojax.block_domain", "ptojax.result", "ptojax.cas_order",
+REFERENCE_MAY_IMPORT = ("ptojax.reference*", "ptojax.tables", "ptojax.families",
+                        "ptojax.isa.forms", "ptojax.state", "ptojax.block_domain", "ptojax.result", "ptojax.cas_order",
                         "ptojax.numerics")
 
 

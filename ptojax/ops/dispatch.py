@@ -1,10 +1,11 @@
 """Block completion: route the open block to its operation family.
 
-The zero-mask no-op and the CUBE-transport selection (S C.5: a B.DATR
-Layout 21..26 selects the CUBE path whatever the BSTART) come first and live
-in transport.complete; Shared TLSU blocks, MGATHER.CAS and matrix-family
-blocks that pass them go to their own modules. Each family's effects are
-gated by its own enable, so composing them in sequence applies exactly one.
+The families are the records of ptojax/families.py, each module's `FAMILY`
+(ops/family.py). The zero-mask no-op and the CUBE-transport selection (S C.5:
+a B.DATR Layout 21..26 selects the CUBE path whatever the BSTART) come first
+and live in the default family, transport; a block they pass goes to the
+routed family whose `selects` takes it. Each family's effects are gated by
+its own enable, so composing them in sequence applies exactly one.
 
 The operation modules see one PE's view: `state.tiles` is that PE's Local
 register file (a state.PeFile: its descriptors projected here and written
@@ -14,30 +15,26 @@ GPRs, GM and the Shared registers are the Core's.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
 from .. import tables
 from ..state import TILE_COLUMN as COL, local_desc, pe_file, with_pe_file
+from .. import families
 from . import header, matrix, mgather_cas, shared_transport, transport
 from .common import DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
+from .family import Completion, Context, Family
 from .lowering import branch, trip_count, under_batch
-from .shared_transport import apply_row_write, no_row_write
+from .shared_transport import apply_row_write
 from .header import Header
 
-OP = tables.OP_ID
+# the default family, then the routed ones in ptojax/families.py's order
+DEFAULT = transport.FAMILY
+ROUTED = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY)
+assert (DEFAULT.spec, *(f.spec for f in ROUTED)) == families.FAMILIES
 # the effect groups whose operations can write a Local register file (a
 # TSTORE, Local or Shared, and a Shared TLOAD only read it)
 LOCAL_WRITERS = frozenset({"TLOAD", "MGATHER.CAS", "MATMUL"})
-
-
-def is_shared_tlsu(h: Header):
-    """A TLOAD/TSTORE/TSTORE.SPART block on the Shared path (shared-decisions 3):
-    one with a B.IOS, and TSTORE.SPART always; CUBE codes stay on the CUBE path."""
-    spart = h.op == OP["TSTORE.SPART"]
-    return header.is_tlsu(h) & ~h.cube & ((h.ios_count > 0) | spart)
 
 
 def lane_classes(W: int) -> tuple:
@@ -142,46 +139,41 @@ def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: in
     s64 = state.tiles.words.dtype == jnp.uint64
     view = state.replace(tiles=pe_file(state.tiles, pe, lanes,
                                        aux_slots(lanes, s64) if "MATMUL" in effects else 0))
+    ctx = Context(effects, cas_seed)
     routed = ~h.cube & ~h.zero_mask
-    cas = (h.op == OP["MGATHER.CAS"]) & routed
-    mat = (h.op >= matrix.FIRST) & (h.op <= matrix.LAST) & routed
-    shr = is_shared_tlsu(h) & routed
-    fault, addr, view, _ = _family(functools.partial(transport.complete, effects=effects),
-                                   enable & ~cas & ~mat & ~shr, view, h, pe, cfg)
-    rw = None
-    if "SHARED" in effects:
-        f, a, view, rw = _family(lambda s, h, pe, cfg, enable: shared_transport.complete(s, h, cfg, enable),
-                                 enable & shr, view, h, pe, cfg, no_row_write(view.shared))
-        fault, addr = jnp.where(shr, f, fault), jnp.where(shr, a, addr)
-    for name, chosen, family in (("MGATHER.CAS", cas, functools.partial(mgather_cas.complete,
-                                                                         cas_seed=cas_seed)),
-                                 ("MATMUL", mat, matrix.complete)):
-        if name in effects:
-            f, a, view, _ = _family(family, enable & chosen, view, h, pe, cfg)
-            fault, addr = jnp.where(chosen, f, fault), jnp.where(chosen, a, addr)
+    chosen = [f.selects(h) & routed for f in ROUTED]
+    fault, addr, view, rw = _family(DEFAULT, enable & ~jnp.any(jnp.stack(chosen)), view, h, pe,
+                                    cfg, ctx)
+    # a family is traced only where the program's words can reach it
+    for family, mine in zip(ROUTED, chosen):
+        if family.effect not in effects:
+            continue
+        f, a, view, w = _family(family, enable & mine, view, h, pe, cfg, ctx)
+        fault, addr = jnp.where(mine, f, fault), jnp.where(mine, a, addr)
+        rw = w if w is not None else rw
     return fault, addr, view, rw
 
 
-def _family(family, enable, view, h: Header, pe, cfg, idle=None):
-    """family(view, h, pe, cfg, enable) -> (fault, fault address, view[, a
-    write]), run only when `enable` holds for some State (under pj.batch.run:
-    for some State of the batch, trip_count). Otherwise it would change
-    nothing, and its fault is not read (a completion's fault counts only where
-    it is enabled), so a block pays for the families the batch's blocks at
-    this commit have, not for every family the stream may have (a campaign's
-    filler row names them all). `idle`: the write when it does not run."""
+def _family(family: Family, enable, view, h: Header, pe, cfg, ctx: Context) -> Completion:
+    """family.complete, run only when `enable` holds for some State (under
+    pj.batch.run: for some State of the batch, trip_count). Otherwise it would
+    change nothing, and its fault is not read (a completion's fault counts only
+    where it is enabled), so a block pays for the families the batch's blocks
+    at this commit have, not for every family the stream may have (a
+    campaign's filler row names them all); it then returns family.idle's write."""
     light, big = _split(view)
+    idle = family.idle(view) if family.idle else None
 
     def run(light):
-        f, a, v, *write = family(_join(light, big), h, pe, cfg, enable)
-        assert all(x is y for x, y in zip(_split(v)[1], big)), "a family wrote a large array"
-        return jnp.asarray(f, jnp.int32), jnp.asarray(a, jnp.uint64), _split(v)[0], \
-            (write[0] if write else None)
+        c = family.complete(_join(light, big), h, pe, cfg, enable, ctx)
+        assert all(x is y for x, y in zip(_split(c.state)[1], big)), "a family wrote a large array"
+        return jnp.asarray(c.fault, jnp.int32), jnp.asarray(c.address, jnp.uint64), \
+            _split(c.state)[0], c.write
 
     skip = lambda light: (jnp.int32(0), jnp.uint64(0), light, idle)
     f, a, light, write = jax.lax.cond(trip_count(enable.astype(jnp.int32)) > 0, branch(run), skip,
                                       light)
-    return f, a, _join(light, big), write
+    return Completion(f, a, _join(light, big), write)
 
 
 def complete_core(state, h: Header, cfg, enable, effects, cas_seed=0):
@@ -195,7 +187,7 @@ def complete_core(state, h: Header, cfg, enable, effects, cas_seed=0):
     mask = header.block_mask(h)
     in_mask = lambda pe: ((mask >> (3 - pe)) & 1) == 1
     lowest = jnp.where(mask == 0, 0, jax.lax.clz(jnp.maximum(mask, 1).astype(jnp.int32)) - 28)
-    once = is_shared_tlsu(h) | (mask == 0)
+    once = shared_transport.selects(h) | (mask == 0)
 
     def one(carry, pe):
         s, fault, addr = carry

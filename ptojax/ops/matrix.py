@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import tables
+from .. import families, tables
 from ..indexing import row
 from ..state import TILE_COLUMN
 from . import binary32
@@ -40,6 +40,7 @@ from .common import (CELL_C, CELL_R, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIG
                      install_aux, lane_count, local_pool_in_use, log2, ordered_fault,
                      ordinary_shape, ordinary_source_legal, payload, pe_count, size_code_bytes,
                      source, take, tile_coords)
+from .family import Completion, Context, Family
 from .lowering import branch, settle, trip_count
 
 OP = tables.OP_ID
@@ -613,8 +614,8 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g
                                      bias_words)
 
 
-def complete(state, h: Header, pe, cfg, enable):
-    """Complete the matrix block with header `h`: (fault, fault address, new state)."""
+def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+    """Complete the matrix block with header `h` (its faults have no data address)."""
     blk = _decode(h, pe, cfg)
     gate_legal, (quant, relu) = _binding_stream(h, cfg, blk, row(state.gpr, pe))
     post = _post_sources(state, cfg, h, blk)
@@ -674,7 +675,7 @@ def complete(state, h: Header, pe, cfg, enable):
     tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok, cfg.tile_words)
     tiles = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, loc.d_lay, d_b4,
                                 d_cr, d_cc, do & aux_on)
-    return fault, U64(0), state.replace(tiles=tiles)
+    return Completion(fault, U64(0), state.replace(tiles=tiles))
 
 
 def _reductions(h: Header, blk: _Block, post: _Post, acc_words, d_lay, b4, d_cr, d_cc, go, n_out):
@@ -739,3 +740,7 @@ def _install_reductions(tiles, cfg, h: Header, blk: _Block, dst: _Destinations, 
         tiles = install_aux(tiles, k - 1, dst.slots[k], go & dst.present[k], fields, words,
                             cfg.tile_words)
     return tiles
+
+
+FAMILY = Family(families.BY_NAME["matrix"], complete,
+                selects=lambda h: (h.op >= FIRST) & (h.op <= LAST))

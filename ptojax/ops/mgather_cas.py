@@ -12,13 +12,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import cas_order, tables
+from .. import cas_order, families, tables
 from ..indexing import row
 from . import memory
 from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, ordered_fault,
                      ordinary_index, ordinary_shape, ordinary_slot, ordinary_source_legal, payload,
                      source, take, valid_lanes)
+from .family import Completion, Context, Family
 from .lowering import settle, trip_count
 from .header import Header
 
@@ -162,12 +163,13 @@ def _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln: _Lanes, cas_seed):
     return jax.lax.fori_loop(0, trip_count(n_lanes), lane_step, (state.gm, jnp.zeros(W, U64)))
 
 
-def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
-    """(fault, fault address, new state) of the MGATHER.CAS block with header `h`.
+def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+    """The completion of the MGATHER.CAS block with header `h`.
 
-    `cas_seed` (traced) seeds the "permuted" lane order; cfg.cas_seed is not
-    read here, so seeds share one compiled function.
+    `ctx.cas_seed` (traced) seeds the "permuted" lane order; cfg.cas_seed is
+    not read here, so seeds share one compiled function.
     """
+    cas_seed = ctx.cas_seed
     W, HS = cfg.tile_words, cfg.hand_slots
     tiles = state.tiles
     mask = h.mask
@@ -218,4 +220,8 @@ def complete(state, h: Header, pe, cfg, enable, cas_seed=0):
                   rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
                   cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)
     tiles = install(tiles, dslot, ok, fields, words, physical, physical, W)
-    return fault, fault_addr, state.replace(tiles=tiles, gm=gm)
+    return Completion(fault, fault_addr, state.replace(tiles=tiles, gm=gm))
+
+
+FAMILY = Family(families.BY_NAME["mgather_cas"], complete,
+                selects=lambda h: h.op == tables.OP_ID["MGATHER.CAS"])

@@ -15,10 +15,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import tables
+from .. import families, tables
 from ..indexing import row
 from . import memory, shared as sh
-from .header import Header
+from .family import Completion, Context, Family
+from .header import Header, is_tlsu
 from .common import (DEST_LAYOUT, DT_BITS, DT_SIGNED, U64, capacity_register, core_charge,
                      elem_bytes, fractal_ok, gpr_value, ordered_fault, ordinary_coords,
                      ordinary_index, pe_count, shared_charge, size_code_bytes, take)
@@ -154,9 +155,16 @@ def _load_effect(state, h: Header, sid, i, exists, rec, ld: _Load, lane, loaded,
     return shared.replace(**upd), i, RowWrite(i, do_load, new_words)
 
 
-def complete(state, h: Header, cfg, enable):
-    """Complete a Shared TLSU block with header `h`: (fault, fault address, new
-    state, the RowWrite of its Words still to apply)."""
+def selects(h: Header):
+    """A TLOAD/TSTORE/TSTORE.SPART block on the Shared path (shared-decisions 3):
+    one with a B.IOS, and TSTORE.SPART always; CUBE codes stay on the CUBE path."""
+    spart = h.op == OP["TSTORE.SPART"]
+    return is_tlsu(h) & ~h.cube & ((h.ios_count > 0) | spart)
+
+
+def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+    """Complete a Shared TLSU block with header `h` (the Core's registers: `pe`
+    is not read); its `write` is the RowWrite of its Words still to apply."""
     shared, WS = state.shared, cfg.shared_words
     is_load = h.op == OP["TLOAD"]
     spart = h.op == OP["TSTORE.SPART"]
@@ -223,4 +231,8 @@ def complete(state, h: Header, cfg, enable):
     writes = lane & ok & ~is_load
     gm = memory.write_elements(state.gm, addr, values, nbytes, (c & 1) == 1, four,
                                ~_last_writer(key, order, writes), writes)
-    return fault, fault_addr, state.replace(shared=shared, gm=gm), write
+    return Completion(fault, fault_addr, state.replace(shared=shared, gm=gm), write)
+
+
+FAMILY = Family(families.BY_NAME["shared_transport"], complete, selects=selects,
+                idle=lambda view: no_row_write(view.shared))

@@ -14,13 +14,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import tables
+from .. import families, tables
 from . import memory
 from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED,
                      PAD_WORDS, U64, capacity_register, cube_descriptor, cube_geometry, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, payload, ordered_fault,
                      ordinary_shape, ordinary_slot, ordinary_source_legal, row, source, take,
                      tile_coords, valid_lanes)
+from .family import Completion, Context, Family
 from .lowering import branch, settle, settle_pair, trip_count
 from .header import Header
 
@@ -271,14 +272,14 @@ def _effects(state, h: Header, tile_words: int, effects, ok, is_load, is_store, 
     return tiles, jax.lax.cond(stores, branch(store), lambda gm: gm, state.gm)
 
 
-def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TSTORE"})):
-    """Complete the TLOAD/TSTORE block with header `h` on `state`: (fault, fault
-    address, new state).
+def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+    """Complete the TLOAD/TSTORE block with header `h` on `state`.
 
-    `effects` (static) names the operations whose effects can occur in this
-    stream; the host derives it from the words, so the effect code of an
+    `ctx.effects` (static) names the operations whose effects can occur in
+    this stream; the host derives it from the words, so the effect code of an
     operation that cannot complete is not traced at all.
     """
+    effects = ctx.effects
     # a TLOAD (TSTORE) block reaches completion only in a stream whose effects
     # name it: elsewhere the op is known not to be one, and its checks fold away
     is_load = (h.op == OP["TLOAD"]) & ("TLOAD" in effects)
@@ -298,7 +299,7 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
     if not effects & {"TLOAD", "TSTORE"}:
         # no TLOAD/TSTORE can complete in this stream, so no block reaches the
         # memory checks: skip the element map (a matrix-only stream's cost)
-        return fault, U64(0), state
+        return Completion(fault, U64(0), state)
 
     p, lanes = _element_map(h, lane_count(state.tiles), is_load, is_store, legal, base, stride_reg,
                             cube_lay, d, src, "TSTORE" in effects)
@@ -309,4 +310,7 @@ def complete(state, h: Header, pe, cfg, enable, effects=frozenset({"TLOAD", "TST
     ok = enable & legal & (mfault == 0)
 
     tiles, gm = _effects(state, h, cfg.tile_words, effects, ok, is_load, is_store, cube_lay, d, src, p, lanes)
-    return fault, fault_addr, state.replace(tiles=tiles, gm=gm)
+    return Completion(fault, fault_addr, state.replace(tiles=tiles, gm=gm))
+
+
+FAMILY = Family(families.BY_NAME["transport"], complete)

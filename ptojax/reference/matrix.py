@@ -25,8 +25,9 @@ from typing import Optional
 
 import numpy as np
 
-from .. import numerics, tables
+from .. import families, numerics, tables
 from . import layouts, minifloat
+from .family import Family
 from . import postprocess as pp
 from .state import MASK64, Block, Machine, Tile
 from .shared import ALL_PES, ROW_MAJOR, cooperative_ready, ios_well_formed, read_word
@@ -929,3 +930,7 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     result = compute(m, rd, (M, N, K), a, bt, acc)
     publish_group(m, b, p, n_math, pe, slots, layout, out, acc, M, N, mask, result)
     return None
+
+
+FAMILY = Family(families.BY_NAME["matrix"], lambda m, b, op, pe: matmul(m, b, op[0], pe),
+                lambda b, op: op[1] == "CUBE")      # TMATMUL* / TGEMV* (matmul-decisions.md)

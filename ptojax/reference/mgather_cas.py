@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import tables
+from .. import families, tables
 from ..cas_order import lane_order
 from . import layouts
+from .family import Family
 from .state import MASK64, Block, Machine, Tile
 from .transport import (DESTINATION_LAYOUT, TILE_ALLOCATION, TILE_LEGALITY, Fault, allocate,
                         binding_well_formed, budget_ok, derived_rows, free_slot,
@@ -293,3 +294,7 @@ def mgather_cas(m: Machine, b: Block, pe: int) -> Optional[Fault]:
 def _tile_index(m: Machine, slot: int) -> int:
     hand, k = divmod(slot, m.hand_slots)
     return hand * tables.HAND_SLOTS + k
+
+
+FAMILY = Family(families.BY_NAME["mgather_cas"], lambda m, b, op, pe: mgather_cas(m, b, pe),
+                lambda b, op: op[0] == "MGATHER.CAS")

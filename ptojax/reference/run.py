@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import tables
+from .. import families, tables
 from ..result import RunResult
 from ..block_domain import check_block
 from ..state import MachineConfig, State, check_pool
@@ -33,6 +33,10 @@ from .state import MASK64, Block, Machine
 from .transport import BUNDLE_CONTROL, ILLEGAL, Fault
 
 UNIMPLEMENTED = transport.UNIMPLEMENTED
+# the default family, then the routed ones in ptojax/families.py's order
+DEFAULT = transport.FAMILY
+ROUTED = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY)
+assert (DEFAULT.spec, *(f.spec for f in ROUTED)) == families.FAMILIES
 INSTRUCTION_PC = Fault("Fault_InstructionPC")
 POST_COMMIT = Fault("Fault_BundlePostCommit")
 ON_FAULT = ("abandon", "hold")
@@ -239,23 +243,15 @@ def zero_mask(b: Block) -> bool:
 
 
 def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
-    """Dispatch of the completed block (execution-model.md "Completion")."""
+    """Dispatch of the completed block (execution-model.md "Completion"): the
+    zero-mask no-op, then the family that takes it (ptojax/families.py)."""
     if zero_mask(b):
         return None                             # C5.1 zero_mask (every family's step 0/1)
-    if b.datr_present and b.datr[0] in transport.CUBE_LOAD_CODES.keys() | transport.CUBE_STORE_CODES.keys():
-        return transport.cube_transport(m, b, op, pe)
-    name = op[0]
-    if name == "MGATHER.CAS":
-        return mgather_cas.mgather_cas(m, b, pe)
-    if op[1] == "CUBE":
-        return matrix.matmul(m, b, name, pe)    # TMATMUL* / TGEMV* (matmul-decisions.md)
-    if b.ios or name == "TSTORE.SPART":
-        return shared_transport.shared_tlsu(m, b, name)   # Shared TLOAD/TSTORE/TSTORE.SPART
-    if name not in ("TLOAD", "TSTORE"):
-        return UNIMPLEMENTED                    # DSP.1 unmodelled
-    if name == "TLOAD":
-        return transport.ordinary_tload(m, b, pe)
-    return transport.ordinary_tstore(m, b, pe)
+    if not transport.cube_selected(b):
+        for family in ROUTED:
+            if family.selects(b, op):
+                return family.complete(m, b, op, pe)
+    return DEFAULT.complete(m, b, op, pe)
 
 
 HANDLERS = {

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import tables
+from .. import families, tables
+from .family import Family
 from .state import Block, Machine, SharedRecord
 from .shared import (ALL_PES, capacity_legal, descriptor_legal, ios_well_formed,
                      minimum_capacity, quarter, read_word)
@@ -212,3 +213,12 @@ def shared_tstore(m: Machine, b: Block, function: int, sid: int, size_code: int,
     for _, c, e, address in elements:
         store_element(m.gm, address, c, d, read_word(m, sid, e))
     return None
+
+
+def selects(b: Block, op: tuple) -> bool:
+    """A TLOAD/TSTORE with a B.IOS binding, and TSTORE.SPART always (section 3)."""
+    return op[0] in FUNCTION and (bool(b.ios) or op[0] == "TSTORE.SPART")
+
+
+FAMILY = Family(families.BY_NAME["shared_transport"],
+                lambda m, b, op, pe: shared_tlsu(m, b, op[0]), selects)

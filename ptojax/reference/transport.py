@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import tables
+from .. import families, tables
 from . import layouts
+from .family import Family
 from .state import MASK64, Block, Machine, Tile
 
 CUBE_LOAD_CODES = {21: "CUBE_M32", 22: "CUBE_M16", 23: "CUBE_N8"}    # B.DATR Layout (ADR 0070)
@@ -525,3 +526,24 @@ def ordinary_tstore(m: Machine, b: Block, pe: int) -> Optional[Fault]:
             store_element(m.gm, element_address(base, stride, r, c, d), c, d,
                           words[linear_index(t, d, r, c)])
     return None
+
+
+def cube_selected(b: Block) -> bool:
+    """C.5: a B.DATR with a CUBE conversion Layout (21..26) selects the CUBE
+    transport whatever the BSTART."""
+    return b.datr_present and b.datr[0] in CUBE_LOAD_CODES.keys() | CUBE_STORE_CODES.keys()
+
+
+def complete(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
+    """The default family: the CUBE transport, else an ordinary Local TLOAD or
+    TSTORE; any other operation no family selects is outside the slice."""
+    if cube_selected(b):
+        return cube_transport(m, b, op, pe)
+    if op[0] not in ("TLOAD", "TSTORE"):
+        return UNIMPLEMENTED                    # DSP.1 unmodelled
+    if op[0] == "TLOAD":
+        return ordinary_tload(m, b, pe)
+    return ordinary_tstore(m, b, pe)
+
+
+FAMILY = Family(families.BY_NAME["transport"], complete)

@@ -1,0 +1,32 @@
+"""The oracle's side of a family (ptojax/families.py): what each of its family
+modules exports as `FAMILY`.
+
+run.py's tile_operation completes a block from these records alone: the
+zero-mask no-op first, then, unless the block's B.DATR selects the CUBE
+transport, the routed family whose `selects` takes it, else the default
+family (transport).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .. import families
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family as the oracle runs it.
+
+    complete(m, b, op, pe) -> Optional[Fault]: the block `b` of operation `op`
+      (its tables.OPS entry) completed as PE `pe` on machine `m`;
+    selects(b, op) -> bool: the blocks it completes (None: the default family).
+    """
+    spec: families.Family
+    complete: Callable
+    selects: Optional[Callable] = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
