@@ -332,7 +332,7 @@ def test_campaign_against_the_example_dut(capsys, monkeypatch, env, tmp_path):
 
 @pytest.mark.parametrize("misbehaviour, message", [
     ("--die-after 1", "ended without answering batch 2"),
-    ("--hang-after 1", "gave no answer to batch 2 .* within 40 s"),
+    ("--hang-after 1", "gave no answer to batch 2 .* within 15 s"),
     ("--bad-ids-after 1", "answer to batch 2 .* gives case"),
     ("--short-after 1", "answer to batch 2 .* holds 62 ids, expected 63"),
     ("--truncate-after 1", "answer to batch 2 .* is malformed .*truncated"),
@@ -342,11 +342,11 @@ def test_a_failing_dut_stops_the_campaign_with_what_it_has(capsys, monkeypatch, 
                                                            misbehaviour, message):
     import re
     # batch 1's answer includes the DUT's start and first compile (over 20 s on a
-    # loaded 2-core machine); only the hanging DUT waits out its timeout
-    timeout = "40" if misbehaviour.startswith("--hang") else "300"
+    # loaded 2-core machine: --against-start-timeout); batch 2's is one more run
+    # of the same program, so the hanging DUT is caught after 15 s
     rc, rep, err = fuzz(capsys, monkeypatch, env, "--count", "300", "--seed", "8", "--sample", "0",
                         "--against", f"{HARNESS} {misbehaviour}", "--against-protocol", "batch",
-                        "--against-timeout", timeout)
+                        "--against-timeout", "15", "--against-start-timeout", "300")
     assert rc == 2, err
     assert re.search(message, rep["stopped"]), rep["stopped"]
     assert rep["against"]["compared"] == 63 and rep["cases"] >= 63
@@ -362,3 +362,16 @@ def test_a_wrong_dut_is_caught(capsys, monkeypatch, env, tmp_path):
     d = json.loads(Path(rep["mismatch_files"][0]).read_text())
     assert d["against_protocol"] == "batch" and d["against"].endswith("--wrong-every 50")
     assert [x["field"] for x in d["differences"]] == ["gm"]
+
+
+def test_the_first_answer_may_take_the_start_timeout():
+    # the first answer includes the command's start and first compile; every
+    # later one has --against-timeout, so a hang is caught without that grace
+    from ptojax.fuzz.casefile import Command
+    c = Command()
+    c.timeout, c.start_timeout = 15.0, 300.0
+    assert c._wait() == 300.0
+    c.answered = True
+    assert c._wait() == 15.0
+    c.answered, c.start_timeout = False, 5.0        # never shorter than the timeout
+    assert c._wait() == 15.0

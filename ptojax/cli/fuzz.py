@@ -138,6 +138,8 @@ def _check(args):
         raise CliError(f"--variants {args.variants}: expected at least 1")
     if args.against_timeout <= 0:
         raise CliError(f"--against-timeout {args.against_timeout}: expected seconds > 0")
+    if args.against_start_timeout <= 0:
+        raise CliError(f"--against-start-timeout {args.against_start_timeout}: expected seconds > 0")
     if args.jobs is not None and args.jobs < 1:
         raise CliError(f"--jobs {args.jobs}: expected at least 1")
 
@@ -186,9 +188,11 @@ def _run(args, cc, export):
         try:
             if args.against_protocol == "batch":
                 from ptojax.fuzz.dut import BatchedDut
-                ext = BatchedDut(args.against, cc.machine, cc.pe, cc.on_fault, args.against_timeout)
+                ext = BatchedDut(args.against, cc.machine, cc.pe, cc.on_fault, args.against_timeout,
+                                 args.against_start_timeout)
             else:
-                ext = casefile.External(args.against, cc.machine, cc.on_fault, args.against_timeout)
+                ext = casefile.External(args.against, cc.machine, cc.on_fault, args.against_timeout,
+                                        args.against_start_timeout)
         except casefile.ExternalError as e:
             raise CliError(str(e)) from None
     update, stop = _fuzz_progress(not args.no_progress and not args.quiet)

@@ -210,7 +210,11 @@ def _add_fuzz_outputs(f):
                         "(ptojax.fuzz-against.v1); batch: one request of arrays a batch "
                         "(ptojax.fuzz-dut-request.v1, examples/dut_harness.py)")
     f.add_argument("--against-timeout", type=float, default=120.0, metavar="S",
-                   help="seconds to wait for the command's answer (default 120)")
+                   help="seconds to wait for each of the command's answers after its first "
+                        "(default 120)")
+    f.add_argument("--against-start-timeout", type=float, default=600.0, metavar="S",
+                   help="seconds to wait for its first answer, which includes its start and "
+                        "first compile (default 600; at least --against-timeout)")
     f.add_argument("--shard", metavar="I/N",
                    help="run case k only when k %% N == I (one share of the campaign)")
     f.add_argument("--distributed", action="store_true",

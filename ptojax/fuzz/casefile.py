@@ -201,10 +201,22 @@ class ExternalError(RuntimeError):
     """The external command failed, died, or broke the protocol."""
 
 
+START_TIMEOUT = 600.0      # seconds the first answer may take: the command's start
+                           # and first compile (a DUT on pj.batch.run: tens of seconds)
+
+
 class Command:
     """A started external command (`proc`): stopped by close(), or by leaving a
-    `with` block, after its input is closed (`_end_input`)."""
+    `with` block, after its input is closed (`_end_input`). Its first answer
+    may take `start_timeout` seconds, every later one `timeout`."""
     proc: subprocess.Popen
+    timeout: float
+    start_timeout: float = START_TIMEOUT
+    answered: bool = False
+
+    def _wait(self) -> float:
+        """Seconds to wait for the next answer."""
+        return self.timeout if self.answered else max(self.timeout, self.start_timeout)
 
     def _end_input(self):
         try:
@@ -231,8 +243,10 @@ class Command:
 class External(Command):
     """An external command speaking `ptojax.fuzz-against.v1` (one line per case)."""
 
-    def __init__(self, command: str, cfg: MachineConfig, on_fault: str, timeout: float = 120.0):
+    def __init__(self, command: str, cfg: MachineConfig, on_fault: str, timeout: float = 120.0,
+                 start_timeout: float = START_TIMEOUT):
         self.command, self.cfg, self.on_fault, self.timeout = command, cfg, on_fault, timeout
+        self.start_timeout = start_timeout
         self.n = 0
         try:
             self.proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE,
@@ -264,10 +278,12 @@ class External(Command):
                                 f"(exit status {self.proc.poll()})") from None
 
     def _receive(self, n: int) -> dict:
+        wait = self._wait()
         try:
-            line = self.lines.get(timeout=self.timeout)
+            line = self.lines.get(timeout=wait)
         except queue.Empty:
-            raise ExternalError(f"{self.command!r} gave no answer within {self.timeout:g} s") from None
+            raise ExternalError(f"{self.command!r} gave no answer within {wait:g} s") from None
+        self.answered = line is not None
         if line is None:
             self.lines.put(None)
             raise ExternalError(f"{self.command!r} ended without answering request {n} "

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..state import MachineConfig
 from . import batchfile
-from .casefile import Command, ExternalError, machine_from, machine_json
+from .casefile import START_TIMEOUT, Command, ExternalError, machine_from, machine_json
 from .compare import Results
 
 REQUEST_FORMAT = "ptojax.fuzz-dut-request.v1"
@@ -60,8 +60,9 @@ class BatchedDut(Command):
     compare.Results."""
 
     def __init__(self, command: str, cfg: MachineConfig, pe: int, on_fault: str,
-                 timeout: float = 120.0):
+                 timeout: float = 120.0, start_timeout: float = START_TIMEOUT):
         self.command, self.cfg, self.pe, self.on_fault, self.timeout = command, cfg, pe, on_fault, timeout
+        self.start_timeout = start_timeout
         self.n = 0
         try:
             self.proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE,
@@ -125,11 +126,13 @@ class BatchedDut(Command):
         """The answer to a sent request, checked against it."""
         batch_id, ids = token
         where = self._where(token)
+        wait = self._wait()
         try:
-            msg = self.answers.get(timeout=self.timeout)
+            msg = self.answers.get(timeout=wait)
         except queue.Empty:
             raise ExternalError(f"{self.command!r} gave no answer to {where} within "
-                                f"{self.timeout:g} s") from None
+                                f"{wait:g} s") from None
+        self.answered = msg is not None and not isinstance(msg, Exception)
         if msg is None:
             self.answers.put(None)
             raise ExternalError(f"{self.command!r} ended without answering {where} "
