@@ -13,7 +13,8 @@ import numpy as np
 
 from . import tables
 from .isa import forms
-from .state import BLOCK_FIELDS, MAX_IOS, MAX_IOT, ROW_BITS, empty_block
+from .state import BLOCK_FIELDS, MAX_IOS, MAX_IOT, empty_block
+from .storage import ROW_BITS
 
 BLOCK_ELEMENTS = sum(int(np.prod(shape)) for _, shape, _ in BLOCK_FIELDS)
 

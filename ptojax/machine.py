@@ -23,8 +23,8 @@ from .ops.lowering import settle, trip_count
 from .result import RunResult
 from .block_domain import check_block
 from .ops.commands import EMPTY_BLOCK, apply_header, header_step
-from .state import (MachineConfig, State, check_pool, config_of, pack_block, pack_tiles, unpack_block,
-                    unpack_tiles)
+from .state import MachineConfig, State, check_pool, config_of
+from .storage import pack_block, pack_tiles, unpack_block, unpack_tiles
 
 ON_FAULT = ("abandon", "hold")
 _MATRIX_FIRST = tables.OP_ID["TMATMUL"]

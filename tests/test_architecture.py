@@ -23,7 +23,8 @@ ROOT = Path(ptojax.__file__).resolve().parent
 LAYERS = (
     ("tables", ("ptojax.tables", "ptojax.families", "ptojax.isa.forms", "ptojax.cas_order",
                 "ptojax.version", "ptojax.compile_cache", "ptojax._x64", "ptojax._hugepages")),
-    ("state", ("ptojax.indexing", "ptojax.state", "ptojax.block_domain", "ptojax.layouts*",
+    ("state", ("ptojax.indexing", "ptojax.state", "ptojax.storage", "ptojax.block_domain",
+               "ptojax.layouts*",
                "ptojax.numerics", "ptojax.result", "ptojax.tileview")),
     # instruction words; the State's interchange format (it needs only the State)
     ("isa", ("ptojax.isa*", "ptojax.interop*")),

@@ -159,10 +159,11 @@ def test_block_screen_matches_every_rule():
 
 
 def test_packed_block_round_trip():
-    """Phase 1 carries the block packed (state.pack_block, each binding row
+    """Phase 1 carries the block packed (storage.pack_block, each binding row
     one int32 of bit fields): unpacking returns every field of in-domain
     blocks, and of rows whose every column holds its widest value."""
-    from ptojax.state import BLOCK_FIELDS, ROW_BITS, pack_block, unpack_block
+    from ptojax.state import BLOCK_FIELDS
+    from ptojax.storage import ROW_BITS, pack_block, unpack_block
     rng = np.random.default_rng(6)
     base = small()
     widest = {name: np.broadcast_to((1 << np.array(bits)) - 1,
@@ -179,10 +180,11 @@ def test_packed_block_round_trip():
 
 def test_one_pe_descriptor_table_round_trip():
     """A stream of one PE's blocks packs that PE's descriptors only
-    (state.pack_tiles with pe); unpacking writes that row back into the
+    (storage.pack_tiles with pe); unpacking writes that row back into the
     others' untouched fields: a round trip changes nothing, and a table
     changed while packed lands in PE pe's row and nowhere else."""
-    from ptojax.state import TILE_FIELDS, pack_tiles, state_differences, unpack_tiles
+    from ptojax.state import TILE_FIELDS, state_differences
+    from ptojax.storage import pack_tiles, unpack_tiles
     s = garbage_state(np.random.default_rng(8), small(), block=False)
     W = s.tiles.words.shape[-1]
     fields = [n for n in TILE_FIELDS if n != "allocated"]

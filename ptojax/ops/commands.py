@@ -18,8 +18,8 @@ from .. import tables
 from ..indexing import row
 from ..isa.decode_array import K
 from .common import F, U64, gpr_value, ordered_fault, take
-from ..state import (BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, empty_block, pack_block, packed_width,
-                    unpack_block)
+from ..state import BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, empty_block
+from ..storage import pack_block, packed_width, unpack_block
 
 _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
 _MATRIX_FIRST = tables.OP_ID["TMATMUL"]
@@ -143,7 +143,7 @@ def _latch(blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
 
 
 def header_step(packed, word, d, gpr_row, pc):
-    """What one word (decoded: `d`) does to the block header (packed: state.pack_block).
+    """What one word (decoded: `d`) does to the block header (packed: storage.pack_block).
 
     Returns (fault of the word, completes, and the word's update of the block:
     `_latch`'s (written, take, reset), which `apply_header` applies). A completing

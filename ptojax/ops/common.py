@@ -349,7 +349,7 @@ def _s64(tiles) -> bool:
 
 
 def lane_count(tiles) -> int:
-    """The lanes an operation's arrays have in this completion (a state.PeFile's
+    """The lanes an operation's arrays have in this completion (a storage.PeFile's
     `lane`: dispatch.lane_classes), static. Every tile the block names has at most
     that many Words; the machine's bound stays cfg.tile_words."""
     return tiles.lane.shape[0]
@@ -374,7 +374,7 @@ def _next_base(tiles, W: int):
 
 def payload(tiles, slot, W: int):
     """The first lane_count payload Words (uint64) of slot `slot` of a PE's file
-    (a state.PeFile), decoded from its pool window (state.py, "payload pool";
+    (a storage.PeFile), decoded from its pool window (state.py, "payload pool";
     W = tile_words). Operations read allocated tiles only (install keeps the
     stale Words an allocation does not write)."""
     L = lane_count(tiles)
@@ -389,12 +389,12 @@ def payload(tiles, slot, W: int):
 
 
 def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
-    """Allocate free slot `slot` of a PE's file (a state.PeFile) when `do`:
+    """Allocate free slot `slot` of a PE's file (a storage.PeFile) when `do`:
     publish its descriptor (every field of DESCRIPTOR_FIELDS), place its
     storage at the PE's pool top (state.pool_top; W = tile_words), and there
     write the Words of `words` (lane_count of them) that `written` marks and
     all of `defined` (allocation clears every other bit; the Words not written
-    keep the pool's, stale), as the file's pending write (state.PoolWrite,
+    keep the pool's, stale), as the file's pending write (storage.PoolWrite,
     encode_window). Else the file is unchanged. The tile's own slots past the
     lanes' window stay as they are: above the pool top nothing was ever
     written (zero, undefined), which is what this allocation would write there.
@@ -448,7 +448,7 @@ def aux_slots(lanes: int, s64: bool) -> int:
 
 def install_aux(tiles, k: int, slot, do, fields: dict, words, W: int):
     """Allocate free slot `slot` as a small ordinary tile when `do`, like
-    install, through auxiliary window `k` (state.PeFile.aux): placed at the
+    install, through auxiliary window `k` (storage.PeFile.aux): placed at the
     pool top (above the tiles installed before it), its aux_words(lanes)
     `words` (32-bit, the valid ones first) written and defined up to
     `fields["defined_valid"]`."""

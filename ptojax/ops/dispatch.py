@@ -8,7 +8,7 @@ routed family whose `selects` takes it. Each family's effects are gated by
 its own enable, so composing them in sequence applies exactly one.
 
 The operation modules see one PE's view: `state.tiles` is that PE's Local
-register file (a state.PeFile: its descriptors projected here and written
+register file (a storage.PeFile: its descriptors projected here and written
 back after, its payload rows read and written in the Core's arrays), while
 GPRs, GM and the Shared registers are the Core's.
 """
@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import tables
-from ..state import TILE_COLUMN as COL, local_desc, pe_file, with_pe_file
+from ..state import TILE_COLUMN as COL
+from ..storage import local_desc, pe_file, with_pe_file
 from .. import families
 from . import header, matrix, mgather_cas, shared_transport, transport
 from .common import DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
@@ -89,7 +90,7 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     stream, stays one copy.
 
     Each lane class is one lax.cond that applies its block's writes itself,
-    at its own window (state.PoolWrite, shared_transport.RowWrite): the
+    at its own window (storage.PoolWrite, shared_transport.RowWrite): the
     families inside it read the Core's large arrays (the Local pools, the
     Shared Words) as operands only, since XLA copied them whole into and out
     of every conditional that passed them through, each block; and a switch's

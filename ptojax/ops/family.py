@@ -30,7 +30,7 @@ class Completion(NamedTuple):
     apply (shared_transport.RowWrite), None for the families without one."""
     fault: jax.Array            # int32 tables.FAULTS index, 0 = none
     address: jax.Array          # uint64 _FaultAddress of a memory fault, else 0
-    state: Any                  # the State view (its tiles a state.PeFile)
+    state: Any                  # the State view (its tiles a storage.PeFile)
     write: Any = None
 
 
