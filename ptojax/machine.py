@@ -308,7 +308,7 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
         cfg: MachineConfig | None = None) -> RunResult:
     """Execute a stream of instruction words on one State as PE `pe`
     (docs/architecture.md, "Public API")."""
-    return _run(state, words, check_pe(pe), on_fault, cfg, core=False)
+    return _run(state, words, pe, on_fault, cfg, core=False)
 
 
 @x64
@@ -319,16 +319,27 @@ def run_core(state: State, words, *, on_fault: str = "abandon",
     return _run(state, words, 0, on_fault, cfg, core=True)
 
 
-def _run(state, words, pe, on_fault, cfg, core):
+def check_run(state, pe, on_fault, cfg, core: bool, what: str) -> tuple[int, bool, MachineConfig]:
+    """The arguments pj.run, pj.run_core and pj.batch.run share, checked (the
+    State or batch `state`, its block and pool; pe, on_fault, cfg): (pe,
+    hold, the config to run with)."""
     if not isinstance(state, State):
-        raise TypeError(f"run expects a ptojax State, got {type(state).__name__}")
-    if state.gm.ndim != 1:
-        raise ValueError("pj.run takes one State; use pj.batch.run for a batch")
+        raise TypeError(f"{what} expects a ptojax State, got {type(state).__name__}")
+    pe = check_pe(pe)
+    if core and pe != 0:
+        raise ValueError("core=True runs every PE; leave pe at 0")
     hold = check_on_fault(on_fault)
-    w = as_words(words)
-    cfg = check_config(state, cfg)
+    cfg = check_config(state, cfg)      # sizes come from the trailing axes
     check_block(state.block)
     check_pool(state)
+    return pe, hold, cfg
+
+
+def _run(state, words, pe, on_fault, cfg, core):
+    pe, hold, cfg = check_run(state, pe, on_fault, cfg, core, "run")
+    if state.gm.ndim != 1:
+        raise ValueError("pj.run takes one State; use pj.batch.run for a batch")
+    w = as_words(words)
     # the families the words can reach, and generous bounds: a first call
     # compiles only what it uses (a few seconds), and few variants in all
     padded = np.zeros(bucket(len(w), low=16), np.uint32)

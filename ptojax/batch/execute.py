@@ -22,11 +22,10 @@ import numpy as np
 from .. import tables
 from .._x64 import x64
 from ..ops.lowering import BATCH_AXIS
-from ..machine import (bucket, check_config, check_on_fault, check_pe, commit_capable,
-                       open_block_ops, possible_effects, STREAM_STATIC, stream)
+from ..machine import (bucket, check_run, commit_capable, open_block_ops, possible_effects,
+                       STREAM_STATIC, stream)
 from ..result import RunResult
-from ..block_domain import check_block
-from ..state import MachineConfig, State, check_pool
+from ..state import MachineConfig, State
 
 
 @dataclass(frozen=True)
@@ -154,12 +153,7 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     exactly B rows. A batch that needs padding is copied first and the
     copy donated; with donate=True the given States are freed all the same.
     """
-    if not isinstance(states, State):
-        raise TypeError(f"states must be a ptojax State, got {type(states).__name__}")
-    pe = check_pe(pe)
-    if core and pe != 0:
-        raise ValueError("core=True runs every PE; leave pe at 0")
-    hold = check_on_fault(on_fault)
+    pe, hold, cfg = check_run(states, pe, on_fault, cfg, core, "pj.batch.run")
     w, n = _words_array(words)
     if lengths is not None:
         n = np.asarray(lengths, np.int32)
@@ -171,9 +165,6 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     single = states.gm.ndim == 1
     if not single and states.gm.shape[0] != B:
         raise ValueError(f"{states.gm.shape[0]} states but {B} word streams")
-    cfg = check_config(states, cfg)      # sizes come from the trailing axes
-    check_block(states.block)
-    check_pool(states)
     Lb = bucket(w.shape[1])
     K = bucket(int(np.max(commit_capable(w, np.asarray(states.block.active)), initial=1)), low=1)
     effects = possible_effects(w, open_block_ops(states))
