@@ -169,3 +169,17 @@ def test_tmov_words_fault_at_decode(function):
     assert pj.asm.decode(w).fault == "Fault_IllegalInstruction"
     result = pj.reference.run(pj.reset(pj.preset("tiny")), [w, E.BSTOP])
     assert result.fault == "Fault_IllegalInstruction"
+
+
+def test_field_replace_writes_only_its_bits():
+    # the mutators rewrite fields through Field.replace (fuzz/gen/values.py)
+    from ptojax.isa.forms import ENCODINGS
+    rng = random.Random(5)
+    for e in ENCODINGS:
+        for f in e.form.fields:
+            mask = f.insert((1 << f.width) - 1)
+            for _ in range(8):
+                w, v = rng.getrandbits(32), rng.getrandbits(40)
+                out = f.replace(w, v)
+                assert f.extract(out) == v & ((1 << f.width) - 1)
+                assert out & ~mask == w & ~mask

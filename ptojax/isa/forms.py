@@ -43,6 +43,13 @@ class Field:
     def insert(self, value: int) -> int:
         return pack(0, self.plan(), (value,))
 
+    def replace(self, word: int, value: int) -> int:
+        """`word` with `value` (cut to the field's width) in this field."""
+        for ilsb, vlsb, w in self.pieces:
+            m = (1 << w) - 1
+            word = (word & ~(m << ilsb)) | (((value >> vlsb) & m) << ilsb)
+        return word
+
 
 @dataclass(frozen=True)
 class Form:

@@ -41,8 +41,8 @@ from .matrix_tiles import (E8M0, MM_LOAD_CODE, MM_MX_SCALED, cube_fits, cube_min
                            other_dtype)
 from .shared_transport import (ShTile, coop_codes, coop_reg, not_pow2, sh_fit, sh_program,
                           sh_setup_loads)
-from .values import (BITS, CUBE_DTYPES, DT_CODE, DTYPES, PEMODE_MASK, TA, TL, elem_bytes, pick_one, pow2,
-                     rowbytes)
+from .values import (BITS, CUBE_DTYPES, DT_CODE, DTYPES, PEMODE_MASK, SIZE_CODE, TA, TL, elem_bytes,
+                     pick_one, pow2, rowbytes)
 
 COOP_FORMS = ("TMATMUL", "TMATMUL.ACC", "TMATMUL.BIAS", "TMATMULMX", "TMATMULMX.ACC", "TMATMULMX.BIAS")
 COOP_MACHINE = PRESETS["small"]          # tile_words 1024, hand_slots 4, shared 8 x 1024 Words
@@ -694,7 +694,7 @@ def _coop_block(b: Builder, spec: dict, item_muts: list, in_stream: list) -> tup
         if spec.get("ios_size"):
             ks = [k for k, (t, _) in enumerate(bd.items) if t == "ios"]
             k = pick_one(rng, ks)
-            bd.items[k] = ("ios", bd.items[k][1] | spec["ios_size"] << 15)
+            bd.items[k] = ("ios", bd.items[k][1] | SIZE_CODE.insert(spec["ios_size"]))
         return bd
 
     main = build(False)

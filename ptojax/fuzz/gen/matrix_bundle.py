@@ -12,14 +12,14 @@ from ...isa.encode import (bstart, catr, datr, dim, ior, ios, iot_dst, iot_src, 
                            iot_src_dst)
 from .driver import Bundle, Builder
 from .matrix_tiles import FP32, MM_FP32_MODES, MM_OTHER_LAYOUTS, MM_S32_MODES, MM_SCALAR_MODES, S32
-from .values import LOAD_CODES, STORE_CODES, pick_one
+from .values import DST_TILE, LOAD_CODES, PEMODE, SIZE_CODE, STORE_CODES, pick_one
 
 
 
 def _iot_word(srcs: list, dst: Optional[tuple], pemode: int, last: int) -> int:
     if len(srcs) == 2:
         w = iot_src2(srcs[0], srcs[1], pemode, last)
-        return w | (dst[0] & 3) << 7 | (dst[1] & 0xF) << 15 if dst else w
+        return w | DST_TILE.insert(dst[0]) | SIZE_CODE.insert(dst[1]) if dst else w
     if len(srcs) == 1:
         return iot_src_dst(srcs[0], dst[0], dst[1], pemode, last) if dst else iot_src(srcs[0], pemode, last)
     return iot_dst(dst[0], dst[1], pemode, last)
@@ -225,7 +225,7 @@ MM_SPEC_MUTATIONS = {
 
 
 def mi_zero_mask_block(b, bd):
-    bd.items = [(t, w & ~(7 << 9)) if t in ("iot", "ios") else (t, w) for t, w in bd.items]
+    bd.items = [(t, PEMODE.replace(w, 0)) if t in ("iot", "ios") else (t, w) for t, w in bd.items]
     return True
 
 

@@ -32,9 +32,9 @@ from .driver import (Bundle, Case, Family, Builder, core_setup, flatten, gen_con
 from .edges import edge_capacity
 from .mgather_cas_plan import CAS_PLAN_MUTATIONS, CasPlan, CasSource, cas_draw, cas_plan_mutate
 from .transport_mutations import m_shuffle, set_datr
-from .values import (BITS, DTYPES, LOAD_CODES, PACKED_DTYPES, PEMODE_MASK,
-                     RESERVED_START_DTYPES, STORE_CODES, TL, elem_bytes, encode_elements, pick_one,
-                     rowbytes)
+from .values import (BITS, DTYPES, LOAD_CODES, PACKED_DTYPES, PEMODE, PEMODE_MASK,
+                     RESERVED_START_DTYPES, START_DTYPE, STORE_CODES, TL, elem_bytes,
+                     encode_elements, pick_one, rowbytes)
 
 CAS_KINDS = {
     # kind: weight
@@ -191,7 +191,7 @@ def _cb_mask_mismatch(b, bd):
     k = _cas_iots(bd)[-1]
     w = bd.items[k][1]
     other = pick_one(b.rng, [p for p in range(1, 8) if p != bd.info["pemode"]])
-    bd.items[k] = ("iot", (w & ~(7 << 9)) | other << 9)
+    bd.items[k] = ("iot", PEMODE.replace(w, other))
     return True
 
 
@@ -217,12 +217,12 @@ def _cb_cube_layout(b, bd):
 def _cb_zero_mask_block(b, bd):
     for k, (t, w) in enumerate(bd.items):
         if t in ("iot", "ios"):
-            bd.items[k] = (t, w & ~(7 << 9))
+            bd.items[k] = (t, PEMODE.replace(w, 0))
     return True
 
 
 def _cb_start_dtype(b, bd):
-    bd.start = (bd.start & 0x07FFFFFF) | pick_one(b.rng, RESERVED_START_DTYPES) << 27
+    bd.start = START_DTYPE.replace(bd.start, pick_one(b.rng, RESERVED_START_DTYPES))
     return True
 
 

@@ -14,8 +14,9 @@ from ...isa.encode import bstart, datr, dim, ior, ios, iot_dst
 from .driver import Bundle, Builder, flatten
 from .matrix_tiles import MmGM, mm_codes
 from ...layouts.ordinary import payload_index
-from .values import (BITS, DT_CODE, DTYPES, LOAD_CODES, MASK64, PEMODE_MASK, RELAYOUT_CODES,
-                     RELAYOUT_TO, STORE_CODES, elem_bytes, pick_one, pow2, rowbytes)
+from .values import (BITS, DT_CODE, DTYPES, LOAD_CODES, MASK64, PEMODE, PEMODE_MASK, REG_DST,
+                     REG_SRC2, RELAYOUT_CODES, RELAYOUT_TO, SIZE_CODE, STORE_CODES, elem_bytes,
+                     pick_one, pow2, rowbytes)
 
 
 def sh_fit(bits: int, vr: int, vc: int, cols: int, Wsh: int, size: int = 0):
@@ -311,12 +312,13 @@ def _sh_edit(b: Builder, bd: Bundle, m: str, t: ShTile, prior) -> bool:
     k = bd.find("ios")[0]
     w = bd.items[k][1]
     if m == "sh_ios_count":
-        bd.items.insert(k + 1, ("ios", ios(int(rng.integers(0, 256)), (w >> 9) & 7,
+        bd.items.insert(k + 1, ("ios", ios(int(rng.integers(0, 256)), PEMODE.extract(w),
                                            int(rng.integers(1, 13)) if is_load else 0)))
     elif m == "sh_ior_surplus":
         j = bd.find("ior")[0]
-        bd.items[j] = ("ior", bd.items[j][1] | (int(rng.integers(1, 24)) << 7 if rng.random() < 0.5
-                                                else int(rng.integers(1, 24)) << 27))
+        bd.items[j] = ("ior", bd.items[j][1] | (REG_DST.insert(int(rng.integers(1, 24)))
+                                                if rng.random() < 0.5
+                                                else REG_SRC2.insert(int(rng.integers(1, 24)))))
     elif m == "sh_cube_code":
         code = pick_one(rng, LOAD_CODES + STORE_CODES)
         bd.items = [it for it in bd.items if it[0] != "datr"]
@@ -338,12 +340,12 @@ def _sh_edit(b: Builder, bd: Bundle, m: str, t: ShTile, prior) -> bool:
         if off.code:
             bd.items.insert(0, ("datr", datr(off.code, 0, 0)))
     elif m == "sh_ios_dir":
-        bd.items[k] = ("ios", (w & ~(0xF << 15)) | ((0 if is_load else int(rng.integers(1, 13))) << 15))
+        bd.items[k] = ("ios", SIZE_CODE.replace(w, 0 if is_load else int(rng.integers(1, 13))))
     elif m == "sh_iot":
         bd.items.insert(int(rng.integers(0, len(bd.items) + 1)),
-                        ("iot", iot_dst(int(rng.integers(0, 4)), 1, (w >> 9) & 7, 1)))
+                        ("iot", iot_dst(int(rng.integers(0, 4)), 1, PEMODE.extract(w), 1)))
     elif m == "sh_store_mask":
-        bd.items[k] = ("ios", (w & ~(7 << 9)) | int(rng.integers(1, 7)) << 9)
+        bd.items[k] = ("ios", PEMODE.replace(w, int(rng.integers(1, 7))))
     elif m == "sh_lb_missing":
         j = pick_one(rng, bd.find("dim0") + bd.find("dim1") + bd.find("dim2"))
         del bd.items[j]

@@ -15,8 +15,10 @@ import functools
 from ...isa.encode import (BSTOP, FPATR0, START, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
                            iot_src_dst)
 from .driver import Bundle
-from .values import (DTYPES, FRACTAL_CODES, LOAD_CODES, RELAYOUT_CODES, RESERVED_DATR_DTYPES,
-                     RESERVED_LAYOUTS, RESERVED_START_DTYPES, STORE_CODES, pick_one)
+from .values import (DATR_FIELDS, DIM_REG_SRC, DTYPES, FRACTAL_CODES, LAST, LOAD_CODES, PEMODE,
+                     REG_DST, REG_SRC0, REG_SRC1, REG_SRC2, RELAYOUT_CODES, RESERVED_DATR_DTYPES,
+                     RESERVED_LAYOUTS, RESERVED_START_DTYPES, SIZE_CODE, SRC_TILE0, START_DTYPE,
+                     STORE_CODES, pick_one)
 
 # mutation label -> weight (the fault each aims at in the comment)
 MUTATIONS = {
@@ -67,7 +69,7 @@ MUTATIONS = {
 def zero_all(bd: Bundle):
     for i, (t, w) in enumerate(bd.items):
         if t == "iot":
-            bd.items[i] = (t, w & ~(7 << 9))
+            bd.items[i] = (t, PEMODE.replace(w, 0))
 
 
 def real_bundles(bundles):
@@ -85,8 +87,7 @@ def set_datr(bd: Bundle, **kw):
     cur = dict(layout=0, dtype=31, pad=3, cmode=0, rmode=0, sat=0, canon=0)
     if idx:
         w = bd.items[idx[0]][1]
-        cur = dict(layout=(w >> 7) & 0x1F, dtype=(w >> 20) & 0x1F, pad=(w >> 27) & 3,
-                   cmode=(w >> 29) & 7, rmode=(w >> 15) & 7, sat=(w >> 26) & 1, canon=(w >> 25) & 1)
+        cur = {k: f.extract(w) for k, f in DATR_FIELDS.items()}
     cur.update(kw)
     word = datr(**cur)
     if idx:
@@ -102,7 +103,7 @@ def _iot_index(bd):
 
 def _iot_pemode(bd):
     i = _iot_index(bd)
-    return (bd.items[i][1] >> 9) & 7 if i is not None else 1
+    return PEMODE.extract(bd.items[i][1]) if i is not None else 1
 
 
 def _on_target(pred=lambda bd: True):
@@ -251,9 +252,9 @@ def _m_ior_dup(b, bd):
 def _m_ior_surplus(b, bd):
     w = bd.items[bd.find("ior")[0]][1] if bd.find("ior") else ior(0, 0)
     if b.rng.random() < 0.5:
-        w |= int(b.rng.integers(1, 24)) << 7            # RegDst
+        w |= REG_DST.insert(int(b.rng.integers(1, 24)))
     else:
-        w |= int(b.rng.integers(1, 24)) << 27           # RegSrc2
+        w |= REG_SRC2.insert(int(b.rng.integers(1, 24)))
     if bd.find("ior"):
         bd.items[bd.find("ior")[0]] = ("ior", w)
     else:
@@ -292,7 +293,7 @@ def _m_mask_mismatch(b, bd):
     pm = _iot_pemode(bd)
     other = pick_one(b.rng, [p for p in range(1, 8) if p != pm])
     w = bd.items[i][1]
-    extra = (w & ~(7 << 9) & ~(1 << 19)) | other << 9     # same binding, other mask, L=0
+    extra = LAST.replace(PEMODE.replace(w, other), 0)     # same binding, other mask, L=0
     bd.items.insert(i, ("iot", extra))
     return True
 
@@ -302,7 +303,7 @@ def _m_iot_after_last(b, bd):
     i = _iot_index(bd)
     w = bd.items[i][1]
     if b.rng.random() < 0.3:
-        w = (w & ~(7 << 9)) | int(b.rng.integers(1, 8)) << 9
+        w = PEMODE.replace(w, int(b.rng.integers(1, 8)))
     bd.items.insert(int(b.rng.integers(i + 1, len(bd.items) + 1)), ("iot", w))
     return True
 
@@ -310,7 +311,7 @@ def _m_iot_after_last(b, bd):
 @_on_target(lambda x: x.find("iot"))
 def _m_iot_not_last(b, bd):
     i = _iot_index(bd)
-    bd.items[i] = ("iot", bd.items[i][1] & ~(1 << 19))
+    bd.items[i] = ("iot", LAST.replace(bd.items[i][1], 0))
     return True
 
 
@@ -348,7 +349,7 @@ def _m_iot_src_other(b, bd):
     w = bd.items[i][1]
     src = pick_one(b.rng, [int(b.rng.integers(0, 64)), b.m.hand_slots, 16 + b.m.hand_slots,
                         (bd.info.get("src", 0) + 1) % 64])
-    bd.items[i] = ("iot", (w & ~(0x3F << 20)) | src << 20)
+    bd.items[i] = ("iot", SRC_TILE0.replace(w, src))
     return True
 
 
@@ -356,7 +357,7 @@ def _m_iot_src_other(b, bd):
 def _m_store_mask(b, bd):
     i = _iot_index(bd)
     w = bd.items[i][1]
-    bd.items[i] = ("iot", (w & ~(7 << 9)) | int(b.rng.integers(1, 8)) << 9)
+    bd.items[i] = ("iot", PEMODE.replace(w, int(b.rng.integers(1, 8))))
     return True
 
 
@@ -392,31 +393,35 @@ def _m_start_dtype(b, bd):
         dt = pick_one(b.rng, RESERVED_START_DTYPES)
     else:
         dt = pick_one(b.rng, [0, 14, 16, 24] + list(DTYPES))
-    bd.start = (bd.start & 0x07FFFFFF) | dt << 27
+    bd.start = START_DTYPE.replace(bd.start, dt)
     return True
 
 
 def _reserved_word(rng, kind: str, w: int) -> int:
-    """A word of this command kind with a reserved value or a fixed bit flipped."""
+    """A word of this command kind with a reserved value in a field, or bits
+    that are no field (reserved or fixed: the raw shifts) set or flipped."""
     if kind == "datr":
-        return pick_one(rng, [(w & ~(0x1F << 7)) | pick_one(rng, RESERVED_LAYOUTS) << 7,
-                           (w & ~(0x1F << 20)) | pick_one(rng, RESERVED_DATR_DTYPES) << 20,
-                           w | int(rng.integers(1, 4)) << 18, (w & ~(7 << 29)) | 6 << 29])
+        return pick_one(rng, [DATR_FIELDS["layout"].replace(w, pick_one(rng, RESERVED_LAYOUTS)),
+                           DATR_FIELDS["dtype"].replace(w, pick_one(rng, RESERVED_DATR_DTYPES)),
+                           w | int(rng.integers(1, 4)) << 18,       # fixed bits 19:18
+                           DATR_FIELDS["cmode"].replace(w, 6)])
     if kind.startswith("dim"):
-        return pick_one(rng, [(w & ~(0x1F << 15)) | int(rng.integers(24, 32)) << 15,
-                           (w & ~(7 << 12)) | int(rng.integers(3, 8)) << 12])
+        return pick_one(rng, [DIM_REG_SRC.replace(w, int(rng.integers(24, 32))),
+                           (w & ~(7 << 12)) | int(rng.integers(3, 8)) << 12])   # funct3
     if kind == "ior":
-        return pick_one(rng, [w | int(rng.integers(1, 4)) << 25,
-                           (w & ~(0x1F << 15)) | int(rng.integers(24, 32)) << 15,
-                           (w & ~(0x1F << 20)) | int(rng.integers(24, 32)) << 20,
-                           (w & ~(0x1F << 7)) | int(rng.integers(24, 32)) << 7])
+        return pick_one(rng, [w | int(rng.integers(1, 4)) << 25,           # fixed bits 26:25
+                           REG_SRC0.replace(w, int(rng.integers(24, 32))),
+                           REG_SRC1.replace(w, int(rng.integers(24, 32))),
+                           REG_DST.replace(w, int(rng.integers(24, 32)))])
     if kind == "iot":
-        return pick_one(rng, [(w & ~(0xF << 15)) | int(rng.integers(11, 16)) << 15,
-                           w | int(rng.integers(1, 1 << 12)) << 20,
-                           (w & ~(7 << 12)) | 7 << 12, w ^ (1 << int(rng.integers(0, 7)))])
+        return pick_one(rng, [SIZE_CODE.replace(w, int(rng.integers(11, 16))),
+                           w | int(rng.integers(1, 1 << 12)) << 20,         # fixed bits 31:20
+                           (w & ~(7 << 12)) | 7 << 12,                      # funct3
+                           w ^ (1 << int(rng.integers(0, 7)))])             # opcode
     if kind == "start":
-        return pick_one(rng, [(w & 0x07FFFFFF) | pick_one(rng, RESERVED_START_DTYPES) << 27,
-                           w | int(rng.integers(1, 4)) << 25, w ^ (1 << int(rng.integers(7, 25)))])
+        return pick_one(rng, [START_DTYPE.replace(w, pick_one(rng, RESERVED_START_DTYPES)),
+                           w | int(rng.integers(1, 4)) << 25,               # fixed bits 26:25
+                           w ^ (1 << int(rng.integers(7, 25)))])
     return w ^ (1 << int(rng.integers(0, 32)))
 
 

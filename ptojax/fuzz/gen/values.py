@@ -9,6 +9,8 @@ import functools
 import numpy as np
 
 from ... import tables
+from ...isa.encode import (DATR_ENCODING, DIM_ENCODING, IOR_ENCODING, IOS_ENCODING, IOT_ENCODING,
+                           START_ENCODING)
 
 MASK64 = (1 << 64) - 1
 
@@ -108,3 +110,22 @@ def encode_elements(dt: int, row: list) -> bytes:
 
 def pow2(v: int) -> bool:
     return v > 0 and not v & (v - 1)
+
+
+# the fields the mutators rewrite, from the catalog (every B.IOT form places
+# PEMode, L, SizeCode and SrcTile0 alike, B.IOS its PEMode and SizeCode there
+# too, every BSTART its DataType)
+_IOT = IOT_ENCODING[(1, True)].form
+PEMODE, LAST, SRC_TILE0 = _IOT.field("PEMode"), _IOT.field("L"), _IOT.field("SrcTile0")
+SIZE_CODE, DST_TILE = _IOT.field("SizeCode"), _IOT.field("DstTile")
+_DATR = DATR_ENCODING.form
+DATR_FIELDS = {"layout": _DATR.field("Layout"), "dtype": _DATR.field("DataType"),
+               "pad": _DATR.field("PadValueOrByteId"), "cmode": _DATR.field("CMode"),
+               "rmode": _DATR.field("RMode"), "sat": _DATR.field("Sat"),
+               "canon": _DATR.field("Canonicalize")}
+_IOR = IOR_ENCODING.form
+REG_DST, REG_SRC0, REG_SRC1, REG_SRC2 = (_IOR.field(n) for n in ("RegDst", "RegSrc0", "RegSrc1",
+                                                                 "RegSrc2"))
+START_DTYPE = START_ENCODING["TLOAD"].form.field("DataType")
+DIM_REG_SRC = DIM_ENCODING[0].form.field("RegSrc")
+assert IOS_ENCODING.form.field("PEMode") == PEMODE and IOS_ENCODING.form.field("SizeCode") == SIZE_CODE
