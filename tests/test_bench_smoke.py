@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "layouts.py"
 COMPILE_BENCH = BENCH.with_name("compile.py")
 
@@ -47,6 +49,28 @@ def test_layouts_benchmark_quick(tmp_path):
     for h in data["headline"]:
         assert h["to_layout_vs_copy"] > 0 and h["to_nd_speedup_vs_numpy"] > 0
     assert result["headline"] == data["headline"]
+
+
+def test_layouts_plot_shows_only_what_was_measured(tmp_path):
+    pytest.importorskip("matplotlib")
+    bench = _load()
+    out = tmp_path / "layouts.json"
+    result = bench.main(["--quick", "--quiet", "--layouts", "CUBE_M16,NZ", "--widths", "b16",
+                         "--out", str(out), "--plot", str(tmp_path / "p.png")])
+    assert Path(result["plot"]).stat().st_size > 0
+    assert {(r["layout"], r["width"]) for r in result["rows"]} == {("CUBE_M16", "b16"),
+                                                                  ("NZ", "b16")}
+
+
+def test_layouts_refuses_a_run_that_cannot_fit_before_any_work(capsys):
+    bench = _load()
+    assert bench.check_fits(64 << 20, 16 << 30) is None
+    why = bench.check_fits(64 << 30, 21 << 30)
+    assert "needs about 576.0 GiB" in why and "use --max-bytes 2G or less" in why
+    assert bench.check_fits(1 << 40, None) is None           # unknown: no refusal
+    with pytest.raises(SystemExit):
+        bench.main(["--max-bytes", "1024G", "--quiet"])
+    assert "needs about" in capsys.readouterr().err
 
 
 def test_compile_benchmark_child_header_tiny():
