@@ -56,8 +56,18 @@ def _nd_to_cube(x, vr, vc, *, layout, cr, cc, swap, pad, pad_defined, with_defin
     B, R, C = x.shape
     padw = jnp.asarray(pad, dtype=x.dtype)
     zero = jnp.zeros((), x.dtype)
-    vr = vr.reshape(B, 1, 1, 1)
-    vc = vc.reshape(B, 1, 1, 1)
+    # vr None: every tile is full (valid = the bound), so the masks are known
+    # when tracing and a full cell is a plain copy, with no select at all
+    full = vr is None
+    per_tile = (lambda v, n: v) if full else (lambda v, n: v.reshape((B,) + (1,) * n))
+    vr, vc = (R, C) if full else (vr, vc)
+
+    def fill(valid, inside, data):
+        return jnp.where(valid, data, jnp.where(inside, padw, zero))
+
+    def defined(valid, inside, shape):
+        return jnp.broadcast_to(valid | (inside & pad_defined), shape)
+
     if layout == "CUBE_N8":
         kr, nr = _ceil_div(R, cr), _ceil_div(C, 8)
         xp = jnp.pad(x, ((0, 0), (0, kr * cr - R), (0, nr * 8 - C)))
@@ -65,11 +75,11 @@ def _nd_to_cube(x, vr, vc, *, layout, cr, cc, swap, pad, pad_defined, with_defin
         n, k, c8, r = np.meshgrid(np.arange(nr), np.arange(kr), np.arange(8),
                                   np.arange(cr), indexing="ij")
         rows, cols = k * cr + r, n * 8 + c8
-        k_rep, n_rep = (vr + cr - 1) // cr, (vc + 7) // 8
-        inside = (k < k_rep.reshape(B, 1, 1, 1, 1)) & (n < n_rep.reshape(B, 1, 1, 1, 1))
-        valid = (rows < vr.reshape(B, 1, 1, 1, 1)) & (cols < vc.reshape(B, 1, 1, 1, 1))
-        words = jnp.where(valid, f, jnp.where(inside, padw, zero)).reshape(B, nr * kr, 8 * cr)
-        dfn = (valid | (inside & pad_defined)).reshape(B, nr * kr, 8 * cr) if with_defined else None
+        k_rep, n_rep = (per_tile(vr, 1) + cr - 1) // cr, (per_tile(vc, 1) + 7) // 8
+        inside = (k < per_tile(k_rep, 4)) & (n < per_tile(n_rep, 4))
+        valid = (rows < per_tile(vr, 4)) & (cols < per_tile(vc, 4))
+        words = fill(valid, inside, f).reshape(B, nr * kr, 8 * cr)
+        dfn = defined(valid, inside, f.shape).reshape(B, nr * kr, 8 * cr) if with_defined else None
         if compact:
             # Cell (n, k) of the bound lands at n*K_repeat + k of the tile; slots
             # past the tile's cell count take an outside (all-zero) bound cell.
@@ -96,10 +106,10 @@ def _nd_to_cube(x, vr, vc, *, layout, cr, cc, swap, pad, pad_defined, with_defin
         if swap:
             t = _swap_b4(t)
         rows, cols = _m_coords(ncell, cr, cc, swap)
-        inside = cols < ((vc + cc - 1) // cc) * cc
-        valid = (rows < vr) & (cols < vc)
-        words = jnp.where(valid, t, jnp.where(inside, padw, zero))
-        dfn = (valid | (inside & pad_defined)) if with_defined else None
+        inside = cols < ((per_tile(vc, 3) + cc - 1) // cc) * cc
+        valid = (rows < per_tile(vr, 3)) & (cols < per_tile(vc, 3))
+        words = fill(valid, inside, t)
+        dfn = defined(valid, inside, t.shape) if with_defined else None
     words = words.reshape(B, -1)
     return (words, dfn.reshape(B, -1)) if with_defined else words
 
@@ -197,9 +207,11 @@ def nd_to_cube(x, layout, dtype, valid_rows=None, valid_cols=None, *, pad="Null"
     if lay != "CUBE_N8" and R > cr:
         raise ValueError(f"{lay} holds at most {cr} valid rows; the input bound has {R} rows")
     vr, vr_static = _valid_dims(valid_rows, R, B, "valid_rows")
-    vc, _ = _valid_dims(valid_cols, C, B, "valid_cols")
+    vc, vc_static = _valid_dims(valid_cols, C, B, "valid_cols")
     p = tables.padvalue(pad)
     compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
+    if (vr_static, vc_static) == (R, C):
+        vr = vc = None          # every tile full: one program for all, no masks to compute
     out = _nd_to_cube(xb, vr, vc, layout=lay, cr=cr, cc=cc,
                       swap=(lay == "CUBE_M16" and d.bits == 4),
                       pad=_pad_in(np.dtype(xb.dtype).itemsize * 8, d, p),
