@@ -149,7 +149,9 @@ def test_matrix_ops_selection_and_weights():
     assert all(j == k for k, j, _ in drawn)          # the generator draws only those forms
     # the profile reaches the machine config of both models
     assert cfg("all", profile="ieee").machine == CFG.replace(profile="ieee")
-    assert cfg("all").machine is CFG
+    assert cfg("all").machine == CFG
+    # and so do the rules (--semantics)
+    assert cfg("all", semantics="0.58.3").machine == CFG.replace(semantics="0.58.3")
     # coverage: the matrix kinds and mutations join the universe with their weight
     cov = V.Coverage(None, 1 / 3, 0.25).universe()
     assert set(G.MATMUL_KINDS) <= set(cov["kinds"]) and set(V.MATRIX_OPS) <= set(cov["operations"])
@@ -252,9 +254,10 @@ def test_fuzz_options_reach_the_campaign(capsys, monkeypatch):
     monkeypatch.setattr(C, "run_campaign", fake)
     with pytest.raises(KeyboardInterrupt):
         cli.main(["fuzz", *BASE, "--ops", "tmatmul_acc", "--profile", "ieee", "--matmul-weight", "0.5",
-                  "--count", "5"])
+                  "--semantics", "0.58.3", "--count", "5"])
     cc = seen["cc"]
     assert (cc.profile, cc.matmul, cc.machine.profile) == ("ieee", 0.5, "ieee")
+    assert cc.machine.semantics == "0.58.3"
     assert cc.gen.matmul_forms == ("TMATMUL.ACC",) and cc.gen.matmul_weight == 0.5
 
 
@@ -339,9 +342,10 @@ def test_bad_options_exit_2(capsys, tmp_path):
     assert fuzz(capsys, "--batch", "1")[0] == 2
     assert fuzz(capsys, "--matmul-weight", "1.5")[0] == 2
     assert fuzz(capsys, "--matmul-weight", "0.6", "--cas-weight", "0.6")[0] == 2
-    with pytest.raises(SystemExit) as e:
-        fuzz(capsys, "--profile", "fast")
-    assert e.value.code == 2
+    for bad in (("--profile", "fast"), ("--semantics", "0.59")):
+        with pytest.raises(SystemExit) as e:
+            fuzz(capsys, *bad)
+        assert e.value.code == 2
     assert fuzz(capsys, "--shard", "3/2")[0] == 2
     rc, out, err = replay(capsys, str(tmp_path / "missing.json"))
     assert rc == 2 and "cannot read" in err

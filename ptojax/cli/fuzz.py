@@ -163,7 +163,8 @@ def _campaign_config(args, C):
     cc = C.CampaignConfig(seed=args.seed, count=args.count, config=args.config, rows=args.batch,
                           sample=args.sample, on_fault=args.on_fault, pe=args.pe, ops=ops,
                           kinds=kinds, jobs=jobs, shard=shard, cas_weight=args.cas_weight,
-                          matmul_weight=args.matmul_weight, profile=args.profile, core=args.core,
+                          matmul_weight=args.matmul_weight, profile=args.profile,
+                          semantics=args.semantics, core=args.core,
                           core_share=args.core_share, coop_weight=args.coop_weight,
                           edge_weight=args.edge_weight, variants=args.variants)
     if cc.share_core > 0 and cc.cas + cc.coop + cc.edge_weight > 1.0 + 1e-12:

@@ -171,6 +171,9 @@ def _add_fuzz(sub, configs: str):
     f.add_argument("--profile", choices=list(PROFILES), default="portable",
                    help="numeric profile of the matrix family (MachineConfig.profile) of both models "
                         "(default portable)")
+    f.add_argument("--semantics", choices=list(SEMANTICS), default="adr0100",
+                   help="rule set of both models (MachineConfig.semantics): adr0100 (default) or "
+                        "0.58.3, the pto-spec release's cooperative rules")
     f.add_argument("--pe", type=int, default=0, help="the current PE of every case (default 0)")
     f.add_argument("--jobs", type=int, default=None,
                    help="reference-model worker processes (default: one per CPU core; 1 at "

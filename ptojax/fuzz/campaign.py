@@ -74,6 +74,7 @@ class CampaignConfig:
     cas_weight: Optional[float] = None     # share of MGATHER.CAS kinds; None: from `ops`
     matmul_weight: Optional[float] = None  # share of TMATMUL/TGEMV kinds; None: from `ops`
     profile: str = "portable"       # MachineConfig.profile of both models
+    semantics: str = "adr0100"      # MachineConfig.semantics of both models
     core: bool = False              # every case on the Core: pj.batch.run(core=True) / run_core
     core_share: Optional[float] = None     # share of draws on the Core; None: from `ops`, `core`
     coop_weight: Optional[float] = None    # share of cooperative / Shared kinds (Core draws)
@@ -84,8 +85,7 @@ class CampaignConfig:
     @property
     def machine(self) -> MachineConfig:
         from ..state import preset
-        cfg = preset(self.config)
-        return cfg if cfg.profile == self.profile else cfg.replace(profile=self.profile)
+        return preset(self.config).replace(profile=self.profile, semantics=self.semantics)
 
     @property
     def share_core(self) -> float:
@@ -671,7 +671,7 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "sample": cc.sample, "cas_weight": round(cc.cas, 4), "matmul_weight": round(cc.matmul, 4),
         "core": cc.core, "core_share": round(cc.share_core, 4), "coop_weight": round(cc.coop, 4),
         "edge_weight": round(cc.edge_weight, 4), "variants": cc.variants,
-        "profile": cc.profile, "shard": list(cc.shard),
+        "profile": cc.profile, "semantics": cc.semantics, "shard": list(cc.shard),
         "devices": res.devices, "jobs": cc.jobs,
         "cases": res.cases, "drawn": res.drawn, "compared": res.compared,
         "mismatches": res.mismatches,
