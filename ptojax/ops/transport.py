@@ -105,6 +105,47 @@ class _Lanes(NamedTuple):
     order: jax.Array
 
 
+class _Transfer(NamedTuple):
+    """What the block moves: its direction, CUBE layout, destination and source."""
+    is_load: jax.Array
+    is_store: jax.Array
+    cube_lay: jax.Array
+    d: _Destination
+    src: _Source
+
+
+class _MapParams(NamedTuple):
+    """The element map's scalar parameters, settled once (lowering.settle)."""
+    cube: jax.Array
+    by_lane: jax.Array             # an ordinary TSTORE source, read lane by lane
+    legal: jax.Array
+    bits: jax.Array
+    lay: jax.Array                 # the CUBE tile's layout, CELL shape, K_repeat and cells
+    cr: jax.Array
+    cc: jax.Array
+    k_repeat: jax.Array
+    cells: jax.Array
+    col: jax.Array                 # the ordinary TLOAD destination's geometry
+    lay_o: jax.Array
+    rows_o: jax.Array
+    vr: jax.Array
+    vc: jax.Array
+    src: dict                      # the ordinary TSTORE source's layout, rows, cols, dtype
+    base: jax.Array
+    stride: jax.Array
+
+
+class _WriteParams(NamedTuple):
+    """The effects' scalar parameters, settled once."""
+    load: jax.Array
+    store: jax.Array
+    dslot: jax.Array
+    sslot: jax.Array
+    pad_word: jax.Array
+    pad_defined: jax.Array
+    signed: jax.Array
+
+
 def _tload_destination(state, h: Header, cfg, cube_lay, cls) -> _Destination:
     """TLOAD destination (both paths): the allocation, CUBE geometry (C.5) and the
     ordinary shape (C.7)."""
@@ -174,12 +215,13 @@ def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source
     ))
 
 
-def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, cube_lay,
-                 d: _Destination, src: _Source, stores: bool):
+def _element_map(h: Header, W: int, t: _Transfer, legal, base, stride_reg,
+                 stores: bool) -> tuple[_MapParams, _Lanes]:
     """Element map of the tile filled (TLOAD) or read (TSTORE) over W lanes
     (common.lane_count): (its settled scalar parameters, the lanes). `stores`
     (static): a TSTORE can complete here, so the ordinary source's lane-by-lane
     map is traced."""
+    is_load, is_store, cube_lay, d, src = t
     cube, lb, bdt, s = h.cube, h.lb, h.dtype, src.s
     # Its scalar parameters are settled first: each lane-wide kernel below
     # would otherwise re-derive them from the header on its own.
@@ -188,7 +230,7 @@ def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, 
     dense_cols = jnp.where(cube, lb[0],
                            jnp.where(is_load, d.col_o, jnp.where(lb[2] != 0, lb[2], s["cols"])))
     dense = ((dense_cols.astype(jnp.int64) * take(DT_BITS, bdt) + 7) >> 3).astype(U64)
-    p = settle(dict(
+    p = settle(_MapParams(
         cube=cube, by_lane=is_store & ~cube, legal=legal, bits=bits,
         lay=jnp.where(is_load, cube_lay, src.s_lay), cr=jnp.where(is_load, d.cr, src.scr),
         cc=jnp.where(is_load, d.cc, src.scc),
@@ -199,16 +241,16 @@ def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, 
         vc=jnp.where(is_load, jnp.where(cube, d.vc_c, d.vc_o), s["valid_cols"]),
         src={k: s[k] for k in ("layout", "rows", "cols", "dtype")},
         base=base, stride=jnp.where(h.ior_present, stride_reg, dense)))
-    vr, vc, stride, four = p["vr"], p["vc"], p["stride"], p["bits"] == 4
+    vr, vc, stride, four = p.vr, p.vc, p.stride, p.bits == 4
     # payload slot j -> (r, c) for the CUBE tiles and the RowMajor TLOAD
     # destination; an ordinary TSTORE source (any ordinary layout) is read
     # lane by lane over its valid region instead
-    r, c = tile_coords(p["cube"], p["lay"], p["cr"], p["cc"], four, p["k_repeat"], W,
-                       (p["lay_o"], p["rows_o"], p["col"], p["bits"]))
-    storage = jnp.where(p["cube"], jnp.arange(W) < p["cells"] * p["cr"] * p["cc"], True)
+    r, c = tile_coords(p.cube, p.lay, p.cr, p.cc, four, p.k_repeat, W,
+                       (p.lay_o, p.rows_o, p.col, p.bits))
+    storage = jnp.where(p.cube, jnp.arange(W) < p.cells * p.cr * p.cc, True)
     if stores:
         lane_r, lane_c, lane_in = valid_lanes(vr, vc, W)
-        by_lane = p["by_lane"]
+        by_lane = p.by_lane
         r, c = jnp.where(by_lane, lane_r, r), jnp.where(by_lane, lane_c, c)
     # the coordinates are computed once, valid from them
     r, c = settle_pair(r, c)
@@ -218,29 +260,30 @@ def _element_map(h: Header, W: int, is_load, is_store, legal, base, stride_reg, 
     valid = settle(valid)
     value_slot = jnp.arange(W)
     if stores:
-        value_slot = jnp.where(by_lane, jnp.clip(ordinary_slot(p["src"], r, c), 0, W - 1), value_slot)
-    nbytes = elem_bytes(p["bits"])
+        value_slot = jnp.where(by_lane, jnp.clip(ordinary_slot(p.src, r, c), 0, W - 1), value_slot)
+    nbytes = elem_bytes(p.bits)
     col_off = jnp.where(four, c >> 1, c * nbytes).astype(U64)
-    addr = p["base"] + r.astype(U64) * stride + col_off
+    addr = p.base + r.astype(U64) * stride + col_off
     order = r * jnp.maximum(vc, 1) + c
     return p, _Lanes(r, c, valid, storage, value_slot, nbytes, four, addr, order)
 
 
-def _effects(state, h: Header, tile_words: int, effects, ok, is_load, is_store, cube_lay, d: _Destination,
-             src: _Source, p, lanes: _Lanes):
+def _effects(state, h: Header, tile_words: int, effects, ok, t: _Transfer, p: _MapParams,
+             lanes: _Lanes):
     """The TLOAD destination installed, the TSTORE elements written: (tiles, gm)."""
+    is_load, is_store, cube_lay, d, src = t
     tiles = state.tiles
     cube, bdt, edt = h.cube, h.dtype, d.edt
     r, c, valid, four, nbytes = lanes.r, lanes.c, lanes.valid, lanes.four, lanes.nbytes
     # their scalar parameters settled too
-    e = settle(dict(load=ok & is_load, store=ok & is_store, dslot=d.dslot, sslot=src.sslot,
-                    pad_word=row(row(PAD_WORDS, bdt), h.pad),
-                    pad_defined=h.pad != tables.PAD_NULL,
-                    signed=take(DT_SIGNED, jnp.where(cube, bdt, edt))))
-    loaded = memory.read_elements(state.gm, lanes.addr, nbytes, (c & 1) == 1, four, e["signed"])
-    pad_area = p["cube"] & lanes.storage & ~valid
-    new_words = jnp.where(valid, loaded, e["pad_word"])        # the other Words stay stale
-    new_def = valid | (pad_area & e["pad_defined"])
+    e = settle(_WriteParams(load=ok & is_load, store=ok & is_store, dslot=d.dslot, sslot=src.sslot,
+                            pad_word=row(row(PAD_WORDS, bdt), h.pad),
+                            pad_defined=h.pad != tables.PAD_NULL,
+                            signed=take(DT_SIGNED, jnp.where(cube, bdt, edt))))
+    loaded = memory.read_elements(state.gm, lanes.addr, nbytes, (c & 1) == 1, four, e.signed)
+    pad_area = p.cube & lanes.storage & ~valid
+    new_words = jnp.where(valid, loaded, e.pad_word)        # the other Words stay stale
+    new_def = valid | (pad_area & e.pad_defined)
     g = d.g
     l_vr, l_vc = jnp.where(cube, d.vr_c, d.vr_o), jnp.where(cube, d.vc_c, d.vc_o)
     vals = dict(
@@ -254,21 +297,21 @@ def _effects(state, h: Header, tile_words: int, effects, ok, is_load, is_store, 
         storage_bytes=jnp.where(cube, g["required_bytes"], 0), mask=h.mask,
         defined_valid=l_vr * l_vc)
     if "TLOAD" in effects:
-        tiles = install(tiles, e["dslot"], e["load"], vals, new_words, new_def, valid | pad_area,
+        tiles = install(tiles, e.dslot, e.load, vals, new_words, new_def, valid | pad_area,
                         tile_words)
     if "TSTORE" not in effects:
         return tiles, state.gm
 
     def store(gm):
-        src_words = payload(tiles, e["sslot"], tile_words)[lanes.value_slot]
+        src_words = payload(tiles, e.sslot, tile_words)[lanes.value_slot]
         return memory.write_elements(gm, lanes.addr, src_words, nbytes, (c & 1) == 1, four,
-                                     memory.overwritten_later(r, c, p["vr"], p["vc"], p["stride"],
+                                     memory.overwritten_later(r, c, p.vr, p.vc, p.stride,
                                                               nbytes, four),
-                                     valid & e["store"])
+                                     valid & e.store)
 
     # the GM write (a scatter of every lane's bytes) runs only where some State
     # stores: a batch of TLOADs in a program that can also store pays nothing
-    stores = trip_count(e["store"].astype(jnp.int32)) > 0
+    stores = trip_count(e.store.astype(jnp.int32)) > 0
     return tiles, jax.lax.cond(stores, branch(store), lambda gm: gm, state.gm)
 
 
@@ -301,15 +344,16 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
         # memory checks: skip the element map (a matrix-only stream's cost)
         return Completion(fault, U64(0), state)
 
-    p, lanes = _element_map(h, lane_count(state.tiles), is_load, is_store, legal, base, stride_reg,
-                            cube_lay, d, src, "TSTORE" in effects)
+    t = _Transfer(is_load, is_store, cube_lay, d, src)
+    p, lanes = _element_map(h, lane_count(state.tiles), t, legal, base, stride_reg,
+                            "TSTORE" in effects)
     probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
-    mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p["legal"])
+    mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p.legal)
     fault = jnp.where(legal, mfault, fault)
     fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
     ok = enable & legal & (mfault == 0)
 
-    tiles, gm = _effects(state, h, cfg.tile_words, effects, ok, is_load, is_store, cube_lay, d, src, p, lanes)
+    tiles, gm = _effects(state, h, cfg.tile_words, effects, ok, t, p, lanes)
     return Completion(fault, fault_addr, state.replace(tiles=tiles, gm=gm))
 
 
