@@ -167,7 +167,7 @@ class PeFile:
 
 def pe_file(local: LocalFile, pe, lanes: int, aux_slots: int = 0) -> PeFile:
     """PE `pe`'s view of the Core's Local files (pe may be traced) for a
-    completion over `lanes` lanes (ops.dispatch.lane_classes; at most tile_words),
+    completion over `lanes` lanes (ops.lowering.lane_classes; at most tile_words),
     with two auxiliary windows of `aux_slots` slots when that is nonzero."""
     aux = None
     if aux_slots:

@@ -17,7 +17,7 @@ import pytest
 
 import ptojax as pj
 from ptojax.fuzz import gen as G
-from ptojax.ops.dispatch import lane_classes
+from ptojax.ops.lowering import lane_classes
 from ptojax.state import state_differences
 
 CFG = pj.preset("small")

@@ -105,7 +105,7 @@ assert all(IW.field_of(int(e), "SizeCode").pieces == _SIZE.pieces for e in _SIZE
 
 def row_size(words, lengths) -> np.ndarray:
     """Per row, the largest SizeCode its B.IOT and B.IOS words name (0: none): how
-    many lanes its completions take (ops.dispatch.lane_classes), where a machine
+    many lanes its completions take (ops.lowering.lane_classes), where a machine
     has several lane classes."""
     enc, _ = _row_ops(words, lengths)
     return np.where(np.isin(enc, _SIZED), IW.extract(words, _SIZE), 0).max(axis=1, initial=0)

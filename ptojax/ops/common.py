@@ -350,7 +350,7 @@ def _s64(tiles) -> bool:
 
 def lane_count(tiles) -> int:
     """The lanes an operation's arrays have in this completion (a storage.PeFile's
-    `lane`: dispatch.lane_classes), static. Every tile the block names has at most
+    `lane`: lowering.lane_classes), static. Every tile the block names has at most
     that many Words; the machine's bound stays cfg.tile_words."""
     return tiles.lane.shape[0]
 

@@ -25,7 +25,7 @@ from .. import families
 from . import header, matrix, mgather_cas, shared_transport, transport
 from .common import DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
 from .family import Completion, Context, Family
-from .lowering import branch, trip_count, under_batch
+from .lowering import branch, lane_classes, trip_count, under_batch
 from .shared_transport import apply_row_write
 from .header import Header
 
@@ -36,22 +36,6 @@ assert (DEFAULT.spec, *(f.spec for f in ROUTED)) == families.FAMILIES
 # the effect groups whose operations can write a Local register file (a
 # TSTORE, Local or Shared, and a Shared TLOAD only read it)
 LOCAL_WRITERS = frozenset({"TLOAD", "MGATHER.CAS", "MATMUL"})
-
-
-def lane_classes(W: int) -> tuple:
-    """The lane counts a completion is traced for on a machine of W tile Words:
-    256, 512, then 1024 x 4^k, up to a quarter of W, and W. A block runs at the
-    least one that holds every tile it names (lanes_needed), so a 16x16 tile
-    costs about what it costs on a 256-Word machine. Each class is one more
-    copy of the completion program: a class within 4x of W would cost more to
-    compile than it saves its rare tiles. 512 is the exception to the 4x step:
-    a 16x32 FP16 matrix operand, the commonest one, has 512 Words and would
-    otherwise run at twice its width (asl: 256, 512, 1024, 4096, 32768)."""
-    classes, L = [], 256
-    while 4 * L <= W:
-        classes.append(L)
-        L *= 2 if L < 1024 else 4
-    return tuple(classes) + (W,)
 
 
 def _tile_words(capacity, bits, W: int):

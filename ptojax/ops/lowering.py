@@ -91,3 +91,19 @@ def settle_pair(a, b):
     both = (a.astype(jnp.int64) << 32) | (b.astype(jnp.int64) & 0xFFFFFFFF)
     both = settle(both)
     return (both >> 32).astype(jnp.int32), both.astype(jnp.int32)
+
+
+def lane_classes(W: int) -> tuple:
+    """The lane counts a completion is traced for on a machine of W tile Words:
+    256, 512, then 1024 x 4^k, up to a quarter of W, and W. A block runs at the
+    least one that holds every tile it names (dispatch.lanes_needed), so a 16x16 tile
+    costs about what it costs on a 256-Word machine. Each class is one more
+    copy of the completion program: a class within 4x of W would cost more to
+    compile than it saves its rare tiles. 512 is the exception to the 4x step:
+    a 16x32 FP16 matrix operand, the commonest one, has 512 Words and would
+    otherwise run at twice its width (asl: 256, 512, 1024, 4096, 32768)."""
+    classes, L = [], 256
+    while 4 * L <= W:
+        classes.append(L)
+        L *= 2 if L < 1024 else 4
+    return tuple(classes) + (W,)
