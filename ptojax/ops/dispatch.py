@@ -18,10 +18,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .. import tables
+from .. import families, tables
 from ..state import TILE_COLUMN as COL
 from ..storage import local_desc, pe_file, with_pe_file
-from .. import families
 from . import header, matrix, mgather_cas, shared_transport, transport
 from .common import DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
 from .family import Completion, Context, Family

@@ -32,7 +32,6 @@ from .decode import Decoded, decode
 from .state import MASK64, Block, Machine
 from .transport import BUNDLE_CONTROL, ILLEGAL, Fault
 
-UNIMPLEMENTED = transport.UNIMPLEMENTED
 # the default family, then the routed ones in ptojax/families.py's order
 DEFAULT = transport.FAMILY
 ROUTED = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY)
