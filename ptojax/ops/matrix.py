@@ -381,6 +381,17 @@ def _shared_sources(state, h: Header, blk: _Block, kb) -> _Shared:
                    sources_legal)
 
 
+class _DGeometry(NamedTuple):
+    """D's CUBE M geometry: its layout (0 CUBE_M16, 1 CUBE_M32), CELL rows and
+    columns, descriptor geometry (common.cube_geometry), and whether its
+    4-bit CELLs are swizzled (an S4X2 D in CUBE_M16)."""
+    lay: jax.Array
+    cr: jax.Array
+    cc: jax.Array
+    g: dict
+    b4: jax.Array
+
+
 class _Post(NamedTuple):
     """The post-process sources (step 6): legality and the vector parameter rows."""
     legal: jax.Array
@@ -468,15 +479,15 @@ def _destinations(state, cfg, h: Header, blk: _Block, pe) -> _Destinations:
     return _Destinations(jnp.stack(slots), tsize, present, cols, mask, legal)
 
 
-def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g, d_b4):
+def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry):
     """Lanes = D's payload slots: (column of each lane, lane_ok, the Local operand rows,
     scales(k), operands(a_table, b_table, k, rows)) for the product's loop over K."""
     W = lane_count(state.tiles)
     Mi, N = blk.Mi, blk.N
     left_shared, shared_on = blk.left_shared, blk.shared_on
     trans_a, trans_b = shr.trans_a, shr.trans_b
-    r, c = tile_coords(True, jnp.clip(loc.d_lay, 0, 1), d_cr, d_cc, d_b4, 0, W)
-    lane_ok = (r < Mi) & (c < N) & (jnp.arange(W) < d_g["cell_count"] * d_cr * d_cc)
+    r, c = tile_coords(True, dg.lay, dg.cr, dg.cc, dg.b4, 0, W)
+    lane_ok = (r < Mi) & (c < N) & (jnp.arange(W) < dg.g["cell_count"] * dg.cr * dg.cc)
     # operands are read lane by lane from a Local tile row or a Shared record row
     # (no table of either is copied: a Shared record may be much longer than W)
     WS = cfg.shared_words
@@ -574,15 +585,14 @@ def _ieee_product(blk: _Block, shr: _Shared, words, shared, scales, operands, tr
     return jnp.where(is_float, binary32.round_bits(acc_f), acc_i)
 
 
-def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, d_cr, d_cc, d_g, d_b4, do):
+def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry, do):
     """D's Words of every lane (one loop over K, ascending) and which lanes D keeps."""
     tiles = state.tiles
-    r, c, lane_ok, words, scales, operands = _element_map(state, cfg, blk, loc, shr, d_cr, d_cc, d_g,
-                                                          d_b4)
+    r, c, lane_ok, words, scales, operands = _element_map(state, cfg, blk, loc, shr, dg)
     shared = state.shared.words
     # C has D's M layout and shape, in the accumulator's 32-bit CELLs (D's own
     # CELLs differ when a PreQuantMode converts): C[r][c] of each lane
-    lay = jnp.clip(loc.d_lay, 0, 1)
+    lay = dg.lay
     c_cr, c_cc = take(CELL_R.reshape(-1), lay * 4), take(CELL_C.reshape(-1), lay * 4)
     lcr, lcc = log2(c_cr), log2(c_cc)
     c_lane = ((c >> lcc) << (lcr + lcc)) + (jnp.clip(r, 0, 31) << lcc) + (c & (c_cc - 1))
@@ -629,7 +639,8 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     # ---- destination (step 10): D's M layout, its element type, valid Mi x N
     out_type = pp.output_type(h.pre_quant_mode, blk.acc_type)
     d_cls = take(DT_CLASS, out_type)
-    d_cr, d_cc, d_g, d_shape_ok = cube_geometry(jnp.clip(loc.d_lay, 0, 1), d_cls, blk.Mi, blk.N, tsize,
+    d_lay = jnp.clip(loc.d_lay, 0, 1)
+    d_cr, d_cc, d_g, d_shape_ok = cube_geometry(d_lay, d_cls, blk.Mi, blk.N, tsize,
                                                 capacity_register(state.tile_capacity), cfg.tile_words)
     aux_on = (h.row_max == 1) | (h.group_max == 1)
 
@@ -646,8 +657,8 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
         ("MM.10 destination", blk.active & (~dst.legal | ~d_shape_ok), "Fault_TileAllocation"),
     ))
     do = enable & (fault == 0) & blk.active
-    d_b4 = take(DT_BITS, out_type) == 4                  # an S4X2 D: M16 CELLs swizzled
-    col, lane_ok, acc_words = _product(state, cfg, blk, loc, shr, d_cr, d_cc, d_g, d_b4, do)
+    dg = _DGeometry(d_lay, d_cr, d_cc, d_g, take(DT_BITS, out_type) == 4)
+    col, lane_ok, acc_words = _product(state, cfg, blk, loc, shr, dg, do)
     lane_col = jnp.clip(col, 0, lane_count(state.tiles) - 1)
 
     def convert():
@@ -667,25 +678,25 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     tiles = state.tiles
     Mi, N = blk.Mi, blk.N
     d_mask = dst.mask
-    vals = dict(dtype=out_type, layout=take(CUBE_TILE_LAYOUT, jnp.clip(loc.d_lay, 0, 1)),
+    vals = dict(dtype=out_type, layout=take(CUBE_TILE_LAYOUT, d_lay),
                 location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
                 cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
                 n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
                 storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
     tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok, cfg.tile_words)
-    tiles = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, loc.d_lay, d_b4,
-                                d_cr, d_cc, do & aux_on)
+    tiles = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, dg, do & aux_on)
     return Completion(fault, U64(0), state.replace(tiles=tiles))
 
 
-def _reductions(h: Header, blk: _Block, post: _Post, acc_words, d_lay, b4, d_cr, d_cc, go, n_out):
+def _reductions(h: Header, blk: _Block, post: _Post, acc_words, dg: _DGeometry, go, n_out):
     """MatrixRowMaxResult / MatrixGroupMaxResult over D's raw accumulator Words,
     one column at a time (the fold's order is the model's: a tie keeps the
     earlier Word, and an FP32 Word passes through whole): (RowMax Words of
     rows 0..31, GroupMax Words row-major M x G in n_out Words)."""
     acc_type, max_abs = blk.acc_type, h.max_abs == 1
     rows = jnp.arange(32)
-    lcr, lcc = log2(d_cr), log2(d_cc)
+    d_cc = dg.cc
+    lcr, lcc = log2(dg.cr), log2(d_cc)
     group_n = jnp.maximum(jnp.asarray(tables.FPATR_GROUP_N)[jnp.clip(h.group_n, 0, 9)], 1)
     G = (blk.N + group_n - 1) // group_n
     L = acc_words.shape[0]
@@ -693,7 +704,7 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words, d_lay, b4, d_cr,
     def lane(c):
         """D's lane of (row, c) for every row: its CUBE M layout (a 4-bit M16 CELL swizzled)."""
         q = c & (d_cc - 1)
-        q = jnp.where(b4 & (d_lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
+        q = jnp.where(dg.b4 & (dg.lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
         return jnp.clip(((c >> lcc) << (lcr + lcc)) + (rows << lcc) + q, 0, L - 1)
 
     def first(w):
@@ -722,12 +733,11 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words, d_lay, b4, d_cr,
 
 
 def _install_reductions(tiles, cfg, h: Header, blk: _Block, dst: _Destinations, post: _Post,
-                        acc_words, d_lay, b4, d_cr, d_cc, go):
+                        acc_words, dg: _DGeometry, go):
     """Publish RowMaxOut and GroupMaxOut (destinations 1 and 2 in stream order)
     after D: RowMajor at location Any, accumulator-typed, valid Mi x cols."""
     n = aux_words(lane_count(tiles))
-    row_v, group_v = _reductions(h, blk, post, acc_words, jnp.clip(d_lay, 0, 1), b4, d_cr, d_cc,
-                                 go, n)
+    row_v, group_v = _reductions(h, blk, post, acc_words, dg, go, n)
     row_words = jnp.zeros(n, U64).at[:32].set(row_v[: min(32, n)]) if n >= 32 else row_v[:n]
     for k in (1, 2):
         is_row = (k == 1) & (h.row_max == 1)
