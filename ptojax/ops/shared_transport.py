@@ -58,6 +58,20 @@ def apply_row_write(shared, w: RowWrite):
         jnp.where(w.do, w.words, shared.words[w.index])))
 
 
+class _Register(NamedTuple):
+    """The Shared register the block names: its id, its record (index, whether
+    it exists, a free one left, its fields) and the binding's SizeCode, element
+    width and layout."""
+    sid: jax.Array
+    i: jax.Array
+    exists: jax.Array
+    has_free: jax.Array
+    rec: dict
+    size: jax.Array
+    bits: jax.Array
+    lay: jax.Array
+
+
 class _Load(NamedTuple):
     """TLOAD steps 4-7: the register's new shape and the verdicts."""
     tsz: jax.Array
@@ -83,11 +97,12 @@ class _Store(NamedTuple):
     bound_bad: jax.Array
 
 
-def _load_checks(state, h: Header, cfg, size, cap_reg, rec, exists, has_free, bits, lay) -> _Load:
+def _load_checks(state, h: Header, cfg, reg: _Register, cap_reg) -> _Load:
     """TLOAD steps 4-7: schema, shape, a compatible update or a new record, bounds.
     A ZN/NZ shape off the fractal grid is a shape fault: the model has no index
     for it (it stops on an assertion; docs/spec-notes.md)."""
     shared, WS = state.shared, cfg.shared_words
+    size, rec, exists, bits, lay = reg.size, reg.rec, reg.exists, reg.bits, reg.lay
     mask, lb, lbp, edt = h.shared_mask, h.lb, h.lb_present, h.dtype
     vc_l, vr_l, cols_l = lb[0], lb[1], lb[2]
     tsz = size_code_bytes(size)
@@ -104,15 +119,16 @@ def _load_checks(state, h: Header, cfg, size, cap_reg, rec, exists, has_free, bi
         pool = pool + core_charge(state.tiles)
     update_bad = ~sh.capacity_legal(tsz, state.tile_capacity) \
         | jnp.where(exists, ~compatible, pool > cap_reg)
-    load_bound_bad = (rows_l.astype(jnp.int64) * cols_l > WS) | (~exists & ~has_free)
+    load_bound_bad = (rows_l.astype(jnp.int64) * cols_l > WS) | (~exists & ~reg.has_free)
     return _Load(tsz, rows_l, vr_l, vc_l, cols_l, load_schema_bad, load_shape_bad, update_bad,
                  load_bound_bad)
 
 
-def _store_checks(state, h: Header, cfg, size, spart, rec, exists, bits, lay) -> _Store:
+def _store_checks(state, h: Header, cfg, reg: _Register, spart) -> _Store:
     """TSTORE steps 4-5: bindings, the shape (defaults from the record) and bounds.
     The register is read in the layout the code names: a record's own must be
     it; without a record, a temporary descriptor in it must be indexable."""
+    size, rec, exists, bits, lay = reg.size, reg.rec, reg.exists, reg.bits, reg.lay
     mask, lb, lbp, edt = h.shared_mask, h.lb, h.lb_present, h.dtype
     vc_s = jnp.where(lbp[0], lb[0], jnp.where(exists, rec["valid_cols"], 1))
     vr_s = jnp.where(lbp[1], lb[1], jnp.where(exists, rec["valid_rows"], 1))
@@ -135,16 +151,17 @@ def _store_checks(state, h: Header, cfg, size, spart, rec, exists, bits, lay) ->
                   store_bound_bad)
 
 
-def _load_effect(state, h: Header, sid, i, exists, rec, ld: _Load, lane, loaded, do_load, lay):
+def _load_effect(state, h: Header, reg: _Register, ld: _Load, lane, loaded, do_load):
     """TLOAD effect: a new record or a compatible update of the selected quarters.
     Returns (the Shared file with the record's fields, the settled record
     index, the write of its Words)."""
     shared, mask, edt = state.shared, h.shared_mask, h.dtype
+    i, exists, rec, lay = reg.i, reg.exists, reg.rec, reg.lay
     new_words = jnp.where(lane, loaded, jnp.where(exists, row(shared.words, i), U64(0)))
     init = jnp.where(exists, rec["initialized_mask"] | mask, mask)
     alloc = jnp.where(exists, rec["allocation_mask"], mask)
     defined = init == alloc
-    fields = dict(sid=sid, allocation_mask=alloc, initialized_mask=init,
+    fields = dict(sid=reg.sid, allocation_mask=alloc, initialized_mask=init,
                   published=jnp.where(exists, rec["published"] | defined, True),
                   contents_defined=defined, dtype=edt, layout=lay, capacity=ld.tsz,
                   rows=ld.rows, cols=ld.cols, valid_rows=ld.vr, valid_cols=ld.vc)
@@ -180,8 +197,9 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
 
     i, exists, has_free = sh.lookup(shared, sid)
     rec = sh.record(shared, i)
-    ld = _load_checks(state, h, cfg, size, cap_reg, rec, exists, has_free, bits, lay)
-    st = _store_checks(state, h, cfg, size, spart, rec, exists, bits, lay)
+    reg = _Register(sid, i, exists, has_free, rec, size, bits, lay)
+    ld = _load_checks(state, h, cfg, reg, cap_reg)
+    st = _store_checks(state, h, cfg, reg, spart)
 
     fault = settle(ordered_fault(
         ("SH3.1 one_shared_binding", h.ios_count != 1, "Fault_TileLegality"),
@@ -222,8 +240,7 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     ok = enable & legal & (mfault == 0)
 
     loaded = memory.read_elements(state.gm, addr, nbytes, (c & 1) == 1, four, take(DT_SIGNED, edt))
-    shared, i, write = _load_effect(state, h, sid, i, exists, rec, ld, lane, loaded, ok & is_load,
-                                    lay)
+    shared, i, write = _load_effect(state, h, reg, ld, lane, loaded, ok & is_load)
 
     # TSTORE effect: the register's Words (undefined ones included) to GM, in element order
     values = sh.read_words(state.shared, i, exists, sid, e)
