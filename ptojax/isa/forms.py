@@ -45,10 +45,7 @@ class Field:
 
     def replace(self, word: int, value: int) -> int:
         """`word` with `value` (cut to the field's width) in this field."""
-        for ilsb, vlsb, w in self.pieces:
-            m = (1 << w) - 1
-            word = (word & ~(m << ilsb)) | (((value >> vlsb) & m) << ilsb)
-        return word
+        return (word & ~self.insert((1 << self.width) - 1)) | self.insert(value)
 
 
 @dataclass(frozen=True)
