@@ -53,11 +53,15 @@ _ROUNDING = {"RNE": "Default", "RTZ": "RTZ", "RTM": "RTM", "RTP": "RTP", "RNA": 
 
 
 class MatmulResult(NamedTuple):
-    """pj.ops.matmul with a reduction: D, RowMax (M, or None) and GroupMax
-    (M x ceil(N / group_max), or None), the last two in the accumulator type."""
+    """pj.ops.matmul with a reduction or flags=True: D, RowMax (M, or None) and
+    GroupMax (M x ceil(N / group_max), or None), the last two in the
+    accumulator type, and the numeric flags the bundle raised (names, in NV,
+    DZ, OF, UF, NX order: the epilogue's and the reductions'; the raw
+    accumulation raises none)."""
     d: np.ndarray
     row_max: np.ndarray | None
     group_max: np.ndarray | None
+    flags: list
 MX_TYPES = ("FP16", "BF16", "E4M3", "E5M2", "E2M1X2", "E1M2X2")
 
 
@@ -164,7 +168,8 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
            layout: str = "CUBE_M16", profile: str = "ieee", gemv: bool = False,
            pre_quant: int = 0, quant_scale=None, quant_offset=None, shift=None, relu=None,
            row_max: bool = False, row_max_init=None, group_max: int | None = None,
-           max_abs: bool = False, rounding: str = "RNE", saturate: bool = False):
+           max_abs: bool = False, rounding: str = "RNE", saturate: bool = False,
+           flags: bool = False):
     """D = epilogue([acc +] A @ B [+ bias]) on the model, as numpy (M x N).
 
     a: M x K, b: K x N in `dtype` / `b_dtype` (default `dtype`): real values
@@ -192,7 +197,8 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
     Returns D as the output type's numpy array (float32 / int32 / uint32
     for no conversion; float16, bfloat16, float8_e4m3fn, int8, int16; S4X2 as
     int8 values; HiF8 as raw uint8 codes), or a MatmulResult when a reduction
-    is asked for. Raises MatmulFault on an architectural fault,
+    or flags=True is asked for (its .flags: the numeric status flags the
+    bundle raised, e.g. ["OF", "NX"] for a saturated quantization). Raises MatmulFault on an architectural fault,
     ValueError/TypeError on misuse.
     """
     at = _dtype(dtype, "dtype")
@@ -255,8 +261,10 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
     ep = _epilogue(acc_t, M, N, pre_quant, quant_scale, quant_offset, shift, relu, row_max,
                    row_max_init, group_max, max_abs, rounding, saturate)
     loads += ep.loads
+    if not isinstance(flags, bool):
+        raise TypeError(f"flags must be True or False, got {type(flags).__name__}")
     return _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, acc is not None,
-                    bias is not None, gemv, ep)
+                    bias is not None, gemv, ep, flags)
 
 
 # ---------------------------------------------------------------- the epilogue (B.FPATR)
@@ -429,7 +437,8 @@ def _machine(words_needed: int, gm_needed: int, profile: str):
 
 def _run(template, cfg, gm: bytes, gprs: dict, words: np.ndarray):
     """Run `words` from `template` with `gm` at address 0 and the GPRs set;
-    returns (fault name, fault address or None, executed, final GM as numpy)."""
+    returns (fault name, fault address or None, executed, final GM as numpy,
+    the numeric flags raised: the template's are clear)."""
     if len(words) > STREAM_WORDS:
         raise AssertionError(f"matmul sequence of {len(words)} words exceeds {STREAM_WORDS}")
     mem = np.zeros(cfg.gm_bytes, np.uint8)
@@ -447,7 +456,7 @@ def _run(template, cfg, gm: bytes, gprs: dict, words: np.ndarray):
                                    jnp.bool_(False), cfg, MAX_COMMITS, _EFFECTS, jnp.int64(0))
         fault = tables.FAULTS[int(out.fault)]
         addr = int(out.fault_address) if fault in tables.MEMORY_FAULTS else None
-        return fault, addr, int(executed), np.asarray(out.gm)
+        return fault, addr, int(executed), np.asarray(out.gm), int(out.numeric_flags)
     return go()
 
 
@@ -524,7 +533,7 @@ class _Program:
 
 
 def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias, gemv,
-             ep: _Epilogue):
+             ep: _Epilogue, with_flags: bool):
     prog = _Program()
     tiles = [prog.load(*ld) for ld in loads]
     # D: A's M layout, the epilogue's element type; then RowMaxOut, GroupMaxOut (RowMajor)
@@ -562,17 +571,17 @@ def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias
 
     cfg, template = _machine(prog.words_needed, len(prog.gm), profile)
     words = assemble("\n".join(line for t in prog.text for line in t))
-    fault, address, executed, mem = _run(template, cfg, prog.gm, prog.gprs, words)
+    fault, address, executed, mem, raised = _run(template, cfg, prog.gm, prog.gprs, words)
     if fault != "Fault_None":
         step = [name for first, name in prog.steps if first <= executed][-1]
         raise MatmulFault(fault, address, step)
     d = _read_d(mem[out_at: out_at + M * row_bytes], out, M, N)
     if not aux:
-        return d
+        return MatmulResult(d, None, None, tables.flag_names(raised)) if with_flags else d
     reads = {name: mem[a: a + M * c * 4].view("<u4").reshape(M, c).view(_ACC_NP[acc_t.name]).copy()
              for (name, c), a in zip(aux, aux_at)}
     rmax = reads["RowMax"][:, 0] if "RowMax" in reads else None
-    return MatmulResult(d, rmax, reads.get("GroupMax"))
+    return MatmulResult(d, rmax, reads.get("GroupMax"), tables.flag_names(raised))
 
 
 def _read_d(raw: np.ndarray, out: tables.DataType, M: int, N: int) -> np.ndarray:

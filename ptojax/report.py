@@ -135,6 +135,9 @@ def build_report(before, result, words, *, model: str, config: str, pe,
         "fault_word": fault_word,
         "fault_pc": start + 4 * fault_word if faulted else None,
         "executed": result.executed,
+        "numeric_flags": result.numeric_flags,
+        "numeric_flags_raised": tables.flag_names(int(np.asarray(after.numeric_flags))
+                                                  & ~int(np.asarray(before.numeric_flags))),
         "pc": int(np.asarray(after.pc)),
         "block_open": bool(np.asarray(block.active)),
         "block_pc": int(np.asarray(block.pc)) if bool(np.asarray(block.active)) else None,
@@ -175,6 +178,10 @@ def format_report(rep: dict) -> str:
         why = ("held pending (--on-fault hold)" if rep["fault"] != "Fault_None"
                else "the stream ended inside it")
         out.append(f"block open: BSTART at {rep['block_pc']:#x}, {why}")
+    flags = rep["numeric_flags"]
+    raised = rep["numeric_flags_raised"]
+    out.append("numeric flags (sticky): " + (" ".join(flags) if flags else "none")
+               + (f" (raised by this program: {' '.join(raised)})" if raised else ""))
     out.append("")
     views = rep["_tile_views"]
     out.append(f"tiles changed: {len(views)}" if views else "tiles changed: none")

@@ -28,6 +28,13 @@ class RunResult:
     def ok(self) -> bool:
         return self.fault == "Fault_None"
 
+    @property
+    def numeric_flags(self) -> list:
+        """The sticky numeric status flags the State holds (CORE_STATE[36:32]),
+        by name in NV, DZ, OF, UF, NX order; raw bits in state.numeric_flags."""
+        import numpy as np
+        return tables.flag_names(int(np.asarray(self.state.numeric_flags)))
+
     @classmethod
     def from_state(cls, state: State, executed: int) -> "RunResult":
         import numpy as np

@@ -436,6 +436,7 @@ class State:
     pc: jax.Array               # uint64 TPC: address of the next word
     fault: jax.Array            # int32 tables.FAULTS index of _LastFault
     fault_address: jax.Array    # uint64 _FaultAddress
+    numeric_flags: jax.Array    # int32 CORE_STATE[36:32], sticky: NV 1, DZ 2, OF 4, UF 8, NX 16
     tile_capacity: jax.Array    # uint64 system register TILE_CAPACITY (bounds each pool)
     tiles: Tiles                # [4, ...] one Local register file per PE
     shared: SharedTiles
@@ -494,7 +495,7 @@ def _reset(cfg: MachineConfig) -> State:
     return State(gm=jnp.zeros(cfg.gm_bytes, jnp.uint8),
                  gpr=jnp.zeros((tables.NUM_PES, tables.NUM_GPRS), jnp.uint64),
                  pc=jnp.zeros((), jnp.uint64), fault=_i32(),
-                 fault_address=jnp.zeros((), jnp.uint64),
+                 fault_address=jnp.zeros((), jnp.uint64), numeric_flags=_i32(),
                  tile_capacity=jnp.asarray(cfg.tile_capacity, jnp.uint64),
                  tiles=tiles, shared=shared, block=empty_block(), rules=Rules.of(cfg))
 

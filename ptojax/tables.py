@@ -236,6 +236,30 @@ TRAP_NUMBER = {
 MEMORY_FAULTS = ("Fault_DataAlignment", "Fault_DataPage")
 
 
+# ---------------------------------------------------------------- Numeric status flags
+
+# CORE_STATE[36:32] (asl/arch/state/numeric-status.asl): five sticky bits, bit i
+# of the State's numeric_flags is NUMERIC_FLAGS[i]. Reset clears them; a
+# successful operation ORs in the flags it raises (in this slice only the matrix
+# commit's post-processing and RowMax/GroupMax raise any).
+NUMERIC_FLAGS = ("NV", "DZ", "OF", "UF", "NX")
+
+
+def flag_names(bits: int) -> list:
+    """The names of the numeric flags set in `bits`, in NUMERIC_FLAGS order."""
+    return [n for i, n in enumerate(NUMERIC_FLAGS) if bits >> i & 1]
+
+
+def flag_bits(names) -> int:
+    """The bits of numeric flag names (ValueError for an unknown name)."""
+    out = 0
+    for n in names:
+        if n not in NUMERIC_FLAGS:
+            raise ValueError(f"unknown numeric flag {n!r}; expected one of {NUMERIC_FLAGS}")
+        out |= 1 << NUMERIC_FLAGS.index(n)
+    return out
+
+
 # Ordered-check step ids: "<list>.<step> <name>", the key both models share.
 # The executor names each entry of its `ordered_fault` lists by one; the oracle
 # carries the same id on the check it makes (a `# <id>` comment on the line

@@ -424,3 +424,18 @@ def test_warmup_help_and_bad_options(capsys):
     with pytest.raises(SystemExit):
         cli.main(["warmup", "--config", "huge"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_report_names_the_sticky_numeric_flags():
+    # the run report lists the State's flags and those this program raised
+    from ptojax import tables
+    from ptojax.report import build_report, format_report
+    from ptojax.result import RunResult
+    before = pj.reset(pj.PRESETS["tiny"]).replace(numeric_flags=np.int32(tables.flag_bits(["NX"])))
+    after = before.replace(numeric_flags=np.int32(tables.flag_bits(["OF", "NX"])))
+    r = RunResult(after, "Fault_None", None, 0)
+    assert r.numeric_flags == ["OF", "NX"]
+    rep = build_report(before, r, [], model="jax", config="tiny", pe=0, on_fault="abandon",
+                       profile="portable", semantics="adr0100")
+    assert rep["numeric_flags"] == ["OF", "NX"] and rep["numeric_flags_raised"] == ["OF"]
+    assert "numeric flags (sticky): OF NX (raised by this program: OF)" in format_report(rep)

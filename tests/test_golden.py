@@ -144,7 +144,7 @@ def _reference_epilogue(acc, mode, relu=0, quant=0, alpha=0, rnd="RNE", sat=Fals
     """The reference model's element conversion (independent of the executor)."""
     from ptojax.reference import postprocess as rp
     ctl = rp.Control(rnd, sat)
-    return [[rp.post_process(int(v) & ((1 << 64) - 1), mode, relu, acc_type, quant, alpha, ctl)
+    return [[rp.post_process(int(v) & ((1 << 64) - 1), mode, relu, acc_type, quant, alpha, ctl)[0]
              for v in row] for row in np.asarray(acc)]
 
 
@@ -193,6 +193,19 @@ def test_epilogue_reductions():
     assert np.array_equal(r.row_max, [30, 43]) and r.group_max is None
     r = pj.ops.matmul(A8, B8, dtype="S8", pre_quant=3, quant_scale=1.0, group_max=8)
     assert r.d.dtype == np.int8 and np.array_equal(r.group_max, [[19], [43]])   # raw accumulators
+
+
+def test_epilogue_numeric_flags():
+    # flags=True: D with the flags the bundle raised; 0.5 x odd values is inexact (NX),
+    # 43 x 4 = 172 past S8 saturates (OF NX); the raw product alone raises none
+    r = pj.ops.matmul(A8, B8, dtype="S8", flags=True)
+    assert isinstance(r, pj.ops.MatmulResult) and r.flags == [] and r.row_max is None
+    assert pj.ops.matmul(A8, B8, dtype="S8", pre_quant=3, quant_scale=0.5, flags=True).flags == ["NX"]
+    r = pj.ops.matmul(A8, B8, dtype="S8", pre_quant=3, quant_scale=4.0, saturate=True, flags=True)
+    assert r.flags == ["OF", "NX"] and r.d.tolist() == [[76, -88], [127, -128]]
+    assert pj.ops.matmul(A8, B8, dtype="S8", row_max=True).flags == []
+    with pytest.raises(TypeError, match="flags must be True or False"):
+        pj.ops.matmul(A8, B8, dtype="S8", flags="yes")
 
 
 @pytest.mark.parametrize("kw, err", [

@@ -166,7 +166,8 @@ def states():
     defined[200] = True
     write_tile_words(t, 0, m1, words, defined)
     st_ = poke_sub(st_, "tiles", **{k: t[k] for k in ("words", "defined", "rows", "layout")})
-    out["stale"] = poke(st_, tile_capacity=4096, pc=0xFFFF_FFFF_FFFF_FFFC)
+    out["stale"] = poke(st_, tile_capacity=4096, pc=0xFFFF_FFFF_FFFF_FFFC,
+                        numeric_flags=np.int32(tables.flag_bits(["NV", "OF", "NX"])))
 
     out["multi_pe"] = multi_pe_state()
     out["shared"] = with_shared_records(out["multi_pe"])
@@ -295,6 +296,17 @@ def test_scalar_registers_memory_and_pc(states, envelopes):
     d2 = to_arch_state(s, pe=2)["state"]
     assert d2["pe_id"] == 2 and d2["scalar"]["registers"]["s0"] == 0x2222
     assert_same_state(s, from_arch_state(to_arch_state(s, pe=2)))
+
+
+def test_numeric_flags_travel_in_scalar_flags(states, envelopes):
+    # CORE_STATE[36:32] by name in state.scalar.flags (the schema's flags object)
+    assert envelopes["reset_tiny"]["state"]["scalar"]["flags"] == {
+        "NV": False, "DZ": False, "OF": False, "UF": False, "NX": False}
+    assert envelopes["stale"]["state"]["scalar"]["flags"] == {
+        "NV": True, "DZ": False, "OF": True, "UF": False, "NX": True}
+    d = copy.deepcopy(envelopes["reset_tiny"])
+    d["state"]["scalar"]["flags"] = {"UF": 1}            # absent names are clear
+    assert int(np.asarray(from_arch_state(d).numeric_flags)) == tables.flag_bits(["UF"])
 
 
 def test_local_tile_registers(envelopes):
@@ -665,6 +677,8 @@ BAD = {
     "pc past 64 bits": (_set(("state", "scalar", "tpc"), 1 << 64), "out of range"),
     "bool register": (_set(("state", "scalar", "registers", "a0"), True), "must be an integer"),
     "unknown register": (_set(("state", "scalar", "registers", "x99"), 1), "unknown register"),
+    "unknown flag": (_set(("state", "scalar", "flags", "ZF"), True), "unknown flag"),
+    "flag not 0/1": (_set(("state", "scalar", "flags", "NX"), 2), "must be a boolean"),
     "negative register": (_set(("state", "scalar", "registers", "a0"), -1), "out of range"),
     "register vs extension": (_set(("state", "scalar", "registers", "a0"), 5), "disagrees"),
     "gpr extension size": (_set(("state", "scalar", "extensions", "ptojax", "gpr"), [[0] * 24] * 3),

@@ -1487,6 +1487,81 @@ def test_post_row_and_group_max():
     aux_tile(out, 32, "S32", 2, 2, [[7, 0], [9, 9]])
 
 
+def flags(s):
+    """The State's sticky numeric flags by name (CORE_STATE[36:32])."""
+    return tables.flag_names(int(np.asarray(s.numeric_flags)))
+
+
+def raw_acc_state(ctype, atype, c_values):
+    """C (raw Words of `ctype`, one row) + A = B = 0: D's accumulators are C's Words."""
+    st = Setup()
+    n = len(c_values)
+    c = st.cube("CUBE_M16", ctype, [c_values], hand=2, size=size_code(-(-n // 2)))
+    a = st.cube("CUBE_M16", atype, [[0]])
+    b = st.cube("CUBE_N8", atype, [[0] * n])
+    return st.state(), c, a, b
+
+
+def test_post_numeric_flags_are_sticky_and_only_from_the_commit():
+    # numeric-status.asl: CORE_STATE[36:32] NV DZ OF UF NX; CommitMatrixResult ORs the
+    # flags of D's conversion and of RowMax/GroupMax; reset clears them
+    st, a, b, x = s32_state(B=((5, -6), (0, 0)), q=("U64", [[qword(P_ONE, 1, 5),
+                                                             qword(P_TWO, 0, 5)]]))
+    s = gprs(st.state(), qword(P_TWO, -1, 9))
+    assert flags(s) == []                       # the setup's TLOADs raise nothing
+    # exact (mode 3: 5 x 2 - 1 = 9, -6 x 2 - 1 = -13): no flag
+    exact = ok(s, post_words("TMATMUL", "S8", [a, b], [], 2, 2, 2, fpatr(pre=3),
+                             scalars=(PARAM[0],)))
+    assert flags(exact) == []
+    # mode 18: -12 fits S5 and wraps in S4X2 (no Sat): OF and NX
+    wrapped = ok(exact, post_words("TMATMUL", "S8", [a, b], [x["q"]], 2, 2, 2, fpatr(pre=18)))
+    assert flags(wrapped) == ["OF", "NX"]
+    # sticky: a later exact commit, a plain TMATMUL and a faulting bundle keep them
+    again = ok(wrapped, post_words("TMATMUL", "S8", [a, b], [], 2, 2, 2, fpatr(pre=3),
+                                   scalars=(PARAM[0],)))
+    assert flags(again) == ["OF", "NX"]
+    assert flags(ok(again, matmul_words("TMATMUL", "S8", [a, b], 2, 2, 2))) == ["OF", "NX"]
+    r = fails(again, [w for w in matmul_words("TMATMUL", "S8", [a, b], 2, 2, 2) if w != FPATR0],
+              "Fault_BundleControl")                 # no B.FPATR
+    assert flags(r.state) == ["OF", "NX"]
+    assert flags(pj.reset(SMALL)) == []
+
+
+def test_post_numeric_flags_of_conversions():
+    # FP32 -> FP16 (mode 1): a subnormal FP32 rounds to +0 (UF NX); +inf stays infinite
+    # (no flag) unless saturated (OF NX); 1.5 is exact
+    s, c, a, b = raw_acc_state("FP32", "FP16", [0x3FC00000, 5])
+    words = lambda *extra: matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 1, 2, 1,
+                                        fp=fpatr(pre=1), split=True, extra=extra)
+    assert flags(ok(s, words())) == ["UF", "NX"]
+    s, c, a, b = raw_acc_state("FP32", "FP16", [0x3FC00000, 0x7F800000])
+    words = lambda *extra: matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 1, 2, 1,
+                                        fp=fpatr(pre=1), split=True, extra=extra)
+    assert flags(ok(s, words())) == []
+    assert flags(ok(s, words(datr(0, 31, 0, sat=1)))) == ["OF", "NX"]
+    # a quiet NaN into FP16 raises nothing, a signaling one NV
+    for nan, want in ((0x7FC00000, []), (0x7F800001, ["NV"])):
+        s, c, a, b = raw_acc_state("FP32", "FP16", [nan, 0x3FC00000])
+        words = matmul_words("TMATMUL.ACC", "FP16", [c, a, b], 1, 2, 1, fp=fpatr(pre=1),
+                             split=True)
+        assert flags(ok(s, words)) == want
+
+
+def test_post_numeric_flags_of_reductions():
+    # RowMax with MaxAbs of an S32 -2^31: OF (the absolute is 0x7FFFFFFF); without
+    # MaxAbs none; an FP32 signaling NaN in the MAX: NV; a quiet one: none
+    s, c, a, b = raw_acc_state("S32", "S8", [0x80000000, 5])
+    for max_abs, want in ((1, ["OF"]), (0, [])):
+        out = ok(s, post_words("TMATMUL.ACC", "S8", [c, a], [b], 1, 2, 1,
+                               fpatr(row_max=1, max_abs=max_abs), aux=[(1, 1)]))
+        assert flags(out) == want
+    for nan, want in ((0x7F800001, ["NV"]), (0x7FC00000, [])):
+        s, c, a, b = raw_acc_state("FP32", "FP16", [0x3FC00000, nan])
+        out = ok(s, post_words("TMATMUL.ACC", "FP16", [c, a], [b], 1, 2, 1,
+                               fpatr(group_max=1, group_n=1), aux=[(1, 1)]))
+        assert flags(out) == want
+
+
 @pytest.mark.parametrize("value, legal", [(qword(P_TWO, -1, 9), True), (qword(P_TWO) | 1, False),
                                           (qword(P_TWO) | 1 << 46, False),
                                           (qword(P_TWO | 1 << 18), False)])

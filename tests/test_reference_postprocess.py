@@ -34,7 +34,7 @@ ONE, TWO, HALF = 0x3F800000, 0x40000000, 0x3F000000
 
 
 def post(word, mode, out=None, q=0, relu=0, relu_param=0, control=RNE, acc="FP32"):
-    got = pp.post_process(word, mode, relu, acc, q, relu_param, control)
+    got, _ = pp.post_process(word, mode, relu, acc, q, relu_param, control)
     if out is not None:
         assert pp.output_type(mode, acc) == out
     return got
@@ -158,29 +158,29 @@ def test_to_integer(rounding, values):
 
 def test_fp16_overflow_subnormal_and_carry():
     c = RNE
-    assert pp.encode_float(Fraction(65520), "FP16", c) == 0x7C00          # rounds past max
-    assert pp.encode_float(Fraction(65520), "FP16", RNE_SAT) == 0x7BFF
-    assert pp.encode_float(Fraction(1 << 16), "FP16", pp.Control("RTZ", False)) == 0x7C00
-    assert pp.encode_float(Fraction(1, 1 << 24), "FP16", c) == 0x0001       # smallest subnormal
-    assert pp.encode_float(Fraction(-1, 1 << 26), "FP16", c) == 0x8000      # underflow keeps -
-    assert pp.encode_float(Fraction(2047, 1024), "FP16", c) == 0x3FFF
-    assert pp.encode_float(Fraction(4095, 2048), "FP16", c) == 0x4000       # carry
-    assert pp.encode_float(Fraction(-3, 1 << 25), "FP16", pp.Control("RHB", False)) == 0x8001
+    assert pp.encode_float(Fraction(65520), "FP16", c)[0] == 0x7C00          # rounds past max
+    assert pp.encode_float(Fraction(65520), "FP16", RNE_SAT)[0] == 0x7BFF
+    assert pp.encode_float(Fraction(1 << 16), "FP16", pp.Control("RTZ", False))[0] == 0x7C00
+    assert pp.encode_float(Fraction(1, 1 << 24), "FP16", c)[0] == 0x0001       # smallest subnormal
+    assert pp.encode_float(Fraction(-1, 1 << 26), "FP16", c)[0] == 0x8000      # underflow keeps -
+    assert pp.encode_float(Fraction(2047, 1024), "FP16", c)[0] == 0x3FFF
+    assert pp.encode_float(Fraction(4095, 2048), "FP16", c)[0] == 0x4000       # carry
+    assert pp.encode_float(Fraction(-3, 1 << 25), "FP16", pp.Control("RHB", False))[0] == 0x8001
 
 
 def test_fp8_search_rules():
     # E4M3 between 1.0 (0x38) and 1.125 (0x39): the midpoint
     mid = Fraction(17, 16)
-    assert pp.encode_fp8(mid, "E4M3", RNE) == 0x38
-    assert pp.encode_fp8(mid, "E4M3", pp.Control("RNA", False)) == 0x39
-    assert pp.encode_fp8(mid, "E4M3", pp.Control("RHB", False)) == 0x39
-    assert pp.encode_fp8(-mid, "E4M3", pp.Control("RHB", False)) == 0xB8
-    assert pp.encode_fp8(Fraction(1001, 1000), "E4M3", pp.Control("RTP", False)) == 0x39
-    assert pp.encode_fp8(Fraction(1001, 1000), "E4M3", pp.Control("RTO", False)) == 0x39
-    assert pp.encode_fp8(Fraction(449), "E4M3", RNE) == 0x7F
-    assert pp.encode_fp8(Fraction(-449), "E4M3", RNE_SAT) == 0xFE
-    assert pp.encode_fp8(Fraction(40000), "HiF8", RNE) == 0x6F
-    assert pp.encode_fp8(Fraction(-40000), "HiF8", RNE) == 0xEF
+    assert pp.encode_fp8(mid, "E4M3", RNE)[0] == 0x38
+    assert pp.encode_fp8(mid, "E4M3", pp.Control("RNA", False))[0] == 0x39
+    assert pp.encode_fp8(mid, "E4M3", pp.Control("RHB", False))[0] == 0x39
+    assert pp.encode_fp8(-mid, "E4M3", pp.Control("RHB", False))[0] == 0xB8
+    assert pp.encode_fp8(Fraction(1001, 1000), "E4M3", pp.Control("RTP", False))[0] == 0x39
+    assert pp.encode_fp8(Fraction(1001, 1000), "E4M3", pp.Control("RTO", False))[0] == 0x39
+    assert pp.encode_fp8(Fraction(449), "E4M3", RNE)[0] == 0x7F
+    assert pp.encode_fp8(Fraction(-449), "E4M3", RNE_SAT)[0] == 0xFE
+    assert pp.encode_fp8(Fraction(40000), "HiF8", RNE)[0] == 0x6F
+    assert pp.encode_fp8(Fraction(-40000), "HiF8", RNE)[0] == 0xEF
 
 
 # ----------------------------------------------------------------- reductions
@@ -188,26 +188,26 @@ def test_fp8_search_rules():
 
 def test_maximum_fp32_specials():
     nan, qnan2 = 0x7FC00000, 0xFFC00001
-    assert pp.maximum(nan, qnan2, "FP32") == 0x7FC00000
-    assert pp.maximum(nan | 1 << 40, ONE | 1 << 33, "FP32") == ONE | 1 << 33   # the other Word
-    assert pp.maximum(0x80000000 | 1 << 35, 0x80000000, "FP32") == 0x80000000 | 1 << 35
-    assert pp.maximum(0x80000000, 0, "FP32") == 0
-    assert pp.maximum(0xBF800000, ONE, "FP32") == ONE
-    assert pp.maximum(ONE | 1 << 40, ONE, "FP32") == ONE | 1 << 40           # tie: left
+    assert pp.maximum(nan, qnan2, "FP32")[0] == 0x7FC00000
+    assert pp.maximum(nan | 1 << 40, ONE | 1 << 33, "FP32")[0] == ONE | 1 << 33   # the other Word
+    assert pp.maximum(0x80000000 | 1 << 35, 0x80000000, "FP32")[0] == 0x80000000 | 1 << 35
+    assert pp.maximum(0x80000000, 0, "FP32")[0] == 0
+    assert pp.maximum(0xBF800000, ONE, "FP32")[0] == ONE
+    assert pp.maximum(ONE | 1 << 40, ONE, "FP32")[0] == ONE | 1 << 40           # tie: left
 
 
 def test_maximum_integers_normalize():
-    assert pp.maximum(0xFFFFFFFF, 5 | 1 << 40, "S32") == 5
-    assert pp.maximum(0xFFFFFFFF, 5, "U32") == 0xFFFFFFFF
-    assert pp.absolute(0x80000000, "S32") == 0x7FFFFFFF
-    assert pp.absolute(0xFFFFFFFB, "S32") == 5
-    assert pp.absolute(0xBF800000 | 1 << 40, "FP32") == ONE
+    assert pp.maximum(0xFFFFFFFF, 5 | 1 << 40, "S32")[0] == 5
+    assert pp.maximum(0xFFFFFFFF, 5, "U32")[0] == 0xFFFFFFFF
+    assert pp.absolute(0x80000000, "S32")[0] == 0x7FFFFFFF
+    assert pp.absolute(0xFFFFFFFB, "S32")[0] == 5
+    assert pp.absolute(0xBF800000 | 1 << 40, "FP32")[0] == ONE
 
 
 def test_row_and_group_max():
     rows = [[1 << 40 | 3, 7, 5], [0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD]]
-    assert pp.row_max(rows, None, False, "S32") == [7, MASK64]
-    assert pp.row_max(rows, None, True, "S32") == [7, 3]
-    assert pp.row_max(rows, [9, 0], False, "S32") == [9, 0]          # RowMaxIn 0 > -1
-    assert pp.row_max([[1 << 40 | 3]], None, False, "S32") == [1 << 40 | 3]   # one column: raw
-    assert pp.group_max(rows, 1, False, "S32") == [[7], [MASK64]]
+    assert pp.row_max(rows, None, False, "S32")[0] == [7, MASK64]
+    assert pp.row_max(rows, None, True, "S32")[0] == [7, 3]
+    assert pp.row_max(rows, [9, 0], False, "S32")[0] == [9, 0]          # RowMaxIn 0 > -1
+    assert pp.row_max([[1 << 40 | 3]], None, False, "S32")[0] == [1 << 40 | 3]   # one column: raw
+    assert pp.group_max(rows, 1, False, "S32")[0] == [[7], [MASK64]]

@@ -36,6 +36,12 @@ class BatchResult:
     fault_address: np.ndarray   # uint64[B] (_FaultAddress: data address or PC)
     executed: np.ndarray        # int32[B]
 
+    @property
+    def numeric_flags(self) -> np.ndarray:
+        """int32[B]: each State's sticky numeric status flags (bit i is
+        tables.NUMERIC_FLAGS[i]; tables.flag_names names them)."""
+        return np.asarray(self.state.numeric_flags)
+
     def __len__(self) -> int:
         return len(self.fault_code)
 

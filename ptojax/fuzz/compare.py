@@ -196,7 +196,7 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
 
     Each entry has "field" and the two values under `names`: fault,
     executed, pc, fault_address, GM byte ranges (hex), GPRs by PE and name,
-    TILE_CAPACITY, per tile (by assembly name) each descriptor field and the
+    TILE_CAPACITY, the numeric flags by name, per tile (by assembly name) each descriptor field and the
     payload Words / defined bits that differ (slot lists, at most `limit`
     shown with the count), and each block field.
     """
@@ -234,6 +234,9 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
             add(f"gpr PE{pe} {tables.GPR_NAMES[r]}", hex(int(ra[pe, r])), hex(int(rb[pe, r])))
     if la[".tile_capacity"] is not None and int(la[".tile_capacity"]) != int(lb[".tile_capacity"]):
         add("tile_capacity", int(la[".tile_capacity"]), int(lb[".tile_capacity"]))
+    fa, fb = la.get(".numeric_flags"), lb.get(".numeric_flags")
+    if fa is not None and fb is not None and int(fa) != int(fb):
+        add("numeric_flags", tables.flag_names(int(fa)), tables.flag_names(int(fb)))
     tile_leaves = [k for k in la if k.startswith(".tiles.") and la[k] is not None]
     ta, tb = tile_leaves_of(la), tile_leaves_of(lb)
     hs = (la[".tiles.base"].shape[1] // 4) if ".tiles.base" in tile_leaves else 0

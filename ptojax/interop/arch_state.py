@@ -314,11 +314,13 @@ def _export_args(state: State, cfg: Optional[MachineConfig], pe, kind: str):
     return pe, cfg
 
 
-def _export_scalar(gpr: np.ndarray, pe: int, tile_capacity: int, tpc: int) -> dict:
-    """state.scalar: the chosen PE's GPRs by ABI name, TILE_CAPACITY, TPC."""
+def _export_scalar(gpr: np.ndarray, pe: int, tile_capacity: int, tpc: int, flags: int) -> dict:
+    """state.scalar: the chosen PE's GPRs by ABI name, TILE_CAPACITY, TPC, and
+    the sticky numeric status flags (CORE_STATE[36:32]) by name."""
     registers = {name: int(gpr[pe, i]) for i, name in enumerate(tables.GPR_NAMES)}
     registers[TILE_CAPACITY_REGISTER] = tile_capacity
-    return {"registers": registers, "pc": tpc, "tpc": tpc, "flags": {}, "mode": "",
+    named = {n: bool(flags >> i & 1) for i, n in enumerate(tables.NUMERIC_FLAGS)}
+    return {"registers": registers, "pc": tpc, "tpc": tpc, "flags": named, "mode": "",
             "extensions": {EXT: {"gpr": [[int(x) for x in row] for row in gpr.tolist()]}}}
 
 
@@ -392,7 +394,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     sh = {k: np.asarray(v) for k, v in state.shared.items()}
     b = {k: np.asarray(v) for k, v in state.block.items()}
 
-    scalar = _export_scalar(gpr, pe, tile_capacity, tpc)
+    scalar = _export_scalar(gpr, pe, tile_capacity, tpc, int(np.asarray(state.numeric_flags)))
     memory = _export_memory(gm)
     fault_d = _export_fault(fault, fault_address)
     tile = _export_tile(t, pe, S, W, hs)
@@ -741,15 +743,21 @@ def _pool_shape(st: dict, cfg: MachineConfig) -> tuple[int, bool]:
     return pages, s64
 
 
-def _read_scalar(v, pe: int, cfg: MachineConfig) -> tuple[np.ndarray, int, int]:
-    """state.scalar: (the four GPR files, TPC, TILE_CAPACITY)."""
+def _read_scalar(v, pe: int, cfg: MachineConfig) -> tuple[np.ndarray, int, int, int]:
+    """state.scalar: (the four GPR files, TPC, TILE_CAPACITY, the numeric flags:
+    NV, DZ, OF, UF, NX each a boolean or 0/1, an absent one clear)."""
     sc = _obj(v, "state.scalar", ("registers", "pc", "tpc", "flags", "mode", "extensions"))
     regs = _obj(sc["registers"], "state.scalar.registers")
     tpc = _int(sc["tpc"], "state.scalar.tpc", 0, _U64)
     _int(sc["pc"], "state.scalar.pc", 0, _U64)
+    flags = 0
     for k, fv in _obj(sc["flags"], "state.scalar.flags").items():
-        if not isinstance(fv, (bool, int)):
-            _fail(f"state.scalar.flags.{k}", "must be an integer or boolean")
+        if k not in tables.NUMERIC_FLAGS:
+            _fail(f"state.scalar.flags.{k}", f"unknown flag; expected one of "
+                  f"{', '.join(tables.NUMERIC_FLAGS)} (CORE_STATE[36:32])")
+        if not isinstance(fv, (bool, int)) or fv not in (0, 1):
+            _fail(f"state.scalar.flags.{k}", "must be a boolean (or 0 / 1)")
+        flags |= int(fv) << tables.NUMERIC_FLAGS.index(k)
     _str(sc["mode"], "state.scalar.mode")
     gpr = np.zeros((tables.NUM_PES, tables.NUM_GPRS), np.uint64)
     sext = _ext(sc["extensions"], "state.scalar.extensions")
@@ -775,7 +783,7 @@ def _read_scalar(v, pe: int, cfg: MachineConfig) -> tuple[np.ndarray, int, int]:
             _fail(label, f"{val:#x} disagrees with extensions.{EXT}.gpr[{pe}][{i}] = "
                   f"{int(gpr[pe, i]):#x}")
         gpr[pe, i] = val
-    return gpr, tpc, tile_capacity
+    return gpr, tpc, tile_capacity, flags
 
 
 def _read_memory(v, G: int) -> np.ndarray:
@@ -888,7 +896,7 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     _int(st["cycle"], "state.cycle", 0, 1 << 63)
     cfg = _read_config(st, cfg, env["artifact"])
 
-    gpr, tpc, tile_capacity = _read_scalar(st["scalar"], pe, cfg)
+    gpr, tpc, tile_capacity, flags = _read_scalar(st["scalar"], pe, cfg)
     gm = _read_memory(st["memory"], cfg.gm_bytes)
     code, fault_address = _read_fault(st["fault"])
     t = pool_rows(_read_local_files(st["tile"], pe, cfg), *_pool_shape(st, cfg))
@@ -905,5 +913,6 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
                      pc=jnp.asarray(tpc, jnp.uint64),
                      fault=jnp.asarray(tables.FAULTS.index(code), jnp.int32),
                      fault_address=jnp.asarray(fault_address, jnp.uint64),
+                     numeric_flags=jnp.asarray(flags, jnp.int32),
                      tile_capacity=jnp.asarray(tile_capacity, jnp.uint64),
                      tiles=tiles, shared=shared, block=block, rules=Rules.of(cfg))

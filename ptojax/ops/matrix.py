@@ -662,16 +662,17 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     lane_col = jnp.clip(col, 0, lane_count(state.tiles) - 1)
 
     def convert():
-        return pp.element(
+        words, flags = pp.element(
             acc_words, h.pre_quant_mode, h.relu, blk.acc_type,
             jnp.where(_member(h.pre_quant_mode, pp.VECTOR_MODES), post.quant_row[lane_col], quant),
             jnp.where(h.relu == 3, post.relu_row[lane_col], relu),
             pp.rounding(h.pre_quant_mode, jnp.where(h.datr_present, h.rmode, 0)),
             h.datr_present & (h.sat != 0))
+        return words, pp.or_all(jnp.where(lane_ok, flags, 0))       # D's valid M x N only
     # a batch where no State converts or activates keeps its accumulators as they are
     converts = do & ((h.pre_quant_mode != 0) | (h.relu != 0))
-    d_words = jax.lax.cond(trip_count(converts.astype(jnp.int32)) > 0, branch(convert),
-                           lambda: acc_words)
+    d_words, flags = jax.lax.cond(trip_count(converts.astype(jnp.int32)) > 0, branch(convert),
+                                  lambda: (acc_words, jnp.int32(0)))
 
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
@@ -684,15 +685,20 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
                 n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
                 storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
     tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok, cfg.tile_words)
-    tiles = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, dg, do & aux_on)
-    return Completion(fault, U64(0), state.replace(tiles=tiles))
+    tiles, aux_flags = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, dg,
+                                           do & aux_on)
+    # CommitMatrixResult: the flags of D and of the reductions, sticky
+    flags = jnp.where(do, flags | aux_flags, 0)
+    return Completion(fault, U64(0), state.replace(tiles=tiles,
+                                                   numeric_flags=state.numeric_flags | flags))
 
 
 def _reductions(h: Header, blk: _Block, post: _Post, acc_words, dg: _DGeometry, go, n_out):
     """MatrixRowMaxResult / MatrixGroupMaxResult over D's raw accumulator Words,
     one column at a time (the fold's order is the model's: a tie keeps the
     earlier Word, and an FP32 Word passes through whole): (RowMax Words of
-    rows 0..31, GroupMax Words row-major M x G in n_out Words)."""
+    rows 0..31, GroupMax Words row-major M x G in n_out Words, the flags of
+    the enabled reductions' steps on D's valid rows)."""
     acc_type, max_abs = blk.acc_type, h.max_abs == 1
     rows = jnp.arange(32)
     d_cc = dg.cc
@@ -707,37 +713,48 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words, dg: _DGeometry, 
         q = jnp.where(dg.b4 & (dg.lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
         return jnp.clip(((c >> lcc) << (lcr + lcc)) + (rows << lcc) + q, 0, L - 1)
 
-    def first(w):
-        return jnp.where(max_abs, pp.reduction_step(w, w, True, acc_type), w)
+    valid = rows < blk.Mi
+    on_row, on_group = h.row_max == 1, h.group_max == 1
+
+    def step(value, w, opens):
+        """A run's first Word (its own absolute step with MaxAbsEn) or the next step."""
+        first, f_first = pp.reduction_step(w, w, True, acc_type)
+        nxt, f_next = pp.reduction_step(value, w, max_abs, acc_type)
+        opened = jnp.where(max_abs, first, w)
+        return (jnp.where(opens, opened, nxt),
+                jnp.where(opens, jnp.where(max_abs, f_first, 0), f_next))
 
     def body(c, carry):
         # the batch runs to its largest N: a State's own columns end at its N
-        row_v, grp_v, out = carry
+        row_v, grp_v, out, flags = carry
         w = acc_words[lane(c)]
         mine = c < blk.N
-        row_v = jnp.where(mine, jnp.where(c == 0, first(w),
-                                          pp.reduction_step(row_v, w, max_abs, acc_type)), row_v)
-        grp_v = jnp.where(mine, jnp.where(c % group_n == 0, first(w),
-                                          pp.reduction_step(grp_v, w, max_abs, acc_type)), grp_v)
+        row_n, row_f = step(row_v, w, c == 0)
+        grp_n, grp_f = step(grp_v, w, c % group_n == 0)
+        row_v, grp_v = jnp.where(mine, row_n, row_v), jnp.where(mine, grp_n, grp_v)
+        new = jnp.where(on_row, row_f, 0) | jnp.where(on_group, grp_f, 0)
+        flags = flags | pp.or_all(jnp.where(mine & valid, new, 0))
         closes = mine & ((c % group_n == group_n - 1) | (c == blk.N - 1))
-        at = jnp.where(closes & (rows < blk.Mi), rows * G + c // group_n, n_out)
-        return row_v, grp_v, out.at[at].set(grp_v, mode="drop")
+        at = jnp.where(closes & valid, rows * G + c // group_n, n_out)
+        return row_v, grp_v, out.at[at].set(grp_v, mode="drop"), flags
 
     zeros = jnp.zeros(32, U64)
-    row_v, _, out = jax.lax.fori_loop(0, trip_count(jnp.where(go, blk.N, 0)), body,
-                                      (zeros, zeros, jnp.zeros(n_out, U64)))
-    init = (h.row_max_init == 1)
-    row_v = jnp.where(init, pp.reduction_step(post.row_max_in[rows % L], row_v, max_abs, acc_type),
-                      row_v)
-    return row_v, out
+    row_v, _, out, flags = jax.lax.fori_loop(0, trip_count(jnp.where(go, blk.N, 0)), body,
+                                             (zeros, zeros, jnp.zeros(n_out, U64), jnp.int32(0)))
+    init = on_row & (h.row_max_init == 1)
+    row_in, init_f = pp.reduction_step(post.row_max_in[rows % L], row_v, max_abs, acc_type)
+    row_v = jnp.where(init, row_in, row_v)
+    flags = flags | pp.or_all(jnp.where(init & valid, init_f, 0))
+    return row_v, out, jnp.where(go, flags, 0)
 
 
 def _install_reductions(tiles, cfg, h: Header, blk: _Block, dst: _Destinations, post: _Post,
                         acc_words, dg: _DGeometry, go):
     """Publish RowMaxOut and GroupMaxOut (destinations 1 and 2 in stream order)
-    after D: RowMajor at location Any, accumulator-typed, valid Mi x cols."""
+    after D: RowMajor at location Any, accumulator-typed, valid Mi x cols;
+    (the tiles, the reductions' flags)."""
     n = aux_words(lane_count(tiles))
-    row_v, group_v = _reductions(h, blk, post, acc_words, dg, go, n)
+    row_v, group_v, flags = _reductions(h, blk, post, acc_words, dg, go, n)
     row_words = jnp.zeros(n, U64).at[:32].set(row_v[: min(32, n)]) if n >= 32 else row_v[:n]
     for k in (1, 2):
         is_row = (k == 1) & (h.row_max == 1)
@@ -749,7 +766,7 @@ def _install_reductions(tiles, cfg, h: Header, blk: _Block, dst: _Destinations, 
         words = jnp.where(is_row, row_words, group_v)
         tiles = install_aux(tiles, k - 1, dst.slots[k], go & dst.present[k], fields, words,
                             cfg.tile_words)
-    return tiles
+    return tiles, flags
 
 
 FAMILY = Family(families.BY_NAME["matrix"], complete,

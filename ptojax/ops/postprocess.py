@@ -10,7 +10,10 @@ to an integer, to binary32/16 or BF16 scales it by a power of two (exact)
 and compares its fraction with 1/2 (exact), so each result is the real one.
 The 8-bit formats (E4M3, HiF8) round by the ASL's search over their codes,
 done here as a lookup in the sorted table of their finite values.
-Numeric status flags are not modelled (the State has no status register).
+Each conversion returns its Words with the numeric flags each raises (int32
+lanes, the ASL's ...WithFlags: NV 1, DZ 2, OF 4, UF 8, NX 16); the matrix
+commit ORs those of D's valid region and of the reductions into the State's
+sticky status.
 """
 
 from __future__ import annotations
@@ -56,6 +59,20 @@ for _codes, _name in (((1, 4, 5, 32, 33), "FP16"), ((2, 3, 23, 24), "S8"),
                       ((17, 18), "S4X2"), ((25, 28), "HiF8"), ((26, 37), "E4M3"),
                       ((27, 38), "FP32")):
     OUTPUT_TYPE[list(_codes)] = DT[_name]
+
+# numeric status flags (numeric-status.asl: CORE_STATE[36:32] holds NV, DZ, OF, UF, NX)
+NV, DZ, OF, UF, NX = 1, 2, 4, 8, 16
+
+
+def _flag(cond, value):
+    return jnp.where(cond, jnp.asarray(value, jnp.int32), jnp.int32(0))
+
+
+def or_all(flags):
+    """The OR of every element of an int32 array of flags."""
+    return jax.lax.reduce(flags.astype(jnp.int32), jnp.int32(0), jax.lax.bitwise_or,
+                          tuple(range(jnp.ndim(flags))))
+
 
 # rounding modes; B.DATR RMode 0 (the operation default) and 1 are RNE
 RNE, RTZ, RTM, RTP, RNA, RTO, RHB = range(7)
@@ -181,10 +198,13 @@ def _integer_range(dtype):
 
 
 def encode_integer(x, dtype, mode, sat):
-    """ReferenceMatrixIntegerEncoding: round, clamp only when saturating, wrap."""
+    """ReferenceMatrixIntegerEncoding: round, clamp only when saturating, wrap;
+    flags OF|NX out of range (saturating or not), else NX when inexact."""
     r = to_integer(x, mode)
     lo, hi = _integer_range(dtype)
-    return _normalize_integer(jnp.where(sat, jnp.clip(r, lo, hi), r), dtype)
+    overflow = (r < lo) | (r > hi)
+    flags = jnp.where(overflow, OF | NX, _flag(r != x, NX))
+    return _normalize_integer(jnp.where(sat, jnp.clip(r, lo, hi), r), dtype), flags
 
 
 # binary formats: (fraction bits, bias, largest finite, infinity, sign bit)
@@ -201,8 +221,9 @@ def _binary_field(dtype, k):
 def encode_binary(x, dtype, mode, sat):
     """ReferenceFP32FiniteEncoding / ReferenceBinary16Encoding of an exact
     float64: normal or subnormal rounding with a carry into the exponent;
-    past the largest exponent infinity (the largest finite when saturating);
-    zero is +0."""
+    past the largest exponent infinity (the largest finite when saturating),
+    OF|NX; zero is +0. Flags: an inexact value below the smallest normal UF|NX,
+    another inexact one NX."""
     fb, bias = _binary_field(dtype, 0), _binary_field(dtype, 1)
     max_finite, infinity = U64(_binary_field(dtype, 2)), U64(_binary_field(dtype, 3))
     negative = x < 0
@@ -214,13 +235,15 @@ def encode_binary(x, dtype, mode, sat):
     subnormal = e < 1 - bias
     q = a * _exp2(fb - jnp.where(subnormal, 1 - bias, e))
     r = round_magnitude(q, mode, negative)
+    inexact = r != q
     carry = ~subnormal & (r == 2.0 * unit)
     biased = (e + bias + carry).astype(U64)
     r = jnp.where(carry, unit, r)
     normal_word = sign | (biased << fb.astype(U64)) | (r - unit).astype(U64)
     word = jnp.where(subnormal, sign | r.astype(U64), normal_word)
     over = (e > bias) | (~subnormal & (biased >= (2 * bias + 1).astype(U64)))
-    return jnp.where(x == 0, U64(0), jnp.where(over, overflow, word))
+    flags = jnp.where(over, OF | NX, _flag(inexact, jnp.where(subnormal, UF | NX, NX)))
+    return jnp.where(x == 0, U64(0), jnp.where(over, overflow, word)), _flag(x != 0, flags)
 
 
 @functools.lru_cache(maxsize=None)
@@ -264,19 +287,30 @@ def encode_fp8(x, dtype, mode, sat):
     tie = (mode == RNE) & jnp.where(even_lo != (c_hi % 2 == 0), even_lo, first_lo)
     take_lo = jnp.where(d_lo < d_hi, True, jnp.where(d_lo > d_hi, False, tie))
     code = codes[f, jnp.where(take_lo, i, j)]
+    tiny = jnp.abs(x) < jnp.where(hif8, 2.0 ** -15, 2.0 ** -6)      # below the smallest normal
+    flags = _flag(~exact, jnp.where(tiny, UF | NX, NX))
     saturated = jnp.where(hif8, jnp.where(negative, 0xEE, 0x6E), jnp.where(negative, 0xFE, 0x7E))
     overflow = jnp.where(hif8, jnp.where(negative, 0xEF, 0x6F), 0x7F)
-    code = jnp.where(jnp.abs(x) > maximum, jnp.where(sat, saturated, overflow), code)
-    return jnp.where(x == 0, 0, code).astype(U64)
+    over = jnp.abs(x) > maximum
+    code = jnp.where(over, jnp.where(sat, saturated, overflow), code)
+    flags = jnp.where(over, OF | NX, flags)
+    return jnp.where(x == 0, 0, code).astype(U64), _flag(x != 0, flags)
+
+
+def _is_integer(dtype):
+    return (dtype == DT["S4X2"]) | (dtype == DT["S8"]) | (dtype == DT["S16"]) \
+        | (dtype == DT["S32"]) | (dtype == DT["U32"])
 
 
 def encode(x, dtype, mode, sat):
-    """MatrixEncodeReal for every output type of the mode table."""
-    integer = (dtype == DT["S4X2"]) | (dtype == DT["S8"]) | (dtype == DT["S16"]) \
-        | (dtype == DT["S32"]) | (dtype == DT["U32"])
+    """MatrixEncodeReal for every output type of the mode table: (Words, flags)."""
     fp8 = (dtype == DT["E4M3"]) | (dtype == DT["HiF8"])
-    return jnp.where(integer, encode_integer(x, dtype, mode, sat),
-                     jnp.where(fp8, encode_fp8(x, dtype, mode, sat), encode_binary(x, dtype, mode, sat)))
+    (iw, i_f), (fw, f_f), (bw, b_f) = (encode_integer(x, dtype, mode, sat),
+                                       encode_fp8(x, dtype, mode, sat),
+                                       encode_binary(x, dtype, mode, sat))
+    integer = _is_integer(dtype)
+    return (jnp.where(integer, iw, jnp.where(fp8, fw, bw)),
+            jnp.where(integer, i_f, jnp.where(fp8, f_f, b_f)))
 
 
 # ---------------------------------------------------------------- one element
@@ -291,9 +325,9 @@ def _by_type(dtype, table):
 
 
 def _special(nan, neg_inf, dtype, sat):
-    """MatrixPostQuantSpecialValue for a NaN or infinite FP32 source."""
-    integer = (dtype == DT["S4X2"]) | (dtype == DT["S8"]) | (dtype == DT["S16"]) \
-        | (dtype == DT["S32"]) | (dtype == DT["U32"])
+    """MatrixPostQuantSpecialValue for a NaN or infinite FP32 source (its Words;
+    _special_flags their flags)."""
+    integer = _is_integer(dtype)
     lo, hi = _integer_range(dtype)
     int_end = _normalize_integer(jnp.where(sat & ~neg_inf, hi, lo), dtype)
     int_word = jnp.where(nan & sat, U64(0), int_end)
@@ -309,10 +343,20 @@ def _special(nan, neg_inf, dtype, sat):
     return jnp.where(integer, int_word, float_word)
 
 
+def _special_flags(nan, signaling, dtype, sat):
+    """A NaN: NV into an integer type, else NV when signaling. An infinity: OF|NX
+    when saturated, NV into a wrapping integer type, OF|NX into E4M3 (which has
+    no infinity), nothing into a binary infinity."""
+    integer = _is_integer(dtype)
+    inf_flags = jnp.where(sat, OF | NX, jnp.where(integer, NV, _flag(dtype == DT["E4M3"], OF | NX)))
+    return jnp.where(nan, _flag(integer | signaling, NV), inf_flags)
+
+
 def element(word, mode, relu, acc_type, quant, relu_param, rnd, sat):
     """TileProfileMatrixPostProcess of raw accumulator Words (any shape) under
     PreQuantMode `mode`, ReluMode `relu`, parameter Words `quant` and
-    `relu_param`, rounding mode `rnd` (rounding()) and saturation `sat`."""
+    `relu_param`, rounding mode `rnd` (rounding()) and saturation `sat`:
+    (D's Words, the flags each raises)."""
     out = output_type(mode, acc_type)
     source = jnp.where(mode == 0, acc_type, jnp.where(_at(IS_S32, mode), DT["S32"], DT["FP32"]))
     lo32 = word & U64(0xFFFFFFFF)
@@ -339,18 +383,29 @@ def element(word, mode, relu, acc_type, quant, relu_param, rnd, sat):
                                    - ((field >> jnp.maximum(width - 1, 0).astype(U64)).astype(jnp.int64)
                                       << width.astype(jnp.int64))), 0).astype(jnp.float64)
     half = jnp.where(width > 0, _exp2(jnp.maximum(width - 1, 0)), 1.0)
-    intermediate = jnp.clip(to_integer(activated, rnd), -half, half - 1.0)
-    encoded = encode(jnp.where(width > 0, intermediate, activated) + offset, out, rnd, sat)
+    rounded = to_integer(activated, rnd)
+    intermediate = jnp.clip(rounded, -half, half - 1.0)
+    # MatrixRoundAndSaturateSigned's flags: OF|NX out of range, else NX if inexact
+    i_flags = _flag(width > 0, jnp.where(intermediate != rounded, OF | NX,
+                                         _flag(rounded != activated, NX)))
+    encoded, flags = encode(jnp.where(width > 0, intermediate, activated) + offset, out, rnd, sat)
+    flags = flags | i_flags
     floating = (out == DT["FP32"]) | (out == DT["FP16"]) | (out == DT["BF16"]) \
         | (out == DT["E4M3"]) | (out == DT["HiF8"])
-    encoded = jnp.where(neg_zero & (multiplier != 0) & (offset == 0) & floating,
-                        _by_type(out, _NEGATIVE_ZERO), encoded)
+    signed_zero = neg_zero & (multiplier != 0) & (offset == 0) & floating
+    encoded = jnp.where(signed_zero, _by_type(out, _NEGATIVE_ZERO), encoded)
+    flags = _flag(~signed_zero, flags)
     encoded = jnp.where(special, _special(nan, inf & f_neg, out, sat), encoded)
-    # shift modes: the S32 value >> (bits 35:32 + 1), saturated to S16
-    shifted = jnp.clip(s32.astype(jnp.int64) >> (((quant >> U64(32)) & U64(0xF)) + U64(1)).astype(jnp.int64),
-                       -32768, 32767).astype(U64)
-    encoded = jnp.where(_at(IS_SHIFT, mode), shifted, encoded)
-    return jnp.where((mode == 0) & (relu == 0), word, encoded)
+    signaling = nan & ((lo32 >> U64(22)) & U64(1) == 0)
+    flags = jnp.where(special, _special_flags(nan, signaling, out, sat), flags)
+    # shift modes: the S32 value >> (bits 35:32 + 1), saturated to S16 (OF|NX)
+    shifted = s32.astype(jnp.int64) >> (((quant >> U64(32)) & U64(0xF)) + U64(1)).astype(jnp.int64)
+    clipped = jnp.clip(shifted, -32768, 32767)
+    shift = _at(IS_SHIFT, mode)
+    encoded = jnp.where(shift, clipped.astype(U64), encoded)
+    flags = jnp.where(shift, _flag(clipped != shifted, OF | NX), flags)
+    identity = (mode == 0) & (relu == 0)
+    return jnp.where(identity, word, encoded), _flag(~identity, flags)
 
 
 # ---------------------------------------------------------------- RowMax / GroupMax
@@ -366,7 +421,8 @@ def maximum(left, right, acc_type):
     """TileProfileBinaryWithFlags(MAX): S32/U32 compare bits 31:0 and return the
     larger normalized (left on a tie); FP32 returns a source Word unchanged
     (both NaN: the canonical NaN; one NaN: the other; two zeros: the left
-    when both are -0, else a fresh +0), else the larger by value, left on a tie."""
+    when both are -0, else a fresh +0), else the larger by value, left on a
+    tie; NV when an FP32 Word is a signaling NaN. (Word, flags)."""
     lv, rv = _normalized(left, acc_type), _normalized(right, acc_type)
     signed = acc_type == DT["S32"]
     int_left = jnp.where(signed, lv.astype(jnp.int64) >= rv.astype(jnp.int64), lv >= rv)
@@ -380,22 +436,27 @@ def maximum(left, right, acc_type):
         [nan(l32) & nan(r32), nan(l32), nan(r32), zero(l32) & zero(r32)],
         [U64(binary32.CANONICAL_NAN), right, left, jnp.where(both_neg_zero, left, U64(0))],
         jnp.where(key(l32) >= key(r32), left, right))
-    return jnp.where(acc_type == DT["FP32"], fp_max, int_max)
+    fp32 = acc_type == DT["FP32"]
+    signaling = lambda w: nan(w) & ((w >> U64(22)) & U64(1) == 0)
+    return jnp.where(fp32, fp_max, int_max), _flag(fp32 & (signaling(l32) | signaling(r32)), NV)
 
 
 def absolute(word, acc_type):
-    """MatrixReductionAbsolute: U32 bits 31:0; S32 the magnitude (-2^31 gives
-    0x7FFFFFFF); FP32 bits 30:0."""
+    """MatrixReductionAbsoluteWithFlags: U32 bits 31:0; S32 the magnitude
+    (-2^31 gives 0x7FFFFFFF and OF); FP32 bits 30:0. (Word, flags)."""
     lo = word & U64(0xFFFFFFFF)
     negative = (lo >> U64(31)) == 1
     s32_abs = jnp.where(lo == 0x80000000, U64(0x7FFFFFFF),
                         jnp.where(negative, (U64(0) - lo) & U64(0xFFFFFFFF), lo))
-    return jnp.select([acc_type == DT["S32"], acc_type == DT["FP32"]],
-                      [s32_abs, word & U64(0x7FFFFFFF)], lo)
+    s32 = acc_type == DT["S32"]
+    return (jnp.select([s32, acc_type == DT["FP32"]], [s32_abs, word & U64(0x7FFFFFFF)], lo),
+            _flag(s32 & (lo == 0x80000000), OF))
 
 
 def reduction_step(current, candidate, max_abs, acc_type):
-    """TileProfileMatrixReductionStep: MAX, of the absolute values with MaxAbsEn."""
-    current = jnp.where(max_abs, absolute(current, acc_type), current)
-    candidate = jnp.where(max_abs, absolute(candidate, acc_type), candidate)
-    return maximum(current, candidate, acc_type)
+    """TileProfileMatrixReductionStepWithFlags: MAX, of the absolute values with
+    MaxAbsEn; (Word, the flags of both absolutes and the MAX)."""
+    (c_abs, f1), (d_abs, f2) = absolute(current, acc_type), absolute(candidate, acc_type)
+    value, f = maximum(jnp.where(max_abs, c_abs, current), jnp.where(max_abs, d_abs, candidate),
+                       acc_type)
+    return value, f | _flag(max_abs, f1 | f2)

@@ -497,30 +497,46 @@ def post_parameters(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, N: int
 
 
 def post_process(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, acc: tables.DataType,
-                 result: list[list[int]]) -> list[list[int]]:
+                 result: list[list[int]]) -> tuple[list[list[int]], int]:
     """D's Words: each accumulator Word through B.FPATR's conversion and
-    activation (postprocess.py; the identity for PreQuantMode = ReluMode = 0)."""
+    activation (postprocess.py; the identity for PreQuantMode = ReluMode = 0),
+    and the flags they raise (MatrixPostProcessResult)."""
     params = post_parameters(m, b, p, n_math, pe, len(result[0]))
     control = pp.control_of(p.pre_quant, b.datr[4], b.datr[5])
-    return [[pp.post_process(w, p.pre_quant, p.relu, acc.name, *params(j), control)
-             for j, w in enumerate(row)] for row in result]
+    flags = 0
+    out = []
+    for row in result:
+        words = []
+        for j, w in enumerate(row):
+            word, f = pp.post_process(w, p.pre_quant, p.relu, acc.name, *params(j), control)
+            words.append(word)
+            flags |= f
+        out.append(words)
+    return out, flags
 
 
 def publish_group(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, slots: list[int],
                   layout: str, out: tables.DataType, acc: tables.DataType, M: int, N: int,
                   mask: int, result: list[list[int]]) -> None:
     """CommitMatrixResult: D from the post-processed Words; RowMaxOut and
-    GroupMaxOut from the raw accumulator Words (RowMaxIn read before any write)."""
+    GroupMaxOut from the raw accumulator Words (RowMaxIn read before any write);
+    the flags of all three ORed into the sticky numeric status."""
     outputs = []
+    flags = 0
     if p.row_max:
         initial = None
         if p.row_max_init:
             words, _ = m.payload(m.slot_of(source_stream(b)[n_math]))
             initial = [words[i] for i in range(M)]          # M x 1 RowMajor: row i is Word i
-        outputs.append([[w] for w in pp.row_max(result, initial, p.max_abs, acc.name)])
+        row_words, f = pp.row_max(result, initial, p.max_abs, acc.name)
+        outputs.append([[w] for w in row_words])
+        flags |= f
     if p.group_max:
-        outputs.append(pp.group_max(result, p.group_n, p.max_abs, acc.name))
-    d_words = post_process(m, b, p, n_math, pe, acc, result)
+        group_words, f = pp.group_max(result, p.group_n, p.max_abs, acc.name)
+        outputs.append(group_words)
+        flags |= f
+    d_words, f = post_process(m, b, p, n_math, pe, acc, result)
+    m.numeric_flags |= flags | f
     sizes = [tables.size_code_bytes(x.size_code) for x in destinations(b)]
     publish(m, slots[0], layout, out, M, N, sizes[0], mask, d_words)
     for slot, tsize, words in zip(slots[1:], sizes[1:], outputs):

@@ -6,8 +6,10 @@ and the element conversion, written from the pto-spec units
 profile's conversion), at release 0.58.3 (e599a3d).
 
 Every value is an exact rational (fractions.Fraction), as the ASL computes on
-reals: no float rounding anywhere but the one each encoding names. Numeric
-status flags are not modelled (ptojax's State has no status register).
+reals: no float rounding anywhere but the one each encoding names. Each
+function returns its Word with the numeric flags it raises (the ASL's
+...WithFlags twins: bits NV 0, DZ 1, OF 2, UF 3, NX 4), which the matrix
+commit ORs into the State's sticky status (CORE_STATE[36:32]).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from . import minifloat
 
 MASK64 = (1 << 64) - 1
 MASK32 = (1 << 32) - 1
+
+# numeric status flags (numeric-status.asl: CORE_STATE[36:32] holds NV, DZ, OF, UF, NX)
+NV, DZ, OF, UF, NX = 1, 2, 4, 8, 16
 
 # ----------------------------------------------------------------- mode tables (B.FPATR.asl)
 
@@ -186,13 +191,17 @@ def normalize_integer(value: int, name: str) -> int:
     return low & MASK64
 
 
-def encode_integer(value: Fraction, name: str, control: Control) -> int:
-    """ReferenceMatrixIntegerEncoding: round, clamp only when saturating, wrap."""
+def encode_integer(value: Fraction, name: str, control: Control) -> tuple[int, int]:
+    """ReferenceMatrixIntegerEncoding: round, clamp only when saturating, wrap;
+    OF|NX when the rounded value is out of range (saturating or not), else NX
+    when rounding changed it."""
     rounded = to_integer(value, control.rounding)
     lo, hi = INTEGER_RANGE[name]
+    overflow = not lo <= rounded <= hi
+    flags = OF | NX if overflow else NX if rounded != value else 0
     if control.saturating:
         rounded = min(max(rounded, lo), hi)
-    return normalize_integer(rounded, name)
+    return normalize_integer(rounded, name), flags
 
 
 @dataclass(frozen=True)
@@ -215,13 +224,15 @@ CANONICAL_NAN = {"FP32": 0x7FC00000, "FP16": 0x7E00, "BF16": 0x7FC0, "E4M3": 0x7
 NEGATIVE_ZERO = {"FP32": 0x80000000, "FP16": 0x8000, "BF16": 0x8000, "E4M3": 0x80, "HiF8": 0}
 
 
-def encode_float(value: Fraction, name: str, control: Control) -> int:
+def encode_float(value: Fraction, name: str, control: Control) -> tuple[int, int]:
     """ReferenceFP32FiniteEncoding / ReferenceBinary16Encoding: round to the
     format (normal or subnormal), carry into the exponent; an exponent past the
-    largest is infinity, or the largest finite when saturating."""
+    largest is infinity, or the largest finite when saturating (OF|NX). A value
+    below the smallest normal (before rounding) raises UF|NX when inexact; any
+    other inexact result NX."""
     f = FLOAT_FORMATS[name]
     if value == 0:
-        return 0
+        return 0, 0
     negative = value < 0
     magnitude = -value if negative else value
     sign = f.sign if negative else 0
@@ -234,20 +245,22 @@ def encode_float(value: Fraction, name: str, control: Control) -> int:
     overflow = sign | (f.max_finite if control.saturating else f.infinity)
     max_exponent, min_exponent = f.bias, 1 - f.bias
     if exponent > max_exponent:
-        return overflow
+        return overflow, OF | NX
     unit = 1 << f.fraction_bits
     if exponent < min_exponent:
-        rounded = round_magnitude(magnitude / Fraction(2) ** (min_exponent - f.fraction_bits),
-                                  control.rounding, negative)
-        return sign | rounded             # a carry to `unit` is the smallest normal
-    rounded = round_magnitude(magnitude / Fraction(2) ** (exponent - f.fraction_bits),
-                              control.rounding, negative)
+        scaled = magnitude / Fraction(2) ** (min_exponent - f.fraction_bits)
+        rounded = round_magnitude(scaled, control.rounding, negative)
+        # a carry to `unit` is the smallest normal
+        return sign | rounded, (UF | NX if rounded != scaled else 0)
+    scaled = magnitude / Fraction(2) ** (exponent - f.fraction_bits)
+    rounded = round_magnitude(scaled, control.rounding, negative)
     biased = exponent + f.bias
+    inexact = NX if rounded != scaled else 0
     if rounded == 2 * unit:
         rounded, biased = unit, biased + 1
     if biased >= 2 * f.bias + 1:
-        return overflow
-    return sign | biased << f.fraction_bits | (rounded - unit)
+        return overflow, OF | NX
+    return sign | biased << f.fraction_bits | (rounded - unit), inexact
 
 
 # 8-bit floating outputs: the largest finite magnitude, the saturated codes
@@ -266,18 +279,20 @@ def fp8_candidates(name: str) -> list[tuple[int, Fraction]]:
     return out
 
 
-def encode_fp8(value: Fraction, name: str, control: Control) -> int:
+def encode_fp8(value: Fraction, name: str, control: Control) -> tuple[int, int]:
     """ReferenceFP8Encoding: a search over the finite codes in ascending order.
     Directed modes take the nearest eligible code; the nearest modes break a
     tie by the mode's rule (RNE even code, RNA larger magnitude, RTO odd code,
     RHB the larger value), an earlier code winning any remaining tie; RTO then
-    moves an inexact even result one code away from zero."""
+    moves an inexact even result one code away from zero. Past the largest
+    finite magnitude OF|NX; an inexact result below the smallest normal
+    (2^-6 E4M3, 2^-15 HiF8) UF|NX, any other inexact one NX."""
     if value == 0:
-        return 0
+        return 0, 0
     negative = value < 0
     maximum, saturated, overflow = FP8_LIMITS[name]
     if abs(value) > maximum:
-        return (saturated if control.saturating else overflow)[negative]
+        return (saturated if control.saturating else overflow)[negative], OF | NX
     mode = control.rounding
     best = None
     for code, candidate in fp8_candidates(name):
@@ -293,8 +308,13 @@ def encode_fp8(value: Fraction, name: str, control: Control) -> int:
         away = [(c, v) for c, v in fp8_candidates(name) if c % 2 == 1
                 and (v < chosen if negative else v > chosen)]
         if away:
-            code = (max if negative else min)(away, key=lambda cv: cv[1])[0]
-    return code
+            code, chosen = (max if negative else min)(away, key=lambda cv: cv[1])
+    if chosen == value:
+        return code, 0
+    return code, UF | NX if abs(value) < FP8_MIN_NORMAL[name] else NX
+
+
+FP8_MIN_NORMAL = {"E4M3": Fraction(1, 1 << 6), "HiF8": Fraction(1, 1 << 15)}
 
 
 def better(target: Fraction, code: int, candidate: Fraction, best_code: int, best: Fraction,
@@ -316,8 +336,8 @@ def better(target: Fraction, code: int, candidate: Fraction, best_code: int, bes
     return candidate > best                                   # RHB
 
 
-def encode(value: Fraction, name: str, control: Control) -> int:
-    """MatrixEncodeReal."""
+def encode(value: Fraction, name: str, control: Control) -> tuple[int, int]:
+    """MatrixEncodeReal: (Word, flags)."""
     if name in INTEGER_RANGE:
         return encode_integer(value, name, control)
     if name in FP8_LIMITS:
@@ -341,6 +361,11 @@ def fp32_class(word: int) -> str:
     return "-" if negative else "+"
 
 
+def fp32_signaling(word: int) -> bool:
+    """A signaling NaN: exponent all ones, quiet bit 22 clear, fraction nonzero."""
+    return fp32_class(word) == "nan" and not word >> 22 & 1
+
+
 def fp32_value(word: int) -> Fraction:
     w = word & MASK32
     exponent, fraction = w >> 23 & 0xFF, w & 0x7FFFFF
@@ -354,39 +379,50 @@ def fp32_value(word: int) -> Fraction:
 # ----------------------------------------------------------------- one element
 
 
-def shift_to_s16(word: int, parameter: int) -> int:
-    """Shift modes: the S32 value >> (parameter[35:32] + 1), saturated to S16."""
+def shift_to_s16(word: int, parameter: int) -> tuple[int, int]:
+    """Shift modes: the S32 value >> (parameter[35:32] + 1), saturated to S16
+    (OF|NX when it saturates)."""
     value = word & MASK32
     value -= (value >> 31) << 32
     shifted = value >> ((parameter >> 32 & 0xF) + 1)
-    return normalize_integer(min(max(shifted, -32768), 32767), "S16")
+    saturated = min(max(shifted, -32768), 32767)
+    return normalize_integer(saturated, "S16"), (OF | NX if saturated != shifted else 0)
 
 
-def special_result(cls: str, out: str, control: Control) -> int:
-    """MatrixPostQuantSpecialValue for a NaN or infinite FP32 source."""
+def special_result(word: int, out: str, control: Control) -> tuple[int, int]:
+    """MatrixPostQuantSpecialValue for a NaN or infinite FP32 source Word.
+    A NaN raises NV into an integer type, else NV only when signaling; an
+    infinity raises OF|NX when saturated, NV into a wrapping integer type, OF|NX
+    into E4M3 (which has no infinity), nothing into a binary infinity."""
+    cls = fp32_class(word)
     integer = out in INTEGER_RANGE
     if cls == "nan":
+        flags = NV if integer or fp32_signaling(word) else 0
         if integer:
-            return 0 if control.saturating else normalize_integer(INTEGER_RANGE[out][0], out)
-        return 0 if control.saturating else CANONICAL_NAN[out]
+            return (0 if control.saturating else normalize_integer(INTEGER_RANGE[out][0], out)), flags
+        return (0 if control.saturating else CANONICAL_NAN[out]), flags
     negative = cls == "-inf"
     if integer:
         lo, hi = INTEGER_RANGE[out]
         end = hi if control.saturating and not negative else lo
-        return normalize_integer(end, out)
+        return normalize_integer(end, out), (OF | NX if control.saturating else NV)
     if out in FP8_LIMITS:                      # E4M3 has no infinity: its NaN
         _, saturated, overflow = FP8_LIMITS[out]
-        return (saturated if control.saturating else overflow)[negative]
+        flags = OF | NX if control.saturating or out == "E4M3" else 0
+        return (saturated if control.saturating else overflow)[negative], flags
     f = FLOAT_FORMATS[out]
     sign = f.sign if negative else 0
-    return sign | (f.max_finite if control.saturating else f.infinity)
+    if control.saturating:
+        return sign | f.max_finite, OF | NX
+    return sign | f.infinity, 0
 
 
 def post_process(word: int, mode: int, relu: int, accumulator: str, quant: int, relu_param: int,
-                 control: Control) -> int:
-    """TileProfileMatrixPostProcess of one raw accumulator Word (reference profile)."""
+                 control: Control) -> tuple[int, int]:
+    """TileProfileMatrixPostProcessWithFlags of one raw accumulator Word
+    (reference profile): (D's Word, the flags it raises)."""
     if mode == 0 and relu == 0:
-        return word
+        return word, 0
     if mode in SHIFT_MODES:
         return shift_to_s16(word, quant)
     out = output_type(mode, accumulator)
@@ -405,7 +441,7 @@ def post_process(word: int, mode: int, relu: int, accumulator: str, quant: int, 
     else:
         multiplier = fp19_value(relu_param & 0x7FFFF)
     if cls in ("nan", "+inf") or (cls == "-inf" and multiplier != 0):
-        return special_result(cls, out, control)
+        return special_result(word, out, control)
     if source == "S32":
         value = Fraction((word & MASK32) - ((word >> 31 & 1) << 32))
     elif source == "U32":
@@ -421,11 +457,16 @@ def post_process(word: int, mode: int, relu: int, accumulator: str, quant: int, 
         field = quant >> 37 & ((1 << width) - 1)
         offset = field - ((field >> (width - 1)) << width)
     if cls == "-0" and multiplier != 0 and offset == 0 and out in NEGATIVE_ZERO:
-        return NEGATIVE_ZERO[out]
+        return NEGATIVE_ZERO[out], 0
     if width:
+        # MatrixQuantizedAffine: round and saturate at the signed intermediate
+        # (MatrixRoundAndSaturateSigned: OF|NX out of range, else NX if inexact)
         lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
-        intermediate = min(max(to_integer(activated, control.rounding), lo), hi)
-        return encode(Fraction(intermediate + offset), out, control)
+        rounded = to_integer(activated, control.rounding)
+        intermediate = min(max(rounded, lo), hi)
+        flags = OF | NX if intermediate != rounded else NX if rounded != activated else 0
+        word, final = encode(Fraction(intermediate + offset), out, control)
+        return word, flags | final
     return encode(activated + offset, out, control)
 
 
@@ -438,76 +479,94 @@ def fp32_key(word: int) -> int:
     return (~w & MASK32) if w >> 31 else w ^ 0x80000000
 
 
-def maximum(left: int, right: int, accumulator: str) -> int:
+def maximum(left: int, right: int, accumulator: str) -> tuple[int, int]:
     """TileProfileBinaryWithFlags(MAX): S32/U32 compare bits 31:0 and return the
-    larger normalized (left on a tie); FP32 returns a source Word unchanged
-    (both NaN: the canonical NaN; one NaN: the other; +0 against either zero:
-    a fresh +0), else the larger by value, left on a tie."""
+    larger normalized (left on a tie), no flags; FP32 returns a source Word
+    unchanged (both NaN: the canonical NaN; one NaN: the other; +0 against
+    either zero: a fresh +0), else the larger by value, left on a tie; NV when
+    either Word is a signaling NaN."""
     if accumulator in ("S32", "U32"):
         lv, rv = (normalize_integer(w & MASK32, accumulator) for w in (left, right))
         signed = lambda w: w - (1 << 64) if accumulator == "S32" and w >> 63 else w
-        return lv if signed(lv) >= signed(rv) else rv
+        return (lv if signed(lv) >= signed(rv) else rv), 0
+    flags = NV if fp32_signaling(left) or fp32_signaling(right) else 0
     lc, rc = fp32_class(left), fp32_class(right)
     if lc == "nan" and rc == "nan":
-        return CANONICAL_NAN["FP32"]
+        return CANONICAL_NAN["FP32"], flags
     if lc == "nan":
-        return right
+        return right, flags
     if rc == "nan":
-        return left
+        return left, flags
     if lc in ("+0", "-0") and rc in ("+0", "-0"):
-        return left if lc == rc == "-0" else 0
-    return left if fp32_key(left) >= fp32_key(right) else right
+        return (left if lc == rc == "-0" else 0), flags
+    return (left if fp32_key(left) >= fp32_key(right) else right), flags
 
 
-def absolute(word: int, accumulator: str) -> int:
-    """MatrixReductionAbsolute: U32 bits 31:0; S32 its magnitude sign-extended
-    (-2^31 gives 0x7FFFFFFF); FP32 bits 30:0."""
+def absolute(word: int, accumulator: str) -> tuple[int, int]:
+    """MatrixReductionAbsoluteWithFlags: U32 bits 31:0; S32 its magnitude
+    sign-extended (-2^31 gives 0x7FFFFFFF and OF); FP32 bits 30:0."""
     if accumulator == "U32":
-        return word & MASK32
+        return word & MASK32, 0
     if accumulator == "S32":
         w = word & MASK32
         if not w >> 31:
-            return w
-        return 0x7FFFFFFF if w == 0x80000000 else (-w) & MASK32
-    return word & 0x7FFFFFFF
+            return w, 0
+        return (0x7FFFFFFF, OF) if w == 0x80000000 else ((-w) & MASK32, 0)
+    return word & 0x7FFFFFFF, 0
 
 
-def reduction_step(current: int, candidate: int, max_abs: bool, accumulator: str) -> int:
-    """TileProfileMatrixReductionStep: MAX, of the absolute values with MaxAbsEn."""
+def reduction_step(current: int, candidate: int, max_abs: bool,
+                   accumulator: str) -> tuple[int, int]:
+    """TileProfileMatrixReductionStepWithFlags: MAX, of the absolute values
+    with MaxAbsEn; the flags of both absolutes and of the MAX."""
+    flags = 0
     if max_abs:
-        current, candidate = absolute(current, accumulator), absolute(candidate, accumulator)
-    return maximum(current, candidate, accumulator)
+        (current, f1), (candidate, f2) = (absolute(current, accumulator),
+                                          absolute(candidate, accumulator))
+        flags = f1 | f2
+    value, f = maximum(current, candidate, accumulator)
+    return value, flags | f
 
 
-def reduce_run(words: list[int], max_abs: bool, accumulator: str) -> int:
+def reduce_run(words: list[int], max_abs: bool, accumulator: str) -> tuple[int, int]:
     """One row (or group) of raw accumulator Words: the first Word (its own
-    absolute step with MaxAbsEn), then a step per later Word."""
-    value = words[0]
+    absolute step with MaxAbsEn), then a step per later Word; (value, flags)."""
+    value, flags = words[0], 0
     if max_abs:
-        value = reduction_step(value, value, True, accumulator)
+        value, flags = reduction_step(value, value, True, accumulator)
     for w in words[1:]:
-        value = reduction_step(value, w, max_abs, accumulator)
-    return value
+        value, f = reduction_step(value, w, max_abs, accumulator)
+        flags |= f
+    return value, flags
 
 
 def row_max(result: list[list[int]], initial: Optional[list[int]], max_abs: bool,
-            accumulator: str) -> list[int]:
-    """MatrixRowMaxResult: each row's reduction, then RowMaxIn's Word (left) against it."""
-    out = []
+            accumulator: str) -> tuple[list[int], int]:
+    """MatrixRowMaxResult: each row's reduction, then RowMaxIn's Word (left)
+    against it; (the Words, the flags of every step)."""
+    out, flags = [], 0
     for i, words in enumerate(result):
-        value = reduce_run(words, max_abs, accumulator)
+        value, f = reduce_run(words, max_abs, accumulator)
+        flags |= f
         if initial is not None:
-            value = reduction_step(initial[i], value, max_abs, accumulator)
+            value, f = reduction_step(initial[i], value, max_abs, accumulator)
+            flags |= f
         out.append(value)
-    return out
+    return out, flags
 
 
 def group_max(result: list[list[int]], group_n: int, max_abs: bool,
-              accumulator: str) -> list[list[int]]:
-    """MatrixGroupMaxResult: each row's reduction over each run of GroupN columns."""
+              accumulator: str) -> tuple[list[list[int]], int]:
+    """MatrixGroupMaxResult: each row's reduction over each run of GroupN
+    columns; (the Words, the flags of every step)."""
     n = tables.FPATR_GROUP_N[group_n]
-    return [[reduce_run(words[g:g + n], max_abs, accumulator) for g in range(0, len(words), n)]
+    runs = [[reduce_run(words[g:g + n], max_abs, accumulator) for g in range(0, len(words), n)]
             for words in result]
+    flags = 0
+    for row in runs:
+        for _, f in row:
+            flags |= f
+    return [[v for v, _ in row] for row in runs], flags
 
 
 def scalar_parameters(gprs: Optional[list[int]], mode: int, relu: int) -> tuple[int, int]:

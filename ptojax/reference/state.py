@@ -201,6 +201,7 @@ class Machine:
         self.pc = int(leaves["pc"]) & MASK64
         self.fault = int(leaves["fault"])
         self.fault_address = int(leaves["fault_address"]) & MASK64
+        self.numeric_flags = int(leaves["numeric_flags"]) & 0x1F
         self.tile_capacity = int(leaves["tile_capacity"])
         self._state = state
         t = [np.asarray(getattr(state.tiles, k)).tolist() for k in TILE_FIELDS]
@@ -348,10 +349,10 @@ class Machine:
                 [{s: (at, list(w), list(d)) for s, (at, w, d) in c.items()}
                  for c in self._payloads],
                 [copy.copy(r) for r in self.shared],
-                {r: list(w) for r, w in self._shared_payload.items()})
+                {r: list(w) for r, w in self._shared_payload.items()}, self.numeric_flags)
 
     def restore(self, snap) -> None:
-        gm, files, payloads, shared, shared_payload = snap
+        gm, files, payloads, shared, shared_payload, self.numeric_flags = snap
         self.gm = bytearray(gm)
         self.files, self._payloads = files, payloads
         self.shared, self._shared_payload = shared, shared_payload
@@ -388,6 +389,7 @@ class Machine:
         top = {"gm": np.frombuffer(self.gm, np.uint8).copy(),
                "gpr": np.array(self.gpr, np.uint64), "pc": np.uint64(self.pc),
                "fault": np.int32(self.fault), "fault_address": np.uint64(self.fault_address),
+               "numeric_flags": np.int32(self.numeric_flags),
                "tile_capacity": np.uint64(self.tile_capacity)}
         local = descriptor_columns([t for f in self.files for t in f],
                                    (len(self.files), len(self.files[0])), TILE_FIELDS,
