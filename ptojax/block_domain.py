@@ -32,7 +32,7 @@ def _legal(mnemonic: str, field: str) -> tuple:
     return tuple(sorted(sets))
 
 
-_DTYPES = _legal("BSTART.TLOAD", "DataType")
+_DTYPES = _legal("BSTART.TMOV", "DataType")      # every BSTART's, and DTYPE_NONE
 _MASKS = tuple(m for m in tables.PEMODE_MASK if m)          # recorded bindings: PEMode != 000
 _GPRS = _legal("B.IOR", "RegSrc0")
 _IOT_COLUMNS = (range(2), _legal("B.IOT", "DstTile"), _legal("B.IOT", "SizeCode"), _MASKS,

@@ -41,6 +41,7 @@ class Family:
 
 
 _CUBE_OPS = tuple(n for n, engine, _ in tables.OPS if engine == "CUBE")
+_TMOV_OPS = tuple(n for n, _, _ in tables.OPS if n.split(".")[0] == "TMOV")
 
 # the order of the routed families is the order dispatch composes them in; the
 # default family (transport) completes every block no other one selects
@@ -56,6 +57,8 @@ FAMILIES = (
            "MGATHER.CAS", ("CAS",), "mgather_cas", "cas_weight"),
     Family("matrix", _CUBE_OPS, "the CUBE-engine operations (TMATMUL*, TGEMV*)",
            "MATMUL", ("MM",), "matrix", "matmul_weight"),
+    Family("tmov", _TMOV_OPS, "BSTART.TMOV, every Function (2 and 9..12), a B.IOS or not",
+           "TMOV", ("MV", "MS"), "tmov", "tmov_weight"),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 DEFAULT = FAMILIES[0]

@@ -27,7 +27,6 @@ from .state import MachineConfig, State, check_pool, config_of
 from .storage import pack_block, pack_tiles, unpack_block, unpack_tiles
 
 ON_FAULT = ("abandon", "hold")
-_MATRIX_FIRST = tables.OP_ID["TMATMUL"]
 
 
 def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
@@ -80,7 +79,7 @@ def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, 
         packed, p = xs
         h = header.decode(unpack_block(settle(packed)))
         go = (p < L) & (cstop == L)
-        dr_bad = h.catr_dr & (h.op >= _MATRIX_FIRST)
+        dr_bad = h.catr_dr & ~header.is_tlsu_op(h)      # B.CATR DR=1 only in a TLSU block
         if core:
             f, addr, s2 = dispatch.complete_core(s, h, cfg, go & ~dr_bad, effects, cas_seed)
         else:

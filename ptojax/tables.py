@@ -277,6 +277,8 @@ STEP_LISTS = {
           "docs/shared-decisions.md 5)",
     "SH3": "docs/shared-decisions.md 3 (Shared TLOAD)",
     "SH4": "docs/shared-decisions.md 4 (Shared TSTORE, TSTORE.SPART)",
+    "MV": "docs/tmov.md 2 (TMOV Function 2, the Local tile copy)",
+    "MS": "docs/tmov.md 3 (TMOV Functions 9..12, Local to and from Shared)",
 }
 STEP_ID = r"(?:%s)\.[0-9]+[a-z]? [a-z][a-z0-9_]*" % "|".join(STEP_LISTS)
 
@@ -359,6 +361,8 @@ OPS: tuple[tuple[str, str, int], ...] = (
     ("TMATMULMX", "CUBE", 4), ("TMATMULMX.BIAS", "CUBE", 5), ("TMATMULMX.ACC", "CUBE", 6),
     ("TGEMV", "CUBE", 16), ("TGEMV.BIAS", "CUBE", 17), ("TGEMV.ACC", "CUBE", 18),
     ("TGEMVMX", "CUBE", 20), ("TGEMVMX.BIAS", "CUBE", 21), ("TGEMVMX.ACC", "CUBE", 22),
+    ("TMOV", "TLSU", 2), ("TMOV.L2S.INSERT", "TLSU", 9), ("TMOV.L2S.PUBLISH", "TLSU", 10),
+    ("TMOV.S2L.BROADCAST", "TLSU", 11), ("TMOV.S2L.EXTRACT", "TLSU", 12),
 )
 OP_ID = {name: i for i, (name, _, _) in enumerate(OPS)}
 ENGINE_CODE = {"TLSU": 0b00010, "CUBE": 0b00110}

@@ -161,14 +161,12 @@ def test_old_formulas(got, want):
 
 
 @pytest.mark.parametrize("function", [2, 9, 10, 11, 12])
-def test_tmov_words_fault_at_decode(function):
-    # TMOV (TLSU function 2) and its Shared forms (9..12) are not in the catalog
-    # yet (issue 35): the BSTART word does not decode, on the oracle too
+def test_tmov_words_decode(function):
+    # BSTART.TMOV (TLSU Function 2) and its Shared forms (9..12): one catalog form
     tload = E.bstart("TLOAD", tables.DTYPE_BY_NAME["U16"].code)
     w = (tload & ~(0x1F << 20)) | (function << 20)
-    assert pj.asm.decode(w).fault == "Fault_IllegalInstruction"
-    result = pj.reference.run(pj.reset(pj.preset("tiny")), [w, E.BSTOP])
-    assert result.fault == "Fault_IllegalInstruction"
+    assert pj.asm.decode(w).fault is None
+    assert pj.asm.decode(w).form_id == "bstart_tmov_32_211446509efb"
 
 
 def test_field_replace_writes_only_its_bits():

@@ -122,6 +122,8 @@ def _check(args):
     if args.coop_weight and not args.core and args.core_share == 0:
         raise CliError("--coop-weight: cooperative kinds run on the Core; add --core or a "
                        "--core-share above 0")
+    if not 0.0 <= args.tmov_weight <= 1.0:
+        raise CliError(f"--tmov-weight {args.tmov_weight}: expected a probability in 0..1")
     if not 0.0 <= args.edge_weight <= 1.0:
         raise CliError(f"--edge-weight {args.edge_weight}: expected a probability in 0..1")
     if args.core and args.pe != 0:
@@ -166,7 +168,8 @@ def _campaign_config(args, C):
                           matmul_weight=args.matmul_weight, profile=args.profile,
                           semantics=args.semantics, core=args.core,
                           core_share=args.core_share, coop_weight=args.coop_weight,
-                          edge_weight=args.edge_weight, variants=args.variants)
+                          edge_weight=args.edge_weight, tmov_weight=args.tmov_weight,
+                          variants=args.variants)
     if cc.share_core > 0 and cc.cas + cc.coop + cc.edge_weight > 1.0 + 1e-12:
         raise CliError(f"the MGATHER.CAS ({cc.cas:g}), cooperative ({cc.coop:g}) and edge "
                        f"({cc.edge_weight:g}) shares of the Core's draws sum past 1")
@@ -174,9 +177,9 @@ def _campaign_config(args, C):
             and cc.cas + cc.matmul + cc.coop + cc.edge_weight > 1.0 + 1e-12:
         raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}), cooperative "
                        f"({cc.coop:g}) and edge ({cc.edge_weight:g}) shares sum past 1")
-    if cc.cas + cc.matmul + cc.edge_weight > 1.0 + 1e-12:
-        raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}) and edge "
-                       f"({cc.edge_weight:g}) shares sum past 1")
+    if cc.cas + cc.matmul + cc.edge_weight + cc.tmov_weight > 1.0 + 1e-12:
+        raise CliError(f"the MGATHER.CAS ({cc.cas:g}), matrix ({cc.matmul:g}), edge "
+                       f"({cc.edge_weight:g}) and TMOV ({cc.tmov_weight:g}) shares sum past 1")
     return cc
 
 

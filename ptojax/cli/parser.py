@@ -156,6 +156,9 @@ def _add_fuzz(sub, configs: str):
                         "Words up to and over the config's tile_words (not on tiny), or an "
                         f"allocation at the TILE_CAPACITY edge (default {EDGE_WEIGHT_ASL:g} at "
                         "asl, else 0)")
+    f.add_argument("--tmov-weight", type=float, default=0.0, metavar="P",
+                   help="probability that a drawn case is a TMOV kind (Local copy, Shared "
+                        "INSERT/PUBLISH/BROADCAST/EXTRACT; default 0)")
     f.add_argument("--count", type=int, default=1000, help="cases to run (default 1000)")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
     f.add_argument("--batch", type=int, default=None,

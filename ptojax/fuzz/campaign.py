@@ -79,6 +79,7 @@ class CampaignConfig:
     core_share: Optional[float] = None     # share of draws on the Core; None: from `ops`, `core`
     coop_weight: Optional[float] = None    # share of cooperative / Shared kinds (Core draws)
     edge_weight: float = 0.0        # share of large-tile / budget-edge kinds (gen/edges.py)
+    tmov_weight: float = 0.0        # share of TMOV kinds (gen/tmov.py)
     variants: int = 1               # rows per drawn case: it and variants - 1 variants of it
     keep_mismatches: int = 50       # Mismatch records kept (all are counted)
 
@@ -111,7 +112,7 @@ class CampaignConfig:
             0.2 if self.ops is None else 1.0 / 3.0
         if self.matmul_weight is not None:
             share = min(share, 1.0 - float(self.matmul_weight))
-        return max(0.0, min(share, 1.0 - self.edge_weight))
+        return max(0.0, min(share, 1.0 - self.edge_weight - self.tmov_weight))
 
     @property
     def matmul(self) -> float:
@@ -124,9 +125,9 @@ class CampaignConfig:
         if self.ops is not None and not self.ops & frozenset(MATRIX_OPS):
             return 0.0
         if self.ops is not None and self.ops <= frozenset(MATRIX_OPS):
-            return max(0.0, 1.0 - self.coop - self.edge_weight)
+            return max(0.0, 1.0 - self.coop - self.edge_weight - self.tmov_weight)
         share = 0.3 if self.ops is None else 1.0 / 3.0
-        return max(0.0, min(share, 1.0 - self.cas - self.edge_weight))
+        return max(0.0, min(share, 1.0 - self.cas - self.edge_weight - self.tmov_weight))
 
     @property
     def coop(self) -> float:
@@ -160,7 +161,8 @@ class CampaignConfig:
     def _gen(self, core: bool) -> G.GenConfig:
         kw = {"cas_weight": self.cas} if self.cas > 0 else {}
         # the Core's draws give the cooperative kinds their share from the matrix one
-        matmul = min(self.matmul, max(0.0, 1.0 - self.cas - self.coop - self.edge_weight)) \
+        matmul = min(self.matmul, max(0.0, 1.0 - self.cas - self.coop - self.edge_weight
+                                      - self.tmov_weight)) \
             if core else self.matmul
         if matmul > 0 or (core and self.coop > 0):
             kw.update(matmul_forms=self.matmul_forms)
@@ -170,6 +172,8 @@ class CampaignConfig:
             kw.update(core=True, coop_weight=self.coop)
         if self.edge_weight > 0:
             kw.update(edge_weight=self.edge_weight)
+        if self.tmov_weight > 0 and not core:      # TMOV kinds are single-PE draws
+            kw.update(tmov_weight=self.tmov_weight)
         return G.GenConfig(machine=self.machine, max_words=WORDS, pe=0 if core else self.pe, **kw)
 
     @property
@@ -670,7 +674,8 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
         "kinds": list(cc.kinds) if cc.kinds else "all",
         "sample": cc.sample, "cas_weight": round(cc.cas, 4), "matmul_weight": round(cc.matmul, 4),
         "core": cc.core, "core_share": round(cc.share_core, 4), "coop_weight": round(cc.coop, 4),
-        "edge_weight": round(cc.edge_weight, 4), "variants": cc.variants,
+        "edge_weight": round(cc.edge_weight, 4), "tmov_weight": round(cc.tmov_weight, 4),
+        "variants": cc.variants,
         "profile": cc.profile, "semantics": cc.semantics, "shard": list(cc.shard),
         "devices": res.devices, "jobs": cc.jobs,
         "cases": res.cases, "drawn": res.drawn, "compared": res.compared,

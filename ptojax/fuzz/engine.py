@@ -37,14 +37,14 @@ WORDS = 16                       # words of a case row: GenConfig.max_words
 PROGRAM_WORDS = 32               # words of a row of the compiled program (a setup pass's)
 # one per effect group; TSTORE.SPART is both TSTORE and SHARED (Shared TLOAD/TSTORE),
 # which a drawn B.IOS word reaches in single-PE campaigns too
-FILLER_OPS = ("TLOAD", "TSTORE.SPART", "MGATHER.CAS", "TMATMUL")
-EFFECT_BITS = {"TLOAD": 1, "TSTORE": 2, "SHARED": 4, "MGATHER.CAS": 8, "MATMUL": 16}
+FILLER_OPS = ("TLOAD", "TSTORE.SPART", "MGATHER.CAS", "TMATMUL", "TMOV")
+EFFECT_BITS = {"TLOAD": 1, "TSTORE": 2, "SHARED": 4, "MGATHER.CAS": 8, "MATMUL": 16, "TMOV": 32}
 
 
 def filler_words(length: int = PROGRAM_WORDS) -> np.ndarray:
     """The words of a filler row: BSTARTs of FILLER_OPS in turn, so every effect
     group (machine.possible_effects: TLOAD, TSTORE, SHARED, MGATHER.CAS,
-    MATMUL) is in every call's effect set, and its completion bound is the
+    MATMUL, TMOV) is in every call's effect set, and its completion bound is the
     most any row of `length` words can have: one program per campaign."""
     starts = [G.START[op] for op in FILLER_OPS]
     return np.array([starts[k % len(starts)] for k in range(length)], np.uint32)
@@ -79,7 +79,8 @@ for _i, _op in zip(_START_ENCODINGS, _START_NAMES):
                       EFFECT_BITS["TLOAD"] if _op == "TLOAD" else
                       EFFECT_BITS["TSTORE"] | (EFFECT_BITS["SHARED"] if _op == "TSTORE.SPART" else 0)
                       if _op in ("TSTORE", "TSTORE.SPART") else
-                      EFFECT_BITS["MGATHER.CAS"] if _op == "MGATHER.CAS" else 0)
+                      EFFECT_BITS["MGATHER.CAS"] if _op == "MGATHER.CAS" else
+                      EFFECT_BITS["TMOV"] if _op.startswith("TMOV") else 0)
 
 
 def row_signature(words, lengths) -> np.ndarray:

@@ -249,7 +249,10 @@ def _asm_bstart(mn: str, ops: list[str]) -> int:
     if len(ops) != 1:
         raise _Bad("one DataType operand")
     if ops[0].lower() == "dtype_none":
-        raise _Bad("DTYPE_NONE is not a BSTART DataType")
+        # only BSTART.TMOV's catalog form takes it (keep the source's type)
+        if not enc.form.constraint_ok({"DataType": 31}):
+            raise _Bad(f"DTYPE_NONE is not a {mn} DataType")
+        return _encode(enc, {"DataType": 31})
     dt = _enum(ops[0], "DataType", _DTYPE_NAMES, _BSTART_DTYPES, 31)
     return _encode(enc, {"DataType": dt})
 

@@ -22,7 +22,8 @@ from ..state import BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, empty_block
 from ..storage import pack_block, packed_width, unpack_block
 
 _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
-_MATRIX_FIRST = tables.OP_ID["TMATMUL"]
+_CUBE_OP = np.array([engine == "CUBE" for _, engine, _ in tables.OPS])
+_L2S = np.array([name in ("TMOV.L2S.INSERT", "TMOV.L2S.PUBLISH") for name, _, _ in tables.OPS])
 
 
 def b_datr(blk, d):
@@ -54,6 +55,8 @@ def b_iot(blk, d):
     return jnp.where(d["pemode"] == 0, 0, ordered_fault(
         ("HDR.6 iot_open", ~blk.active | blk.iot_closed, "Fault_BundleControl"),
         ("HDR.6 iot_mask", mismatch, "Fault_TileLegality"),
+        # a TMOV L2S block's B.IOT names no destination (BindBundleTileIO)
+        ("HDR.6 iot_l2s_destination", take(_L2S, blk.op) & d["iot_dst"], "Fault_TileLegality"),
         ("HDR.6 iot_count", blk.iot_count >= MAX_IOT, "Fault_TileLegality")))
 
 
@@ -83,7 +86,7 @@ def fpatr_fields_legal(d):
 def b_fpatr(blk, d):
     """B.FPATR: once, only in a matrix header, before any B.IOR/B.IOT/B.IOS."""
     return ordered_fault(
-        ("HDR.8 fpatr_place", ~blk.active | blk.fpatr_present | (blk.op < _MATRIX_FIRST)
+        ("HDR.8 fpatr_place", ~blk.active | blk.fpatr_present | ~take(_CUBE_OP, blk.op)
          | blk.ior_present | (blk.iot_count > 0) | (blk.ios_count > 0), "Fault_BundleControl"),
         ("HDR.8 fpatr_fields", ~fpatr_fields_legal(d), "Fault_TileLegality"))
 

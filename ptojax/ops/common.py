@@ -381,11 +381,16 @@ def payload(tiles, slot, W: int):
     slot = jnp.asarray(slot)
     if slot.ndim:
         return jax.vmap(lambda k: payload(tiles, k, W))(slot.reshape(-1)).reshape(slot.shape + (L,))
+    return payload_defined(tiles, slot, W)[0]
+
+
+def payload_defined(tiles, slot, W: int):
+    """(Words, definedness bits) of the first lane_count elements of one slot
+    (a scalar `slot`), as payload reads them."""
     d = row(tiles.desc, slot)
     start = pool_start(d[COL["base"]], tiles.words.shape[-1], W, s64=_s64(tiles))
-    words, _ = decode_window(_window(tiles, tiles.words, start),
-                             _window(tiles, tiles.defined, start), is_wide(d[COL["dtype"]]), L)
-    return words
+    return decode_window(_window(tiles, tiles.words, start), _window(tiles, tiles.defined, start),
+                         is_wide(d[COL["dtype"]]), lane_count(tiles))
 
 
 def install(tiles, slot, do, fields: dict, words, defined, written, W: int):

@@ -21,20 +21,21 @@ import jax.numpy as jnp
 from .. import families, tables
 from ..state import TILE_COLUMN as COL
 from ..storage import local_desc, pe_file, with_pe_file
-from . import header, matrix, mgather_cas, shared_transport, transport
+from . import header, matrix, mgather_cas, shared_transport, tmov, transport
 from .common import DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
 from .family import Completion, Context, Family
 from .lowering import branch, lane_classes, trip_count, under_batch
-from .shared_transport import apply_row_write
+from .shared_transport import apply_row_write, merge_row_writes
 from .header import Header
 
 # the default family, then the routed ones in ptojax/families.py's order
 DEFAULT = transport.FAMILY
-ROUTED = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY)
+ROUTED = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY, tmov.FAMILY)
 assert (DEFAULT.spec, *(f.spec for f in ROUTED)) == families.FAMILIES
 # the effect groups whose operations can write a Local register file (a
-# TSTORE, Local or Shared, and a Shared TLOAD only read it)
-LOCAL_WRITERS = frozenset({"TLOAD", "MGATHER.CAS", "MATMUL"})
+# TSTORE, Local or Shared, and a Shared TLOAD only read it; TMOV writes one
+# for Functions 2, 11 and 12)
+LOCAL_WRITERS = frozenset({"TLOAD", "MGATHER.CAS", "MATMUL", "TMOV"})
 
 
 def _tile_words(capacity, bits, W: int):
@@ -134,7 +135,7 @@ def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: in
             continue
         f, a, view, w = _family(family, enable & mine, view, h, pe, cfg, ctx)
         fault, addr = jnp.where(mine, f, fault), jnp.where(mine, a, addr)
-        rw = w if w is not None else rw
+        rw = merge_row_writes(rw, w)
     return fault, addr, view, rw
 
 
@@ -171,7 +172,7 @@ def complete_core(state, h: Header, cfg, enable, effects, cas_seed=0):
     mask = header.block_mask(h)
     in_mask = lambda pe: ((mask >> (3 - pe)) & 1) == 1
     lowest = jnp.where(mask == 0, 0, jax.lax.clz(jnp.maximum(mask, 1).astype(jnp.int32)) - 28)
-    once = shared_transport.selects(h) | (mask == 0)
+    once = shared_transport.selects(h) | header.shared_tlsu_block(h) | (mask == 0)
 
     def one(carry, pe):
         s, fault, addr = carry

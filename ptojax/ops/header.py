@@ -14,8 +14,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import tables
+from .common import take
 
 
 class Header(NamedTuple):
@@ -125,6 +127,19 @@ def decode(blk) -> Header:
 def block_mask(h: Header):
     """The block's common PE mask (0 when no binding was recorded)."""
     return jnp.where(h.iot_count > 0, h.mask, jnp.where(h.ios_count > 0, h.shared_mask, 0))
+
+
+_TLSU = np.array([engine == "TLSU" for _, engine, _ in tables.OPS])
+
+
+def is_tlsu_op(h: Header):
+    """The block's operation runs on the TLSU (transport, MGATHER.CAS, TMOV)."""
+    return take(_TLSU, h.op)
+
+
+def shared_tlsu_block(h: Header):
+    """A TLSU block with a B.IOS: one collective action of the Core, run once."""
+    return is_tlsu_op(h) & (h.ios_count > 0)
 
 
 def is_tlsu(h: Header):

@@ -52,6 +52,14 @@ def no_row_write(shared) -> RowWrite:
     return RowWrite(jnp.int32(0), jnp.bool_(False), jnp.zeros(shared.words.shape[-1], U64))
 
 
+def merge_row_writes(a, b):
+    """The RowWrite of two families (None: a family without one): b's where it
+    writes, else a's; at most one family's enable holds for a block."""
+    if a is None or b is None:
+        return b if a is None else a
+    return RowWrite(*(jnp.where(b.do, x, y) for x, y in zip(b, a)))
+
+
 def apply_row_write(shared, w: RowWrite):
     """`shared` with the RowWrite done (in place: one row)."""
     return shared.replace(words=shared.words.at[w.index].set(

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import families, tables
 from . import memory
@@ -30,10 +31,16 @@ LAY = tables.TILE_LAYOUT_CODE
 LOC = tables.TILE_LOCATION_CODE
 
 
+# C.5 step 2 per operation: a TLSU block's Function always decodes (9..12 as
+# TMOV, 14 as TSTORE); another's is looked up raw in 0..8 and 13
+_TLSU_DECODABLE = np.array([engine == "TLSU" or 0 <= fn <= 8 or fn == 13
+                            for _, engine, fn in tables.OPS])
+
+
 def tlsu_decodable(h: Header):
     """C.5 step 2: the CUBE path decodes the block's Function as a TLSU
     selector; the TGEMV* Functions (16..22) have none."""
-    return h.op < OP["TGEMV"]
+    return take(_TLSU_DECODABLE, h.op)
 
 
 def cube_schema_legal(h: Header, is_load, is_store):

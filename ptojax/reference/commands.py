@@ -68,6 +68,9 @@ def b_iot(m: Machine, cmd: Decoded, word: int, address: int, pe: int) -> Optiona
         return BUNDLE_CONTROL                   # HDR.6 iot_open
     if any(x.mask != mask for x in b.iots):
         return TILE_LEGALITY                    # HDR.6 iot_mask
+    if cmd.has("DstTile") and 0 <= b.op < len(tables.OPS) and \
+            tables.OPS[b.op][0] in ("TMOV.L2S.INSERT", "TMOV.L2S.PUBLISH"):
+        return TILE_LEGALITY                    # HDR.6 iot_l2s_destination
     if len(b.iots) >= MAX_IOT:
         return TILE_LEGALITY                    # HDR.6 iot_count
     dst = cmd.has("DstTile")

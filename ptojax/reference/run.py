@@ -26,7 +26,7 @@ from .. import families, tables
 from ..result import RunResult
 from ..block_domain import check_block
 from ..state import MachineConfig, State, check_pool
-from . import matrix, mgather_cas, shared_transport, transport
+from . import matrix, mgather_cas, shared_transport, tmov, transport
 from .commands import b_catr, b_datr, b_dim, b_fpatr, b_ior, b_ios, b_iot
 from .decode import Decoded, decode
 from .state import MASK64, Block, Machine
@@ -34,7 +34,7 @@ from .transport import BUNDLE_CONTROL, ILLEGAL, Fault
 
 # the default family, then the routed ones in ptojax/families.py's order
 DEFAULT = transport.FAMILY
-ROUTED = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY)
+ROUTED = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY, tmov.FAMILY)
 assert (DEFAULT.spec, *(f.spec for f in ROUTED)) == families.FAMILIES
 INSTRUCTION_PC = Fault("Fault_InstructionPC")
 POST_COMMIT = Fault("Fault_BundlePostCommit")

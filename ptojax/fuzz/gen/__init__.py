@@ -53,6 +53,7 @@ from .matrix import (MATMUL_AIMS, MATMUL_FORMS, MATMUL_KINDS, MATMUL_MUTATIONS, 
 from .edges import (EDGE_KINDS, EDGE_LABELS, LARGE_LABELS, edge_case, edge_coverage, edge_kinds,
                     edge_labels, large_ok)
 from .mgather_cas import CAS_AIMS, CAS_KINDS, CAS_MUTATIONS, random_cas_case, random_cas_cases
+from .tmov import TMOV_AIMS, TMOV_KINDS, TMOV_MUTATIONS, random_tmov_case, random_tmov_cases
 from .transport import PROGRAM_KINDS, transport_case, random_words_case
 from .transport_mutations import MUTATIONS, STREAM_MUTATIONS
 
@@ -61,7 +62,8 @@ def random_case(rng: np.random.Generator, cfg=None) -> Case:
     """One random Case: a TLOAD/TSTORE program, or with GenConfig's weights
     another family's case (see the module docstring)."""
     g = gen_config(cfg)
-    if g.cas_weight > 0 or g.matmul_weight > 0 or g.coop_weight > 0 or g.edge_weight > 0:
+    if g.cas_weight > 0 or g.matmul_weight > 0 or g.coop_weight > 0 or g.edge_weight > 0 \
+            or g.tmov_weight > 0:
         u = rng.random()              # one draw: cas_weight alone leaves the old draws as they were
         if u < g.cas_weight:
             return random_cas_case(rng, g)
@@ -71,6 +73,8 @@ def random_case(rng: np.random.Generator, cfg=None) -> Case:
             return random_coop_case(rng, g)
         if u < g.cas_weight + g.matmul_weight + g.coop_weight + g.edge_weight:
             return edge_case(rng, g)
+        if u < g.cas_weight + g.matmul_weight + g.coop_weight + g.edge_weight + g.tmov_weight:
+            return random_tmov_case(rng, g)
     return transport_case(rng, g)
 
 
@@ -86,4 +90,5 @@ __all__ = ["GenConfig", "Case", "Bundle", "random_case", "random_cases", "random
            "MATMUL_KINDS", "MATMUL_MUTATIONS", "MATMUL_AIMS", "random_coop_case",
            "random_coop_cases", "COOP_FORMS", "COOP_MACHINE", "COOP_KINDS", "COOP_MUTATIONS",
            "COOP_AIMS", "MatmulImpossible", "matmul_possible", "EDGE_KINDS", "EDGE_LABELS", "LARGE_LABELS",
-           "edge_case", "edge_coverage", "edge_kinds", "edge_labels", "large_ok"]
+           "edge_case", "edge_coverage", "edge_kinds", "edge_labels", "large_ok",
+           "random_tmov_case", "random_tmov_cases", "TMOV_KINDS", "TMOV_MUTATIONS", "TMOV_AIMS"]

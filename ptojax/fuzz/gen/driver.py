@@ -40,13 +40,16 @@ class GenConfig:
     core: bool = False             # every case runs on the Core (pj.run_core; Case.core)
     coop_weight: float = 0.0       # random_case: probability of a cooperative / Shared kind
     edge_weight: float = 0.0       # random_case: probability of a large-tile / budget-edge kind
+    tmov_weight: float = 0.0       # random_case: probability of a TMOV kind (gen/tmov.py)
 
     def __post_init__(self):
-        weights = (self.cas_weight, self.matmul_weight, self.coop_weight, self.edge_weight)
+        weights = (self.cas_weight, self.matmul_weight, self.coop_weight, self.edge_weight,
+                   self.tmov_weight)
         if not (all(0.0 <= w <= 1.0 for w in weights) and sum(weights) <= 1.0 + 1e-12):
             raise ValueError(f"GenConfig: cas_weight {self.cas_weight}, matmul_weight "
-                             f"{self.matmul_weight}, coop_weight {self.coop_weight} and "
-                             f"edge_weight {self.edge_weight} must be probabilities summing "
+                             f"{self.matmul_weight}, coop_weight {self.coop_weight}, "
+                             f"edge_weight {self.edge_weight} and tmov_weight "
+                             f"{self.tmov_weight} must be probabilities summing "
                              f"to at most 1")
         if self.coop_weight > 0 and not self.core:
             raise ValueError("GenConfig: coop_weight > 0 needs core=True (cooperative kinds run "
