@@ -160,7 +160,7 @@ def test_matrix_ops_selection_and_weights():
     # every filler row starts a block of each effect group
     from ptojax.machine import possible_effects
     assert possible_effects(C.filler_words()) == {"TLOAD", "TSTORE", "SHARED", "MGATHER.CAS",
-                                                  "MATMUL"}
+                                                  "MATMUL", "TMOV"}
 
 
 def test_core_weights_coverage_and_case_files(capsys, monkeypatch, tmp_path):

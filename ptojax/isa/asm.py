@@ -88,7 +88,6 @@ def _legal(enc: forms.Encoding, name: str) -> Optional[frozenset]:
     return None
 
 
-_BSTART_DTYPES = _legal(START_ENCODING["TLOAD"], "DataType")
 _DATR_LEGAL = {n: _legal(DATR_ENCODING, n) for n in ("Layout", "DataType", "CMode")}
 
 SYNTAX = {
@@ -253,7 +252,7 @@ def _asm_bstart(mn: str, ops: list[str]) -> int:
         if not enc.form.constraint_ok({"DataType": 31}):
             raise _Bad(f"DTYPE_NONE is not a {mn} DataType")
         return _encode(enc, {"DataType": 31})
-    dt = _enum(ops[0], "DataType", _DTYPE_NAMES, _BSTART_DTYPES, 31)
+    dt = _enum(ops[0], "DataType", _DTYPE_NAMES, _legal(enc, "DataType"), 31)
     return _encode(enc, {"DataType": dt})
 
 
