@@ -302,7 +302,7 @@ def print_table(result):
         cells.append("/".join("-" if h is None else "yes" if h else "NO" for h in hits))
         t.add_row(*cells)
     console.print(t)
-    errors = [(row["preset"], row["set"], who, ph, (row.get(who) or {}).get(ph, {}).get("error"))
+    errors = [(row["preset"], row["set"], who, ph, ((row.get(who) or {}).get(ph) or {}).get("error"))
               for row in result["rows"] for who in ("baseline", "now")
               for ph in ("cold", "populate", "warm")]
     for preset, name, who, ph, err in errors:

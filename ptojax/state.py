@@ -101,6 +101,12 @@ class MachineConfig:
         return pool_pages_for(self.tile_capacity, self.local_slots, self.tile_words)
 
     @property
+    def max_tile_words(self) -> int:
+        """The most Words a Local tile can have (max_tile_words): tile_words, or
+        at the model's own bound a packed non-CUBE tile's logical elements."""
+        return max_tile_words(self.tile_words)
+
+    @property
     def pool_slots64(self) -> bool:
         """Whether the pools keep 64-bit slots (slots64)."""
         return slots64(self.tile_capacity, self.local_slots, self.tile_words)
@@ -147,6 +153,7 @@ class MachineConfig:
 # model's own never-used slot storage.
 
 _MAX_TSIZE = 65536          # the largest legal Local capacity (A.3)
+PACKED_WORDS = 2 * _MAX_TSIZE   # logical elements of the largest Local tile at 4 bits
 _TOP32, _TOP64 = 1 << 31, 1 << 63
 WIDE_CODES = tuple(sorted(d.code for d in tables.DATATYPES if d.bits >= 32))
 _WIDE = np.zeros(32, bool)
@@ -158,20 +165,36 @@ def slots64(tile_capacity: int, slots: int, W: int) -> bool:
     (every tile slot at its largest fits 2 x TILE_CAPACITY Words), Words as they
     are cost least; where it binds (the model's own bounds) 32-bit slots make
     the pool what the budget admits."""
-    return slots * W <= 2 * tile_capacity
+    return slots * max_tile_words(W) <= 2 * tile_capacity
 
 
-def window_slots(W: int, s64: bool = False) -> int:
-    """Slots of a tile's window: W Words in 64-bit slots; else W narrow Words, or
-    the two slots of each of the most Words a wide tile can have (W, and
-    _MAX_TSIZE / 4 bytes)."""
-    return W if s64 else min(2 * W, 2 * (_MAX_TSIZE // 4))
+def max_tile_words(W: int) -> int:
+    """The most Words a Local tile can have on a machine of `tile_words` W: W,
+    except at the model's own bound (W = PTO_MODEL_TILE_ELEMENTS), where a
+    non-CUBE tile with more logical elements than that (an 8-bit tile of 64
+    KiB, a 4-bit one past 16 KiB) keeps every one, as the model's packed
+    carriers do (packed-boundary.asl): up to 2 x 64 KiB 4-bit elements.
+    CUBE tiles stay within W (cell_count*CR*CC <= PTO_MODEL_TILE_ELEMENTS)."""
+    return PACKED_WORDS if W == MODEL_TILE_ELEMENTS else W
+
+
+def window_slots(L: int, s64: bool = False) -> int:
+    """Slots of a window of L Words: L in 64-bit slots; else L narrow Words, or
+    the two slots of each of the most Words a wide tile can have (min(L,
+    _MAX_TSIZE / 4 bytes)), whichever is more."""
+    return L if s64 else max(L, min(2 * L, 2 * (_MAX_TSIZE // 4)))
+
+
+def full_window(W: int, s64: bool = False) -> int:
+    """Slots of a tile's window at its largest on a machine of `tile_words` W:
+    what a pool keeps room for past any tile's base."""
+    return window_slots(max_tile_words(W), s64)
 
 
 def _window_slack(W: int, s64: bool) -> int:
     """Pool slots past the last tile's own that its window may reach: a tile
     owns at least min(256, W) slots (the least capacity is 128 bytes)."""
-    return window_slots(W, s64) - min(256, W)
+    return full_window(W, s64) - min(256, W)
 
 
 def pool_pages_for(tile_capacity: int, slots: int, W: int) -> int:
@@ -179,15 +202,15 @@ def pool_pages_for(tile_capacity: int, slots: int, W: int) -> int:
     slots or for every tile slot at its largest, whichever is less, and the last
     window's slack."""
     s64 = slots64(tile_capacity, slots, W)
-    need = min(2 * tile_capacity, slots * window_slots(W, s64)) + _window_slack(W, s64)
-    return max(-(-need // W), -(-window_slots(W, s64) // W))      # at least one window
+    need = min(2 * tile_capacity, slots * full_window(W, s64)) + _window_slack(W, s64)
+    return max(-(-need // W), -(-full_window(W, s64) // W))      # at least one window
 
 
 def pool_capacity(pages: int, slots: int, W: int, s64: bool) -> Optional[int]:
     """The largest TILE_CAPACITY register a pool of `pages` holds every allocation
     for; None when it holds every tile slot at its largest (any register)."""
     usable = pages * W - _window_slack(W, s64)
-    return None if usable >= slots * window_slots(W, s64) else usable // 2
+    return None if usable >= slots * full_window(W, s64) else usable // 2
 
 
 def is_wide(dtype, xp=jnp):
@@ -197,9 +220,11 @@ def is_wide(dtype, xp=jnp):
 
 
 def pool_extent(capacity, dtype, W: int, xp=jnp, s64: bool = False):
-    """Pool slots a tile of `capacity` (TSize) bytes owns: 2 x TSize, at most its window
-    (W Words in 64-bit or narrow slots, or two slots per Word of a wide tile)."""
-    room = W if s64 else xp.where(is_wide(dtype, xp), window_slots(W), W)
+    """Pool slots a tile of `capacity` (TSize) bytes owns: 2 x TSize, at most its
+    window (max_tile_words(W) Words in 64-bit or narrow slots, or two slots per
+    Word of a wide tile)."""
+    top = max_tile_words(W)
+    room = top if s64 else xp.where(is_wide(dtype, xp), window_slots(W), top)
     return xp.clip(2 * xp.asarray(capacity).astype(xp.int64), 0, room)
 
 
@@ -213,7 +238,7 @@ def pool_top(allocated, capacity, dtype, base, W: int, xp=jnp, s64: bool = False
 def pool_start(base, pool_slots: int, W: int, xp=jnp, s64: bool = False):
     """First pool slot of a tile's window: its base clamped into the pool (as XLA's
     dynamic slices clamp; a base only a hand-made State can hold)."""
-    return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_slots - window_slots(W, s64))
+    return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_slots - full_window(W, s64))
 
 
 def _as_words(pairs, xp):
@@ -277,35 +302,42 @@ def slot_window(tiles, pe: int, slot: int):
     t = {k: np.asarray(tiles[k])[pe] for k in ("allocated", "capacity", "dtype", "base")}
     if not t["allocated"][slot]:
         top = pool_top(t["allocated"], t["capacity"], t["dtype"], t["base"], W, np, s64)
-        base = np.minimum(top, K * W - window_slots(W, s64))
+        base = np.minimum(top, K * W - full_window(W, s64))
     else:
         base = t["base"][slot]
     at = int(pool_start(base, K * W, W, np, s64))
-    n = window_slots(W, s64)
+    n = full_window(W, s64)
     return tuple(np.asarray(tiles[k][pe]).reshape(-1)[at:at + n] if k in tiles else None
                  for k in ("words", "defined"))
 
 
 def write_tile_words(tiles, pe: int, slot: int, words, defined) -> None:
-    """Write a slot's W Words and definedness into the pool of `tiles`, a dict of
-    numpy leaves (edited in place), as install does: its own slots only."""
+    """Write a slot's Words and definedness (at most max_tile_words; the rest
+    zero and undefined) into the pool of `tiles`, a dict of numpy leaves
+    (edited in place), as install does: its own slots only."""
     W = np.shape(tiles["defined"])[-1]
+    L = max_tile_words(int(W))
     s64 = _has_slots64(tiles)
     t = {k: np.asarray(tiles[k])[pe, slot] for k in ("capacity", "dtype")}
     n = int(pool_extent(t["capacity"], t["dtype"], W, np, s64))
     wide = bool(is_wide(t["dtype"], np))
+    words, defined = np.asarray(words, np.uint64), np.asarray(defined, bool)
+    if words.shape[0] < L:
+        words = np.concatenate([words, np.zeros(L - words.shape[0], np.uint64)])
+        defined = np.concatenate([defined, np.zeros(L - defined.shape[0], bool)])
     for view, new in zip(slot_window(tiles, pe, slot),
-                         encode_window(words, defined, wide, W, np, s64)):
+                         encode_window(words, defined, wide, L, np, s64)):
         view[:n] = new[:n]
 
 
 def tile_words(tiles, pe: int, slot: int):
-    """(words uint64[W], defined bool[W]) of PE `pe`'s slot `slot`, as the
-    executor reads them (decode_window over slot_window)."""
+    """(words uint64[L], defined bool[L]) of PE `pe`'s slot `slot`, L =
+    max_tile_words(W), as the executor reads them (decode_window over
+    slot_window)."""
     W = np.shape(tiles["defined"])[-1]
     slots, defined = slot_window(tiles, pe, slot)
     return decode_window(slots, defined, bool(is_wide(np.asarray(tiles["dtype"])[pe, slot], np)),
-                         W, np)
+                         max_tile_words(int(W)), np)
 
 
 PRESETS: dict[str, MachineConfig] = {

@@ -125,8 +125,8 @@ def read_tile(s: State, index: int, pe: int = 0) -> TileView:
         "dtype", "layout", "location", "capacity", "rows", "cols", "valid_rows", "valid_cols",
         "k_repeat", "n_repeat", "cell_count", "storage_bytes", "mask", "defined_valid")}
     alloc = bool(np.asarray(t.allocated[pe, i]))
-    n = min(g["rows"] * g["cols"], t.words.shape[-1]) if alloc else 0
     window = tile_words(t, pe, i)
+    n = min(g["rows"] * g["cols"], window[0].shape[0]) if alloc else 0
     return TileView(
         index=index, allocated=alloc, layout=tables.TILE_LAYOUTS[g["layout"]],
         dtype=tables.DTYPE_BY_CODE[g["dtype"]].name, rows=g["rows"], columns=g["cols"],

@@ -25,7 +25,7 @@ SRC, DST = 0x100, 0x800
 
 
 def test_classes():
-    assert lane_classes(32768) == (256, 512, 1024, 4096, 32768)  # asl
+    assert lane_classes(32768) == (256, 512, 1024, 4096, 32768, 131072)  # asl (packed tiles)
     assert lane_classes(2048) == (256, 512, 2048)
     assert lane_classes(1024) == (256, 1024)                    # small
     assert lane_classes(256) == (256,) and lane_classes(512) == (512,)

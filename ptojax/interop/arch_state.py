@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..state import (PROFILES, SEMANTICS, Block, MachineConfig, Rules, SharedTiles, State, Tiles,
+from ..state import (max_tile_words, PROFILES, SEMANTICS, Block, MachineConfig, Rules, SharedTiles, State, Tiles,
                      check_state, config_of, empty_block)
 from .fields import (U64 as _U64, bool_ as _bool, dtype_code as _dtype_code, fail as _fail,
                      int_ as _int, layout_code as _layout_code, list_ as _list,
@@ -380,7 +380,8 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     sizes; it is recorded in `metadata`.
     """
     pe, cfg = _export_args(state, cfg, pe, kind)
-    S, W = state.tiles.base.shape[-1], state.tiles.words.shape[-1]
+    # a tile's row: max_tile_words (past tile_words for the model's packed tiles)
+    S, W = state.tiles.base.shape[-1], max_tile_words(state.tiles.words.shape[-1])
     R, WS = state.shared.words.shape
     hs = S // 4
 
@@ -413,7 +414,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
             "memory": memory, "fault": fault_d,
             "pe_id": pe, "thread_id": 0, "cycle": 0,
             "extensions": {EXT: {"format": EXT_FORMAT, "gm_bytes": int(gm.shape[0]),
-                                 "hand_slots": hs, "tile_words": int(W),
+                                 "hand_slots": hs, "tile_words": int(state.tiles.words.shape[-1]),
                                  "shared_slots": int(R), "shared_words": int(WS),
                                  "pool_pages": int(state.tiles.words.shape[-2]),
                                  "pool_slot_bits": int(state.tiles.words.dtype.itemsize * 8)}},
@@ -440,7 +441,7 @@ def _ext(extensions, label: str):
 
 def _read_tile(v, name: str, label: str, cfg: MachineConfig, t: dict):
     slot = _slot(cfg, name, label)
-    W = cfg.tile_words
+    W = cfg.max_tile_words
     v = _obj(v, label, ("descriptor", "data", "defined", "generation", "extensions"))
     dl = f"{label}.descriptor"
     d = _obj(v["descriptor"], dl, ("dtype", "layout", "shape", "valid_shape", "strides", "extensions"))
@@ -472,7 +473,8 @@ def _read_tile(v, name: str, label: str, cfg: MachineConfig, t: dict):
     data = _list(v["data"], f"{label}.data")
     dfn = _list(v["defined"], f"{label}.defined")
     if len(data) > W:
-        _fail(f"{label}.data", f"{len(data)} payload Words do not fit cfg.tile_words={W}")
+        _fail(f"{label}.data", f"{len(data)} payload Words do not fit cfg.tile_words="
+              f"{cfg.tile_words}" + (f" ({W} for a packed tile)" if W > cfg.tile_words else ""))
     if len(dfn) != len(data):
         _fail(f"{label}.defined", f"has {len(dfn)} entries for {len(data)} payload Words")
     _int(v["generation"], f"{label}.generation", 0, 1 << 63)
@@ -504,8 +506,8 @@ def _read_free(v, name: str, label: str, cfg: MachineConfig, t: dict):
         if k == "allocated":
             continue
         t[k][slot] = _int(val, f"{label}.fields.{k}", *_I32)
-    _put_sparse(t["words"][slot], v["words"], f"{label}.words", cfg.tile_words, 0)
-    _put_bits(t["defined"][slot], v["defined"], f"{label}.defined", cfg.tile_words, 0)
+    _put_sparse(t["words"][slot], v["words"], f"{label}.words", cfg.max_tile_words, 0)
+    _put_bits(t["defined"][slot], v["defined"], f"{label}.defined", cfg.max_tile_words, 0)
 
 
 def _shared_sid(name, label: str) -> int:
@@ -833,7 +835,7 @@ def _read_fault(v) -> tuple[str, int]:
 def _read_local_files(tile, pe: int, cfg: MachineConfig) -> dict:
     """Tiles leaves as numpy arrays: state.tile is PE pe_id's file, the others travel
     in extensions (reset when absent)."""
-    P, S, W = tables.NUM_PES, cfg.local_slots, cfg.tile_words
+    P, S, W = tables.NUM_PES, cfg.local_slots, cfg.max_tile_words
     t = {k: np.full((P, S), _FREE_DEFAULTS.get(k, 0), dtype=bool if k == "allocated" else np.int32)
          for k in _TILE_SCALARS}
     t["words"] = np.zeros((P, S, W), np.uint64)
@@ -899,7 +901,7 @@ def from_arch_state(d: dict, cfg: Optional[MachineConfig] = None) -> State:
     gpr, tpc, tile_capacity, flags = _read_scalar(st["scalar"], pe, cfg)
     gm = _read_memory(st["memory"], cfg.gm_bytes)
     code, fault_address = _read_fault(st["fault"])
-    t = pool_rows(_read_local_files(st["tile"], pe, cfg), *_pool_shape(st, cfg))
+    t = pool_rows(_read_local_files(st["tile"], pe, cfg), *_pool_shape(st, cfg), cfg.tile_words)
     # ---- Shared tiles: the Core's records
     sh = _read_shared(st["shared"], "state.shared", cfg)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tables
-from ..state import own_words, pool_top, window_slots, write_tile_words
+from ..state import full_window, max_tile_words, own_words, pool_top, write_tile_words
 from .fields import fail as _fail
 
 
@@ -30,11 +30,12 @@ def _own_row(t: dict, p: int, slot: int, W: int) -> tuple:
 
 
 def slot_rows(t: dict) -> dict:
-    """Tiles leaves with words/defined as [4, S, W] slot rows: an allocated slot's
-    own pool Words (state.pool_extent) then zeros; a free slot, which owns none,
-    all zeros."""
+    """Tiles leaves with words/defined as [4, S, L] slot rows (L =
+    max_tile_words: a packed tile's elements past tile_words included): an
+    allocated slot's own pool Words (state.pool_extent) then zeros; a free
+    slot, which owns none, all zeros."""
     P, S = t["base"].shape
-    W = t["words"].shape[-1]
+    W = max_tile_words(t["words"].shape[-1])
     rows = {"words": np.zeros((P, S, W), np.uint64), "defined": np.zeros((P, S, W), bool)}
     for p in range(P):
         for slot in np.flatnonzero(t["allocated"][p]):
@@ -42,11 +43,12 @@ def slot_rows(t: dict) -> dict:
     return {**t, **rows}
 
 
-def pool_rows(t: dict, K: int, s64: bool) -> dict:
+def pool_rows(t: dict, K: int, s64: bool, W: int) -> dict:
     """Inverse of slot_rows for an envelope read into slot rows: each PE's
     allocated tiles at their recorded pool_base (base >= 0), the others placed in
-    slot order after them, as allocation places them (state.pool_top)."""
-    P, S, W = t["words"].shape
+    slot order after them, as allocation places them (state.pool_top); K pages
+    of W (tile_words) slots."""
+    P, S, L = t["words"].shape
     pool = {"words": np.zeros((P, K, W), np.uint64 if s64 else np.uint32),
             "defined": np.zeros((P, K, W), bool)}
     for p in range(P):
@@ -59,12 +61,12 @@ def pool_rows(t: dict, K: int, s64: bool) -> dict:
         for slot in np.flatnonzero(t["allocated"][p] & (t["base"][p] < 0)):
             t["base"][p, slot] = min(int(pool_top(t["allocated"][p] & (t["base"][p] >= 0),
                                                   t["capacity"][p], t["dtype"][p], t["base"][p],
-                                                  W, np, s64)), K * W - window_slots(W, s64))
+                                                  W, np, s64)), K * W - full_window(W, s64))
         placed = {**t, **pool}          # the same arrays: write_tile_words edits the pool
         for slot in np.flatnonzero(t["allocated"][p]):
             words, defined = t["words"][p, slot], t["defined"][p, slot]
             write_tile_words(placed, p, slot, words, defined)
-            kept = _own_row(placed, p, slot, W)
+            kept = _own_row(placed, p, slot, L)
             if not (np.array_equal(kept[0], words) and np.array_equal(kept[1], defined)):
                 _fail(f"tile {_name(slot, S)} of PE {p}",
                       "holds Words its storage cannot: past its own pool slots (2 per "

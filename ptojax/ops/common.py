@@ -10,10 +10,10 @@ import numpy as np
 
 from .. import tables
 from ..indexing import row, set_row
-from ..layouts.geometry import CELL_SHAPES, derived, shape_legal
+from ..layouts.geometry import CELL_SHAPES, MODEL_TILE_ELEMENTS, derived, shape_legal
 from .lowering import settle
-from ..state import (TILE_COLUMN as COL, TILE_FIELDS, decode_window, encode_window, is_wide,
-                     pool_extent, pool_start, pool_top, window_slots)
+from ..state import (TILE_COLUMN as COL, TILE_FIELDS, decode_window, encode_window, full_window,
+                     is_wide, pool_extent, pool_start, pool_top, window_slots)
 
 F = tables.FAULT_CODE
 U64 = jnp.uint64
@@ -260,6 +260,15 @@ def ordinary_span(layout, rows, cols, bits, vr, vc):
                       [vc * rows, up(vr, 16) * cols, up(vc, inner) * rows], vr * cols)
 
 
+def packed_carrier(rows, cols):
+    """Whether a non-CUBE tile of rows x cols elements is one the model keeps in
+    packed carriers (TileUsesPackedCarrierRepresentation: more elements than
+    PTO_MODEL_TILE_ELEMENTS, or 4 bits wide, whose nibbles every tile keeps
+    zero-extended anyway). Its elements read back unextended: an S8 0x80 is
+    the Word 0x80, where an ordinary S8 tile holds it sign-extended."""
+    return jnp.asarray(rows).astype(jnp.int64) * cols > MODEL_TILE_ELEMENTS
+
+
 def valid_lanes(vr, vc, W: int):
     """(r, c, in_region) of lanes 0..W-1 enumerating a VR x VC region row-major."""
     j = jnp.arange(W, dtype=jnp.int32)
@@ -369,7 +378,7 @@ def _next_base(tiles, W: int):
     d = tiles.desc
     top = pool_top(d[:, COL["allocated"]], d[:, COL["capacity"]], d[:, COL["dtype"]],
                    d[:, COL["base"]], W, s64=_s64(tiles))
-    return jnp.minimum(top, pool_slots - window_slots(W, _s64(tiles))).astype(jnp.int32)
+    return jnp.minimum(top, pool_slots - full_window(W, _s64(tiles))).astype(jnp.int32)
 
 
 def payload(tiles, slot, W: int):
@@ -442,8 +451,9 @@ def _placed(tiles, slot, do, fields: dict, W: int, prev, slots, slots_defined, s
 def aux_words(lanes: int) -> int:
     """Words an auxiliary window holds: a matrix block's RowMax output (at most
     32 rows) or GroupMax output (M x ceil(N / GroupN) <= lanes / 8 + 32 with
-    GroupN >= 8 and M x N <= lanes)."""
-    return min(lanes // 8 + 32, lanes)
+    GroupN >= 8 and M x N <= lanes; a matrix D, a CUBE tile, has at most
+    PTO_MODEL_TILE_ELEMENTS Words, whatever class a block runs at)."""
+    return min(min(lanes, MODEL_TILE_ELEMENTS) // 8 + 32, lanes)
 
 
 def aux_slots(lanes: int, s64: bool) -> int:

@@ -28,6 +28,8 @@ from .lowering import branch, lane_classes, trip_count, under_batch
 from .shared_transport import apply_row_write, merge_row_writes
 from .header import Header
 
+CUBE_LAYOUT_CODES = tuple(tables.TILE_LAYOUT_CODE[n] for n in tables.CUBE_LAYOUTS)
+
 # the default family, then the routed ones in ptojax/families.py's order
 DEFAULT = transport.FAMILY
 ROUTED = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY, tmov.FAMILY)
@@ -36,6 +38,12 @@ assert (DEFAULT.spec, *(f.spec for f in ROUTED)) == families.FAMILIES
 # TSTORE, Local or Shared, and a Shared TLOAD only read it; TMOV writes one
 # for Functions 2, 11 and 12)
 LOCAL_WRITERS = frozenset({"TLOAD", "MGATHER.CAS", "MATMUL", "TMOV"})
+# the families whose blocks can name a tile past tile_words (the model's packed
+# tiles: state.max_tile_words): an ordinary TLOAD/TSTORE and TMOV. The others
+# bound every tile they read or write by tile_words (a matrix Bias or scale
+# tile, MGATHER.CAS's tiles, the Shared registers), so they run at most there.
+PACKED_EFFECTS = frozenset({"TLOAD", "TSTORE", "TMOV"})
+WITHIN_TILE_WORDS = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY)
 
 
 def _tile_words(capacity, bits, W: int):
@@ -48,19 +56,26 @@ def lanes_needed(desc, h: Header, cfg):
     """The most Words of any tile the block with header `h` names on a PE with
     descriptors `desc`: its destinations, at the narrowest element type the
     header gives (a matrix accumulator is no narrower than its inputs), and its
-    allocated sources. A legal block touches no lane past that; an illegal one
-    touches none, so its fault is the same at any lane count."""
-    W = cfg.tile_words
+    allocated sources; a CUBE tile has at most tile_words, a non-CUBE one up to
+    max_tile_words (the model's packed tiles). A legal block touches no lane
+    past that; an illegal one touches none, so its fault is the same at any
+    lane count."""
+    W, top = cfg.tile_words, cfg.max_tile_words
     edt = jnp.where(h.datr_present & (h.datr_dtype != tables.DTYPE_NONE), h.datr_dtype, h.dtype)
     bits = jnp.minimum(take(DT_BITS, h.dtype), take(DT_BITS, edt))
     bits = jnp.where(take(DT_BITS, edt) == 0, take(DT_BITS, h.dtype), bits)
     tsize = size_code_bytes(h.size_code)
-    dst = jnp.where(h.bound & h.has_dst, _tile_words(tsize, bits, W), 0)
+    dst = jnp.where(h.bound & h.has_dst, _tile_words(tsize, bits, jnp.where(h.cube, W, top)), 0)
     slot, exists = slot_of(h.sources, cfg.hand_slots)
     d = desc[slot]
+    cube = jnp.isin(d[:, COL["layout"]], jnp.asarray(CUBE_LAYOUT_CODES))
     src = jnp.where(h.source_ok & exists & (d[:, COL["allocated"]] != 0),
-                    _tile_words(d[:, COL["capacity"]], take(DT_BITS, d[:, COL["dtype"]]), W), 0)
-    return jnp.maximum(jnp.max(dst), jnp.max(src))
+                    _tile_words(d[:, COL["capacity"]], take(DT_BITS, d[:, COL["dtype"]]),
+                                jnp.where(cube, W, top)), 0)
+    need = jnp.maximum(jnp.max(dst), jnp.max(src))
+    routed = ~h.cube & ~h.zero_mask
+    within = jnp.any(jnp.stack([f.selects(h) & routed for f in WITHIN_TILE_WORDS]))
+    return jnp.where(within, jnp.minimum(need, W), need)
 
 
 def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
@@ -71,7 +86,9 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     batch's States. pj.run's one State runs every block at tile_words: a pass
     at the machine's size costs one State little (a 16x16 TLOAD call takes
     3-5 ms at asl, 1.3 on tiny), and its program, compiled for each new
-    stream, stays one copy.
+    stream, stays one copy; where the model's packed tiles go past
+    tile_words (asl: max_tile_words), a second class runs the blocks that
+    name one.
 
     Each lane class is one lax.cond that applies its block's writes itself,
     at its own window (storage.PoolWrite, shared_transport.RowWrite): the
@@ -79,7 +96,10 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     Shared Words) as operands only, since XLA copied them whole into and out
     of every conditional that passed them through, each block; and a switch's
     branches would each return a write as large as the largest class's."""
-    classes = lane_classes(cfg.tile_words) if under_batch() else (cfg.tile_words,)
+    W = cfg.tile_words
+    top = cfg.max_tile_words if effects & PACKED_EFFECTS else W
+    classes = tuple(L for L in lane_classes(W) if L <= top) if under_batch() \
+        else tuple(sorted({W, top}))
 
     def at(lanes):
         def run(state):
@@ -129,9 +149,13 @@ def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: in
     chosen = [f.selects(h) & routed for f in ROUTED]
     fault, addr, view, rw = _family(DEFAULT, enable & ~jnp.any(jnp.stack(chosen)), view, h, pe,
                                     cfg, ctx)
-    # a family is traced only where the program's words can reach it
+    # a family is traced only where the program's words can reach it, and for
+    # pj.run's one State (whose class is its own block's) past tile_words only
+    # where its blocks can name a tile that large; a batch's class is its
+    # largest block's, which other blocks of every family share
+    past = lanes > cfg.tile_words and not under_batch()
     for family, mine in zip(ROUTED, chosen):
-        if family.effect not in effects:
+        if family.effect not in effects or (past and family in WITHIN_TILE_WORDS):
             continue
         f, a, view, w = _family(family, enable & mine, view, h, pe, cfg, ctx)
         fault, addr = jnp.where(mine, f, fault), jnp.where(mine, a, addr)

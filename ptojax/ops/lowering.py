@@ -8,6 +8,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..state import max_tile_words
+
 
 # pj.batch.run vmaps the executor under this axis name (see trip_count)
 BATCH_AXIS = "batch"
@@ -101,9 +103,12 @@ def lane_classes(W: int) -> tuple:
     copy of the completion program: a class within 4x of W would cost more to
     compile than it saves its rare tiles. 512 is the exception to the 4x step:
     a 16x32 FP16 matrix operand, the commonest one, has 512 Words and would
-    otherwise run at twice its width (asl: 256, 512, 1024, 4096, 32768)."""
+    otherwise run at twice its width. Where the model's packed tiles go past W
+    (state.max_tile_words: an 8-bit tile of 64 KiB, a large 4-bit one) their
+    blocks run at one more class (asl: 256, 512, 1024, 4096, 32768, 131072)."""
     classes, L = [], 256
     while 4 * L <= W:
         classes.append(L)
         L *= 2 if L < 1024 else 4
-    return tuple(classes) + (W,)
+    top = max_tile_words(W)
+    return tuple(classes) + (W,) + ((top,) if top > W else ())

@@ -102,7 +102,7 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     src_index = h.sources[jnp.argmax(h.source_ok)]
     sslot, s_alloc, s, s_defined = source(tiles, src_index, cfg.hand_slots)
     s_conf = configured(s, s_alloc, state.tile_capacity)
-    s_legal = ordinary_source_legal(s, s_alloc, s_defined, state.tile_capacity, W)
+    s_legal = ordinary_source_legal(s, s_alloc, s_defined, state.tile_capacity, cfg.max_tile_words)
 
     # the Shared register (9..12)
     sid, ssize, smask = h.shared_id[0], h.shared_size[0], h.shared_mask
@@ -126,7 +126,7 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     ebits = take(DT_BITS, jnp.maximum(edt, 0))
     k = jnp.argmax(h.bound & h.has_dst)
     dslot, found, tsize, budget_ok = destination(state, h.dst_hand[k], h.size_code[k], h.mask, cfg)
-    shape_ok, rows = ordinary_shape(tsize, cols, vr, vc, ebits, W, lay)
+    shape_ok, rows = ordinary_shape(tsize, cols, vr, vc, ebits, cfg.max_tile_words, lay)
     dest_bad = ~found | ~budget_ok | ~shape_ok
     mv_match = fractal_ok(lay, rows, cols, ebits) & (rows == s["rows"]) & (cols == s["cols"]) \
         & (vr == s["valid_rows"]) & (vc == s["valid_cols"]) & (lay == s["layout"]) \

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import families, tables
 from . import memory
-from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED,
+from .common import (packed_carrier, CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED,
                      PAD_WORDS, U64, capacity_register, cube_descriptor, cube_geometry, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, payload, ordered_fault,
                      ordinary_shape, ordinary_slot, ordinary_source_legal, row, source, take,
@@ -173,7 +173,7 @@ def _tload_destination(state, h: Header, cfg, cube_lay, cls) -> _Destination:
     col_o = jnp.where(lb[2] == 0, vc_o, lb[2])
     # the layout a relayout code names for the tile (GM is read row-major)
     lay_o = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
-    ord_shape_ok, rows_o = ordinary_shape(tsize, col_o, vr_o, vc_o, ebits, W, lay_o)
+    ord_shape_ok, rows_o = ordinary_shape(tsize, col_o, vr_o, vc_o, ebits, cfg.max_tile_words, lay_o)
 
     load_alloc_bad = ~found | ~budget_ok | ~jnp.where(cube, shape_ok, ord_shape_ok)
     return _Destination(dslot, tsize, cr, cc, g, vr_c, vc_c, edt, lay_o, vr_o, vc_o, col_o,
@@ -191,7 +191,8 @@ def _tstore_source(state, h: Header, cfg, cube_lay) -> _Source:
                      & (s_lay == cube_lay) & (s["valid_rows"] == lb[1])
                      & (s["valid_cols"] == lb[0]) & ((s["mask"] & bind_mask) == bind_mask))
     # C.8 step 4: an allocated, configured, generically indexable, fully defined source
-    ord_src_bad = ~ordinary_source_legal(s, s_alloc, s_defined, state.tile_capacity, W)
+    ord_src_bad = ~ordinary_source_legal(s, s_alloc, s_defined, state.tile_capacity,
+                                         cfg.max_tile_words)
     return _Source(sslot, s, s_lay, scr, scc, cube_src_bad, ord_src_bad)
 
 
@@ -286,7 +287,8 @@ def _effects(state, h: Header, tile_words: int, effects, ok, t: _Transfer, p: _M
     e = settle(_WriteParams(load=ok & is_load, store=ok & is_store, dslot=d.dslot, sslot=src.sslot,
                             pad_word=row(row(PAD_WORDS, bdt), h.pad),
                             pad_defined=h.pad != tables.PAD_NULL,
-                            signed=take(DT_SIGNED, jnp.where(cube, bdt, edt))))
+                            signed=take(DT_SIGNED, jnp.where(cube, bdt, edt))
+                            & (cube | ~packed_carrier(d.rows_o, d.col_o))))
     loaded = memory.read_elements(state.gm, lanes.addr, nbytes, (c & 1) == 1, four, e.signed)
     pad_area = p.cube & lanes.storage & ~valid
     new_words = jnp.where(valid, loaded, e.pad_word)        # the other Words stay stale

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import tables
 from ..state import (MAX_IOS, MAX_IOT, WIDE_CODES, MachineConfig, State, decode_window,
-                     encode_window, window_slots)
+                     encode_window, full_window, max_tile_words, pool_extent)
 
 MASK64 = (1 << 64) - 1
 DATR_ABSENT = [0, tables.DTYPE_NONE, tables.PAD_NULL, 0, 0, 0, 0]   # block reset value
@@ -163,12 +163,12 @@ class Machine:
             raise ValueError(f"State has {P} Local register files, expected {tables.NUM_PES}")
         self.pool_words = K * W
         self.s64 = state.tiles.words.dtype == np.uint64       # 64-bit slots (state.slots64)
-        self.window_slots = window_slots(W, self.s64)
+        self.window_slots = full_window(W, self.s64)       # a window at its largest
         if S % 4:
             raise ValueError(f"State has {S} tile slots, not a multiple of 4")
         R, WS = state.shared.words.shape
         self.hand_slots = S // 4
-        self.array_words = W
+        self.array_words = W                                  # pool page width
         self.tile_words = W
         self.shared_slots = R
         self.shared_words = WS
@@ -184,6 +184,9 @@ class Machine:
                                  f"{WS} Shared Words")
             self.tile_words = cfg.tile_words
             self.shared_words = cfg.shared_words
+        # the bound of a non-CUBE tile's Words: the model's packed tiles
+        # (state.max_tile_words) where tile_words is the model's own bound
+        self.ordinary_words = max_tile_words(self.tile_words)
         # MGATHER.CAS lane order (cas_order.py); the any-serialization checker
         # (cas_check.py) may force an explicit order and record each CAS's lanes
         self.cas_lane_order = cfg.cas_lane_order if cfg is not None else "row-major"
@@ -255,9 +258,13 @@ class Machine:
         return tile.dtype in WIDE_CODES
 
     def extent(self, tile: Tile) -> int:
-        """Pool slots a tile owns: 2 per capacity byte, at most its window's worth."""
-        room = self.window_slots if self.wide(tile) and not self.s64 else self.array_words
-        return min(max(2 * tile.capacity, 0), room)
+        """Pool slots a tile owns (state.pool_extent)."""
+        return int(pool_extent(tile.capacity, tile.dtype, self.array_words, np, self.s64))
+
+    def held(self, tile: Tile) -> int:
+        """Words a tile's own slots hold: one a slot, a wide tile's two a Word."""
+        n = self.extent(tile)
+        return n // 2 if self.wide(tile) and not self.s64 else n
 
     def next_base(self, pe: int) -> int:
         """Where PE `pe`'s next tile goes: the end of its highest placed storage."""
@@ -280,8 +287,9 @@ class Machine:
         self._payloads[self.cur].pop(slot, None)
 
     def payload(self, slot: int, pe: Optional[int] = None) -> tuple[list, list]:
-        """(words, defined) lists of one slot of PE `pe` (default cur): its W Words,
-        decoded from its window on first use."""
+        """(words, defined) lists of one slot of PE `pe` (default cur): its Words,
+        tile_words or as many as its own slots hold (a packed tile's logical
+        elements fit them), decoded from its window on first use."""
         pe = self.cur if pe is None else pe
         cache = self._payloads[pe]
         if slot not in cache:
@@ -291,8 +299,8 @@ class Machine:
                 self._loaded[pe, at] = tuple(
                     np.asarray(leaf)[pe].reshape(-1)[at:at + self.window_slots].copy()
                     for leaf in (self._state.tiles.words, self._state.tiles.defined))
-            words, defined = decode_window(*self._loaded[pe, at], self.wide(tile),
-                                           self.array_words, np)
+            n = max(self.tile_words, self.held(tile))
+            words, defined = decode_window(*self._loaded[pe, at], self.wide(tile), n, np)
             cache[slot] = (at, words.tolist(), defined.tolist())
         return cache[slot][1:]
 
@@ -458,7 +466,7 @@ class Machine:
                 # holds one, a wide pair of 32-bit slots one): the window past them
                 # is not the tile's, and at the model's bounds it is 32768 slots
                 n = self.extent(tile)
-                held = n // 2 if self.wide(tile) and not self.s64 else n
+                held = self.held(tile)
                 new = encode_window(np.array(words[:held], np.uint64), np.array(defined[:held], bool),
                                     self.wide(tile), held, np, self.s64)
                 back = decode_window(*new, self.wide(tile), held, np)[0]

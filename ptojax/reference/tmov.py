@@ -99,9 +99,10 @@ def new_destination(m: Machine, b: Block, d: tables.DataType, layout: str,
     rows = derived_rows(tsize, cols, d)
     if rows == 0 or vr > rows or vc > cols or vr * vc > tsize * 8 // d.bits:
         return TILE_ALLOCATION, None, {}
-    # ptojax's model bound (as a TLOAD's): the valid region's Words fit tile_words
+    # ptojax's model bound (as a TLOAD's): the valid region's Words fit
+    # ordinary_words (the model's packed tiles included)
     if generic_indexable(layout, rows, cols, d) and \
-            words_needed(layout, rows, cols, d, vr, vc) > m.tile_words:
+            words_needed(layout, rows, cols, d, vr, vc) > m.ordinary_words:
         return TILE_ALLOCATION, None, {}
     fields = dict(dtype=d.code, layout=tables.TILE_LAYOUT_CODE[layout], location=ANY,
                   capacity=tsize, rows=rows, cols=cols, valid_rows=vr, valid_cols=vc,
@@ -155,7 +156,7 @@ def local_tmov(m: Machine, b: Block) -> Optional[Fault]:
     # read after the allocation, which may have taken the source's own slot
     src_slot = m.slot_of(src_index)
     src = m.tile_at(src_index)
-    if src_slot is None or src_slot == slot or not ordinary_source_legal(m, src):
+    if src_slot is None or src_slot == slot or not ordinary_source_legal(m, src, m.ordinary_words):
         release(m, slot, fields)
         return TILE_LEGALITY                    # MV.8 source
     dst = m.tiles[slot]
@@ -208,7 +209,8 @@ def local_to_shared(m: Machine, b: Block, publish: bool) -> Optional[Fault]:
     tsize = tables.size_code_bytes(size_code)
     src_slot = m.slot_of(x.src0)
     src = m.tile_at(x.src0)
-    if src_slot is None or not ordinary_source_legal(m, src) or src.capacity != tsize:
+    if src_slot is None or not ordinary_source_legal(m, src, m.ordinary_words) \
+            or src.capacity != tsize:
         return TILE_LEGALITY                    # MS.5 local_source
     d = tables.DTYPE_BY_CODE[src.dtype]
     i = m.record_of(sid)
@@ -301,7 +303,7 @@ def shared_to_local(m: Machine, b: Block, broadcast: bool) -> Optional[Fault]:
         release(m, slot, fields)
         return TILE_LEGALITY                    # MS.12 match
     words, defined = m.payload(slot)
-    for e in range(min(rows * cols, m.tile_words, len(words))):
+    for e in range(min(rows * cols, m.ordinary_words, len(words))):
         if mask & tables.pe_bit(quarter(e, d, tsize)):
             words[e] = read_word(m, sid, e)
             defined[e] = True

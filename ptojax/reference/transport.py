@@ -363,7 +363,7 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     if rows == 0 or vr > rows or vc > cols or vr * vc > tsize * 8 // d.bits:
         return TILE_ALLOCATION
     indexable = generic_indexable(layout, rows, cols, d)
-    if indexable and words_needed(layout, rows, cols, d, vr, vc) > m.tile_words:
+    if indexable and words_needed(layout, rows, cols, d, vr, vc) > m.ordinary_words:
         return TILE_ALLOCATION
     # the new descriptor must be generically indexable (TileDescriptorLegal),
     # checked after the allocation, which it rolls back
@@ -378,10 +378,13 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
              location=tables.TILE_LOCATION_CODE["Any"], capacity=tsize, rows=rows, cols=cols,
              valid_rows=vr, valid_cols=vc, mask=bind.mask & 0xF, defined_valid=vr * vc)
     words, defined = m.payload(slot)
+    # the model keeps a tile past PTO_MODEL_TILE_ELEMENTS in packed carriers,
+    # whose elements read back unextended (TileReadLogicalElement)
+    keep = (1 << d.bits) - 1 if rows * cols > layouts.MODEL_TILE_ELEMENTS else MASK64
     for r in range(vr):
         for c in range(vc):
             i = layout_index(layout, rows, cols, d, r, c)
-            words[i] = load_element(m.gm, element_address(base, stride, r, c, d), c, d)
+            words[i] = load_element(m.gm, element_address(base, stride, r, c, d), c, d) & keep
             defined[i] = True
     return None
 
@@ -464,8 +467,10 @@ def words_needed(layout: str, rows: int, cols: int, d: tables.DataType, vr: int,
     return -(-vc // inner) * inner * rows
 
 
-def ordinary_source_legal(m: Machine, t: Tile) -> bool:
-    """C.8 step 4: an allocated, configured, generically indexable, fully defined source."""
+def ordinary_source_legal(m: Machine, t: Tile, bound: Optional[int] = None) -> bool:
+    """C.8 step 4: an allocated, configured, generically indexable, fully defined
+    source whose valid elements lie within `bound` Words (default tile_words;
+    a TSTORE's or TMOV's source: m.ordinary_words, the model's packed tiles)."""
     d = tables.DTYPE_BY_CODE.get(t.dtype)
     if not t.allocated or d is None or t.layout_name in (None, *layouts.CUBE_LAYOUTS):
         return False
@@ -486,7 +491,7 @@ def ordinary_source_legal(m: Machine, t: Tile) -> bool:
         cells = [(r, c) for r in range(t.valid_rows) for c in range(t.valid_cols)]
     for r, c in cells:
         i = linear_index(t, d, r, c)
-        if i is None or i >= m.tile_words:
+        if i is None or i >= (m.tile_words if bound is None else bound):
             return False
     return True
 
@@ -514,7 +519,7 @@ def ordinary_tstore(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     else:
         cols = b.lb[0] if lb_in_range(b, 0) else 1
     base, stride = base_and_stride(m, b, pe, dense_stride(max(cols, 0), start))
-    if slot is None or not ordinary_source_legal(m, t):
+    if slot is None or not ordinary_source_legal(m, t, m.ordinary_words):
         return TILE_LEGALITY                    # C8.4 source
     d = tables.DTYPE_BY_CODE[t.dtype]
     f = preflight(m, base, stride, t.valid_rows, t.valid_cols, d)
