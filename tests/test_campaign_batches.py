@@ -139,6 +139,21 @@ def test_coverage_of_a_batch_is_the_cases_coverage():
     assert a.counts["mutations"] == b.counts["mutations"] - collections_counter(pool.labels)
 
 
+def test_coverage_counts_the_numeric_flags_cases_end_with():
+    """The flags axis: each flag counts the rows whose final numeric_flags have
+    its bit (tables.NUMERIC_FLAGS order); DZ, which nothing raises, is not in
+    the universe, the others are when the matrix family is drawn."""
+    cc = C.CampaignConfig(config="tiny", seed=9, count=40, matmul_weight=0.3)
+    pool = K.draw_pool(cc.drawing, range(6), CFG.gm_bytes)
+    cov = cc.coverage()
+    flags = np.array([0b10001, 0b10100, 0, 0b11000, 0b00001, 0] + [0] * (len(pool) - 6))
+    cov.add_batch(pool, np.arange(len(pool)), np.zeros(len(pool), np.int64), flags)
+    assert dict(cov.counts["flags"]) == {"NV": 2, "OF": 1, "UF": 1, "NX": 3}
+    assert cov.universe()["flags"] == ["NV", "OF", "UF", "NX"]
+    assert cov.never_hit()["flags"] == []
+    assert C.CampaignConfig(config="tiny", matmul_weight=0).coverage().universe()["flags"] == []
+
+
 def collections_counter(labels):
     import collections
     return collections.Counter(x for lab in labels for x in lab)

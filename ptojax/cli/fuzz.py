@@ -290,6 +290,7 @@ def _counts_text(counts: dict) -> str:
 def print_fuzz_report(rep: dict, con=None):
     from rich import box
     from rich.table import Table
+    from ptojax.fuzz.coverage import Coverage
     con = con or console()
     t = Table(title="ptojax fuzz", box=box.SIMPLE_HEAD, show_header=False)
     t.add_column("", style="bold")
@@ -332,8 +333,7 @@ def print_fuzz_report(rep: dict, con=None):
     c.add_column("axis", style="bold", no_wrap=True)
     c.add_column("counts")
     c.add_column("never hit", style="yellow")
-    for axis in ("families", "operations", "dtypes", "layouts", "faults", "kinds", "mutations",
-                 "variants", "edges"):
+    for axis in Coverage.AXES:
         counts = rep["coverage"].get(axis, {})
         if axis == "variants":         # one entry per field changed: summed by kind of change
             summed = {}

@@ -609,7 +609,7 @@ def _finish(res: CampaignResult, cc: CampaignConfig, mcfg: MachineConfig, b: Bat
         bad = mismatches(got, srows, want)
         faults[srows] = _fault_codes(want)
     pool = b.pool
-    res.coverage.add_batch(pool, b.rows, faults)
+    res.coverage.add_batch(pool, b.rows, faults, got.leaves[".numeric_flags"])
     res.cases += n
     res.batches += 1
     res.compared += len(srows)

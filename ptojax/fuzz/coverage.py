@@ -108,11 +108,12 @@ class Coverage:
     """Counts per operation (cases with a BSTART of it), BSTART dtype, B.DATR
     Layout code, final fault, the generator's kind / mutation labels, the
     edge kinds' `edge:` notes (large tiles, the budget edge), the variants'
-    changes, and the families (the kind's generator: transport, relayout,
-    MGATHER.CAS, matrix, post-processing, Core / Shared, edge)."""
+    changes, the families (the kind's generator: transport, relayout,
+    MGATHER.CAS, matrix, post-processing, Core / Shared, edge), and the
+    numeric status flags set when a case ends (each flag its cases)."""
 
     AXES = ("families", "operations", "dtypes", "layouts", "faults", "kinds", "mutations",
-            "variants", "edges")
+            "variants", "edges", "flags")
 
     def __init__(self, selected_ops: Optional[frozenset] = None, cas_weight: float = 0.0,
                  matmul_weight: float = 0.0, coop_weight: float = 0.0, edge_weight: float = 0.0,
@@ -131,10 +132,11 @@ class Coverage:
         self.counts = {a: collections.Counter() for a in self.AXES}
         self.fault_by_label = collections.defaultdict(collections.Counter)
 
-    def add_batch(self, pool, rows, faults) -> None:
+    def add_batch(self, pool, rows, faults, flags=None) -> None:
         """Count rows `rows` of a cases.Pool with their final fault codes (-1: the
-        model raised): the word features in one pass over the batch's words,
-        the labels from each row's drawn case and variant."""
+        model raised) and numeric flags (bits, tables.NUMERIC_FLAGS): the word
+        features in one pass over the batch's words, the labels from each
+        row's drawn case and variant."""
         words, lengths = pool.words[rows], pool.lengths[rows]
         enc = IW.encodings(words)
         enc[np.arange(words.shape[1])[None, :] >= lengths[:, None]] = IW.NONE
@@ -166,6 +168,12 @@ class Coverage:
         c["mutations"].update(m for d in drawn for m in d.mutations)
         c["variants"].update(x[len("variant:"):] for lab in labels for x in lab)
         c["edges"].update(n[len("edge:"):] for d in drawn for n in d.notes if n.startswith("edge:"))
+        if flags is not None:
+            bits = np.asarray(flags).astype(np.int64)
+            for k, name in enumerate(tables.NUMERIC_FLAGS):
+                hit = int(((bits >> k) & 1).sum())
+                if hit:
+                    c["flags"][name] += hit
         for d, lab, f in zip(drawn, labels, names):
             for label in d.labels:
                 self.fault_by_label[label][f] += 1
@@ -223,7 +231,11 @@ class Coverage:
                 "mutations": self._labels("MUTATIONS", "CAS_MUTATIONS", "MATMUL_MUTATIONS",
                                           "COOP_MUTATIONS"),
                 "variants": [op for op in VARIANT_OPS] if self.variants else [],
-                "edges": self.edge["edges"]}
+                "edges": self.edge["edges"],
+                # the matrix commit's post-processing sets them; nothing in this
+                # slice divides, so DZ is never raised (docs/numerics.md)
+                "flags": [f for f in tables.NUMERIC_FLAGS if f != "DZ"]
+                if self.matmul_weight > 0 else []}
 
     def _labels(self, transport: str, cas: str, matmul: str, coop: str) -> list:
         """The labels the generator can draw with this campaign's CAS, matrix,
