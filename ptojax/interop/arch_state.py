@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
-from ..state import (max_tile_words, PROFILES, SEMANTICS, Block, MachineConfig, Rules, SharedTiles, State, Tiles,
-                     check_state, config_of, empty_block)
+from ..state import (PROFILES, SEMANTICS, Block, MachineConfig, Rules, SharedTiles, State, Tiles,
+                     check_state, config_of, empty_block, max_tile_words)
 from .fields import (U64 as _U64, bool_ as _bool, dtype_code as _dtype_code, fail as _fail,
                      int_ as _int, layout_code as _layout_code, list_ as _list,
                      location_code as _location_code, obj as _obj, put_bits as _put_bits,
@@ -380,8 +380,8 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     sizes; it is recorded in `metadata`.
     """
     pe, cfg = _export_args(state, cfg, pe, kind)
-    # a tile's row: max_tile_words (past tile_words for the model's packed tiles)
-    S, W = state.tiles.base.shape[-1], max_tile_words(state.tiles.words.shape[-1])
+    S, W = state.tiles.base.shape[-1], state.tiles.words.shape[-1]
+    L = max_tile_words(W)       # a tile's row: a packed tile's elements past W included
     R, WS = state.shared.words.shape
     hs = S // 4
 
@@ -398,7 +398,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
     scalar = _export_scalar(gpr, pe, tile_capacity, tpc, int(np.asarray(state.numeric_flags)))
     memory = _export_memory(gm)
     fault_d = _export_fault(fault, fault_address)
-    tile = _export_tile(t, pe, S, W, hs)
+    tile = _export_tile(t, pe, S, L, hs)
     # ---- Shared tiles: the Core's records
     shared_tiles, free_records = _export_shared(sh, WS)
     shared = {"tiles": shared_tiles, "generations": {},
@@ -414,7 +414,7 @@ def to_arch_state(state: State, cfg: Optional[MachineConfig] = None, *, pe: int 
             "memory": memory, "fault": fault_d,
             "pe_id": pe, "thread_id": 0, "cycle": 0,
             "extensions": {EXT: {"format": EXT_FORMAT, "gm_bytes": int(gm.shape[0]),
-                                 "hand_slots": hs, "tile_words": int(state.tiles.words.shape[-1]),
+                                 "hand_slots": hs, "tile_words": int(W),
                                  "shared_slots": int(R), "shared_words": int(WS),
                                  "pool_pages": int(state.tiles.words.shape[-2]),
                                  "pool_slot_bits": int(state.tiles.words.dtype.itemsize * 8)}},

@@ -22,13 +22,11 @@ from .. import families, tables
 from ..state import TILE_COLUMN as COL
 from ..storage import local_desc, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, tmov, transport
-from .common import DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
+from .common import CUBE_TILE_LAYOUT, DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
 from .family import Completion, Context, Family
 from .lowering import branch, lane_classes, trip_count, under_batch
 from .shared_transport import apply_row_write, merge_row_writes
 from .header import Header
-
-CUBE_LAYOUT_CODES = tuple(tables.TILE_LAYOUT_CODE[n] for n in tables.CUBE_LAYOUTS)
 
 # the default family, then the routed ones in ptojax/families.py's order
 DEFAULT = transport.FAMILY
@@ -68,7 +66,7 @@ def lanes_needed(desc, h: Header, cfg):
     dst = jnp.where(h.bound & h.has_dst, _tile_words(tsize, bits, jnp.where(h.cube, W, top)), 0)
     slot, exists = slot_of(h.sources, cfg.hand_slots)
     d = desc[slot]
-    cube = jnp.isin(d[:, COL["layout"]], jnp.asarray(CUBE_LAYOUT_CODES))
+    cube = jnp.isin(d[:, COL["layout"]], jnp.asarray(CUBE_TILE_LAYOUT))
     src = jnp.where(h.source_ok & exists & (d[:, COL["allocated"]] != 0),
                     _tile_words(d[:, COL["capacity"]], take(DT_BITS, d[:, COL["dtype"]]),
                                 jnp.where(cube, W, top)), 0)

@@ -17,10 +17,11 @@ import numpy as np
 
 from .. import families, tables
 from . import memory
-from .common import (packed_carrier, CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED,
+from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED,
                      PAD_WORDS, U64, capacity_register, cube_descriptor, cube_geometry, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, payload, ordered_fault,
-                     ordinary_shape, ordinary_slot, ordinary_source_legal, row, source, take,
+                     ordinary_shape, ordinary_slot, ordinary_source_legal, packed_carrier, row,
+                     source, take,
                      tile_coords, valid_lanes)
 from .family import Completion, Context, Family
 from .lowering import branch, settle, settle_pair, trip_count

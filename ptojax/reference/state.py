@@ -464,7 +464,7 @@ class Machine:
                     continue            # a free slot owns no Words
                 # the Words of the tile's own n slots only (a narrow or 64-bit slot
                 # holds one, a wide pair of 32-bit slots one): the window past them
-                # is not the tile's, and at the model's bounds it is 32768 slots
+                # is not the tile's, and at the model's bounds it is up to 131,072 slots
                 n = self.extent(tile)
                 held = self.held(tile)
                 new = encode_window(np.array(words[:held], np.uint64), np.array(defined[:held], bool),
