@@ -14,7 +14,6 @@ import functools
 from dataclasses import dataclass
 from typing import Optional
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +21,7 @@ import numpy as np
 from . import tables
 from ._x64 import x64
 from .layouts.geometry import MODEL_TILE_ELEMENTS
+from .pytree import pytree_dataclass
 
 MAX_IOT = 16   # B.IOT binding slots of the model's block state
 MAX_IOS = 4    # B.IOS binding slots
@@ -359,7 +359,7 @@ def preset(name: str) -> MachineConfig:
 # ----------------------------------------------------------------- pytree
 
 
-@chex.dataclass
+@pytree_dataclass
 class Tiles:
     """Local tile register files: every leaf has a leading PE axis of 4, then
     one entry per materialized slot (TileInfo). Shapes below are per PE."""
@@ -390,7 +390,7 @@ TILE_FIELDS = ("allocated", "dtype", "layout", "location", "capacity", "rows", "
 TILE_COLUMN = {name: i for i, name in enumerate(TILE_FIELDS)}
 
 
-@chex.dataclass
+@pytree_dataclass
 class SharedTiles:
     """The Core's Shared tile registers, one entry per materialized record."""
     sid: jax.Array              # int32[R] SharedTileID held, -1 = free record
@@ -408,7 +408,7 @@ class SharedTiles:
     words: jax.Array            # uint64[R, shared_words], element e at its RowMajor index
 
 
-@chex.dataclass
+@pytree_dataclass
 class Block:
     """Header state of the open block (encoding.md section 3)."""
     active: jax.Array           # bool
@@ -460,7 +460,7 @@ class Rules:
 jax.tree_util.register_static(Rules)
 
 
-@chex.dataclass
+@pytree_dataclass
 class State:
     """One machine: a pytree of arrays (vmap it for a batch) and its Rules."""
     gm: jax.Array               # uint8[gm_bytes]

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from typing import Optional
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .indexing import row, set_row
+from .pytree import pytree_dataclass
 from .state import BLOCK_FIELDS, TILE_FIELDS, Block, Tiles, window_slots
 
 
-@chex.dataclass
+@pytree_dataclass
 class LocalFile:
     """Tiles as the executor holds them while a stream runs: the descriptor
     fields as columns of one int32 array, so that reading a descriptor,
@@ -125,7 +125,7 @@ def unpack_block(vec) -> Block:
 
 
 
-@chex.dataclass
+@pytree_dataclass
 class PoolWrite:
     """A block's write to its PE's pool, held until its completion is over
     (with_pe_file applies it): at pool slot `base`, the slots of `words` where
@@ -147,7 +147,7 @@ def no_pool_write(local: LocalFile, n: int) -> PoolWrite:
                      defined=none, defined_mask=none)
 
 
-@chex.dataclass
+@pytree_dataclass
 class PeFile:
     """PE `pe`'s Local register file while one of its blocks completes: its
     descriptors projected (S x 16 int32), its payload left in the Core's pools
