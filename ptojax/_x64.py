@@ -12,16 +12,21 @@ caller configured is kept).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import jax
 
 from . import compile_cache
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def x64(fn):
+
+def x64(fn: Callable[P, R]) -> Callable[P, R]:
     """Run `fn` with jax x64 enabled for the duration of the call."""
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         if not compile_cache._checked:
             compile_cache.ensure_compile_cache()
         with jax.enable_x64(True):

@@ -6,15 +6,22 @@ block its own way."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import NDArray
 
 from . import tables
 from .isa import forms
-from .state import BLOCK_FIELDS, MAX_IOS, MAX_IOT, empty_block
+from .state import BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, empty_block
 from .storage import ROW_BITS
+
+if TYPE_CHECKING:
+    from .state import NumpyModule
 
 BLOCK_ELEMENTS = sum(int(np.prod(shape)) for _, shape, _ in BLOCK_FIELDS)
 
@@ -25,7 +32,7 @@ BLOCK_ELEMENTS = sum(int(np.prod(shape)) for _, shape, _ in BLOCK_FIELDS)
 # command not seen, a binding row past the count, a register of an absent
 # binding) at its reset value. A State holding anything else is not one the
 # model can be in.
-def _legal(mnemonic: str, field: str) -> tuple:
+def _legal(mnemonic: str, field: str) -> tuple[int, ...]:
     """The values the catalog lets `field` of `mnemonic` take (the others fault at decode)."""
     sets = {v for f in forms.forms_named(mnemonic) for name, legal in f.constraints
             if name == field for v in legal}
@@ -38,7 +45,8 @@ _GPRS = _legal("B.IOR", "RegSrc0")
 _IOT_COLUMNS = (range(2), _legal("B.IOT", "DstTile"), _legal("B.IOT", "SizeCode"), _MASKS,
                 range(2), range(2), range(64), range(64))
 _IOS_COLUMNS = (range(256), _legal("B.IOS", "SizeCode"), _MASKS)
-_DOMAIN = {
+# a field's domain (ints), or for some fields with elements one domain per element
+_DOMAIN: dict[str, Sequence[Any]] = {
     "active": range(2), "op": range(len(tables.OPS)), "dtype": _DTYPES, "datr_present": range(2),
     "datr": (_legal("B.DATR", "Layout"), _legal("B.DATR", "DataType"),
              range(len(tables.PADVALUES)), _legal("B.DATR", "CMode"), range(len(tables.RMODES)),
@@ -57,11 +65,18 @@ _LATCHED_BY = {"datr": "datr_present", "lb": "lb_present", "ior": "ior_present",
 
 
 @functools.lru_cache(maxsize=None)
-def _block_rules():
+def _block_rules() -> tuple[list[tuple[str, tuple[np.intp, ...]]], NDArray[np.int64], NDArray[np.int64],
+                            NDArray[np.int64], NDArray[np.int64], dict[str, int], NDArray[np.int64],
+                            list[NDArray[np.bool_]]]:
     """Over _packed_rows' positions: the (field, element) each holds, its
     [lo, hi] and allowed-value bit set (0: the whole range) once latched, the
     reset vector, the position whose zero holds each at reset (gate; itself
     when none), and the binding-row positions past each count."""
+    names: list[tuple[str, tuple[np.intp, ...]]]
+    lo: list[int]
+    hi: list[int]
+    allowed: list[int]
+    start: dict[str, int]
     names, lo, hi, allowed, start = [], [], [], [], {}
     for name, shape, _ in BLOCK_FIELDS:
         start[name] = len(names)
@@ -94,7 +109,11 @@ def _block_rules():
     return names, np.array(lo), np.array(hi), np.array(allowed, np.int64), reset, start, gate, past
 
 
-def _packed_rows(block, xp):
+@overload
+def _packed_rows(block: Block, xp: NumpyModule) -> NDArray[np.int64]: ...
+@overload
+def _packed_rows(block: Block, xp: ModuleType) -> jax.Array: ...
+def _packed_rows(block: Block, xp: Any) -> Any:     # xp: the numpy or jax.numpy module
     """[rows, BLOCK_ELEMENTS] int64: every State's block, one entry per field
     element (xp: np or jnp)."""
     leaves = []
@@ -106,12 +125,16 @@ def _packed_rows(block, xp):
     return xp.concatenate(leaves, -1).reshape(-1, BLOCK_ELEMENTS)
 
 
-def _bad_positions(v, xp):
+@overload
+def _bad_positions(v: NDArray[np.int64], xp: NumpyModule) -> NDArray[np.bool_]: ...
+@overload
+def _bad_positions(v: jax.Array, xp: ModuleType) -> jax.Array: ...
+def _bad_positions(v: Any, xp: Any) -> Any:         # xp: the numpy or jax.numpy module
     """bool[rows, BLOCK_ELEMENTS]: the positions of packed blocks `v` outside the rules."""
     names, lo, hi, allowed, reset, start, gate, (past_iot, past_ios) = _block_rules()
     at_reset = v == reset
     latched = (v[:, gate] != 0) | (gate == np.arange(len(names)))
-    count = lambda f, top: xp.clip(v[:, start[f]], 0, top)
+    count: Callable[[str, int], Any] = lambda f, top: xp.clip(v[:, start[f]], 0, top)
     unset = xp.asarray(past_iot)[count("iot_count", MAX_IOT)] \
         | xp.asarray(past_ios)[count("ios_count", MAX_IOS)]
     in_set = ((allowed >> xp.clip(v, 0, 62)) & 1) == 1
@@ -129,17 +152,17 @@ _CHUNK = 1024
 
 
 @jax.jit
-def _bad_chunk(block):
+def _bad_chunk(block: Block) -> jax.Array:
     return jnp.any(_bad_positions(_packed_rows(block, jnp), jnp), -1)
 
 
 @functools.cache
-def _reset_fields() -> dict:
+def _reset_fields() -> dict[str, NDArray[Any]]:
     with jax.ensure_compile_time_eval(), jax.enable_x64(True):
         return {name: np.asarray(getattr(empty_block(), name)) for name, _, _ in BLOCK_FIELDS}
 
 
-def _bad_rows(block) -> np.ndarray:
+def _bad_rows(block: Block) -> NDArray[np.bool_]:
     """bool[rows]: the States whose block breaks the rules. A row with no
     block open is right when every field holds its reset value: one compare
     per field, for the whole batch. The open ones (most batches have none)
@@ -161,7 +184,7 @@ def _bad_rows(block) -> np.ndarray:
     return bad
 
 
-def _bad_open_rows(rows: dict, block) -> np.ndarray:
+def _bad_open_rows(rows: Mapping[str, NDArray[Any]], block: Block) -> NDArray[np.bool_]:
     """_bad_rows over every rule, for rows {field: [n, ...]} (`block`: their
     container type). Batches go through `_bad_chunk` 1,024 rows at a time; fewer
     rows (one State) in numpy, so pj.run compiles nothing for the check."""
@@ -175,7 +198,7 @@ def _bad_open_rows(rows: dict, block) -> np.ndarray:
     return np.concatenate(out)
 
 
-def block_domain_errors(block, limit: int = 3) -> list:
+def block_domain_errors(block: Block, limit: int = 3) -> list[str]:
     """Why a State's (or a batch's) open-block fields lie outside what header
     processing can produce (the rules above): up to `limit` messages, [] when
     every block is one the model can hold. The rows are screened first
@@ -187,7 +210,7 @@ def block_domain_errors(block, limit: int = 3) -> list:
         return []
     names, lo, hi, _, reset, start, _, _ = _block_rules()
     v = _packed_rows(block, np)[rows]
-    out = []
+    out: list[str] = []
     for r, p in zip(*np.nonzero(_bad_positions(v, np))):
         if len(out) == limit:
             break
@@ -201,7 +224,7 @@ def block_domain_errors(block, limit: int = 3) -> list:
     return out
 
 
-def check_block(block):
+def check_block(block: Block) -> None:
     """ValueError when a State's open-block fields are outside what header
     processing can produce (block_domain_errors): pj.run and pj.reference.run
     both reject such a State rather than each reading it its own way."""

@@ -25,6 +25,7 @@ i in 0..n-1 with n = ValidRow*ValidCol. The orders:
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 LANE_ORDERS = ("row-major", "reverse", "permuted")   # = state.CAS_LANE_ORDERS
 KEY_MULTIPLIER = 2654435761
@@ -38,7 +39,7 @@ def lane_key(i: int, seed: int) -> int:
     return (i * KEY_MULTIPLIER + seed * SEED_MULTIPLIER + KEY_OFFSET) & _MASK32
 
 
-def lane_keys(n: int, seed: int) -> np.ndarray:
+def lane_keys(n: int, seed: int) -> NDArray[np.uint32]:
     """Keys of lanes 0..n-1 as a uint32 array (wrapping uint32 arithmetic)."""
     i = np.arange(n, dtype=np.uint64)
     base = (seed * SEED_MULTIPLIER + KEY_OFFSET) & _MASK32

@@ -48,9 +48,10 @@ def default_cache_dir() -> str:
 def cache_dir() -> Optional[str]:
     """The persistent cache directory in effect in this process, None when it is off."""
     import jax
-    if not jax.config.jax_enable_compilation_cache:
+    # jax's Config declares no option attributes (add_option sets them at import)
+    if not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
         return None
-    return jax.config.jax_compilation_cache_dir or None
+    return jax.config.jax_compilation_cache_dir or None  # type: ignore[attr-defined]
 
 
 def ensure_compile_cache() -> Optional[str]:
@@ -67,7 +68,9 @@ def ensure_compile_cache() -> Optional[str]:
 
 def _configure() -> None:
     import jax
-    if not jax.config.jax_enable_compilation_cache or jax.config.jax_compilation_cache_dir:
+    # jax's Config declares no option attributes (add_option sets them at import)
+    if (not jax.config.jax_enable_compilation_cache  # type: ignore[attr-defined]
+            or jax.config.jax_compilation_cache_dir):  # type: ignore[attr-defined]
         return                                   # the caller's choice
     path = os.environ.get(CACHE_ENV)
     if path is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import numpy as np
@@ -246,7 +247,7 @@ class BackgroundRun:
     """pj.batch.run of a Batch on a thread, so its compile overlaps other work."""
 
     def __init__(self, b: Batch, cfg: MachineConfig):
-        self._out = {}
+        self._out: dict[str, Any] = {}      # the BatchResult, its seconds, or the exception
         self._thread = threading.Thread(target=self._run, args=(b, cfg),
                                         name="ptojax-demo-compile", daemon=True)
         self._thread.start()

@@ -32,10 +32,10 @@ from . import tables
 @dataclass(frozen=True)
 class Family:
     name: str
-    ops: tuple
+    ops: tuple[str, ...]
     selects: str
     effect: Optional[str]
-    steps: tuple
+    steps: tuple[str, ...]
     generator: str
     weight: Optional[str]
 

@@ -10,11 +10,15 @@ caller keeps in range, so the clamp is all the guarding it needs.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
+from numpy.typing import NDArray
 
 
-def row(a, i):
+def row(a: jax.Array | NDArray[Any], i: ArrayLike) -> jax.Array:
     """a[i] along the first axis, clamped into range; an array of indices reads
     one row each (a gather, with the same clamp)."""
     i = jnp.asarray(i)
@@ -23,13 +27,13 @@ def row(a, i):
     return jax.lax.dynamic_index_in_dim(a, i, keepdims=False, allow_negative_indices=False)
 
 
-def set_row(a, i, v):
+def set_row(a: jax.Array | NDArray[Any], i: ArrayLike, v: ArrayLike) -> jax.Array:
     """a with a[i] = v along the first axis (index clamped into range, as `row`)."""
     return jax.lax.dynamic_update_index_in_dim(a, jnp.asarray(v, a.dtype), jnp.asarray(i), 0,
                                                allow_negative_indices=False)
 
 
-def cell(a, i, j):
+def cell(a: jax.Array | NDArray[Any], i: ArrayLike, j: ArrayLike) -> jax.Array:
     """a[i, j] along the first two axes (both indices clamped, as `row`); an
     array of second indices reads one row each."""
     j = jnp.asarray(j)

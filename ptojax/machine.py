@@ -8,9 +8,13 @@ data in `state.fault` / `state.fault_address` (docs/execution-model.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import cast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from . import families, tables
 from ._x64 import x64
@@ -24,12 +28,19 @@ from .result import RunResult
 from .block_domain import check_block
 from .ops.commands import EMPTY_BLOCK, apply_header, header_step
 from .state import MachineConfig, State, check_pool, config_of
-from .storage import pack_block, pack_tiles, unpack_block, unpack_tiles
+from .storage import LocalFile, pack_block, pack_tiles, unpack_block, unpack_tiles
 
 ON_FAULT = ("abandon", "hold")
 
+# phase 1's loop carry: (the packed open block, the header fault's word index,
+# the header fault, commits recorded, the recorded blocks, their word indices)
+_Phase1 = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
+# phase 2's: (the state, the fault's word index, the fault, its address, the faulting block)
+_Phase2 = tuple[State, jax.Array, jax.Array, jax.Array, jax.Array]
 
-def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
+
+def _scan_headers(st: State, words: jax.Array, length: jax.Array, gpr_row: jax.Array,
+                  max_commits: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """Phase 1: the words through decode and the block header, stopping at the
     first header fault. Returns (the open block after the scan, which is the
     block before the faulting word when there is one, the header fault's word
@@ -39,7 +50,7 @@ def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
 
     # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
     @jax.named_scope("phase1")
-    def phase1(i, carry):
+    def phase1(i: jax.Array, carry: _Phase1) -> _Phase1:
         blk, stop_at, hfault, n, commits, pos = carry
         w = words[i]
         d = decode(w)
@@ -68,13 +79,14 @@ def _scan_headers(st: State, words, length, gpr_row, max_commits: int):
     return blk, stop_at, hfault, commits, pos
 
 
-def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, cas_seed,
-                   core: bool):
+def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: jax.Array,
+                   cfg: MachineConfig, effects: frozenset[str], cas_seed: jax.Array | int,
+                   core: bool) -> _Phase2:
     """Phase 2: the recorded blocks committed in order, stopping at the first
     completion fault. Returns (the state, the fault's word index (L: none), the
     fault, its address, the faulting block)."""
     @jax.named_scope("phase2")
-    def phase2(carry, xs):
+    def phase2(carry: _Phase2, xs: tuple[jax.Array, jax.Array]) -> tuple[_Phase2, None]:
         s, cstop, cfault, caddr, cblk = carry
         packed, p = xs
         h = header.decode(unpack_block(settle(packed)))
@@ -96,15 +108,16 @@ def _commit_blocks(st: State, commits, pos, L, pe, cfg: MachineConfig, effects, 
     # batch of short ones nothing
     n = trip_count(jnp.sum(pos < L).astype(jnp.int32))
 
-    def body(i, carry):
+    def body(i: jax.Array, carry: _Phase2) -> _Phase2:
         return phase2(carry, (commits[i], pos[i]))[0]
 
-    return jax.lax.fori_loop(0, n, body,
-                             (st, jnp.int32(L), jnp.int32(0), U64(0), jnp.asarray(EMPTY_BLOCK)))
+    return cast(_Phase2, jax.lax.fori_loop(0, n, body, (st, jnp.int32(L), jnp.int32(0), U64(0),
+                                                          jnp.asarray(EMPTY_BLOCK))))
 
 
-def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: int,
-               effects: frozenset | None = None, cas_seed=0, core: bool = False):
+def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: jax.Array,
+           cfg: MachineConfig, max_commits: int, effects: frozenset[str] | None = None,
+           cas_seed: jax.Array | int = 0, core: bool = False) -> tuple[State, jax.Array]:
     """Run words[:length] on one State (traceable: `run_stream` jits it, the
     batch path vmaps it inside its own jit).
 
@@ -145,7 +158,8 @@ def stream(st: State, words, length, pe, hold, cfg: MachineConfig, max_commits: 
     memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
     executed = jnp.where(faulted, at, length)
     pc = st.pc + U64(4) * executed.astype(U64)
-    st = st.replace(tiles=unpack_tiles(st.tiles, W, tiles, pe), block=final_block, pc=pc,
+    # (the stream holds the tiles packed: a storage.LocalFile)
+    st = st.replace(tiles=unpack_tiles(cast(LocalFile, st.tiles), W, tiles, pe), block=final_block, pc=pc,
                     fault=jnp.where(faulted, fault, 0),
                     fault_address=jnp.where(faulted, jnp.where(memory_fault, caddr, pc), U64(0)))
     return st, executed
@@ -168,7 +182,7 @@ run_stream_quick = jax.jit(stream, static_argnames=STREAM_STATIC,
                            compiler_options=QUICK_COMPILER_OPTIONS)
 
 
-def stream_runner(cfg: MachineConfig):
+def stream_runner(cfg: MachineConfig) -> Callable[..., tuple[State, jax.Array]]:
     """The jitted `stream` a one-State call uses on `cfg`: `run_stream_quick`
     for a State of at most QUICK_STATE_BYTES, else `run_stream`."""
     return run_stream_quick if cfg.state_bytes <= QUICK_STATE_BYTES else run_stream
@@ -178,7 +192,8 @@ def stream_runner(cfg: MachineConfig):
 # family's two (TSTORE.SPART reads GM like a TSTORE), then each routed family's
 # (ptojax/families.py); SHARED is also a B.IOS in the words (possible_effects)
 _EFFECT_OPS = {"TLOAD": ("TLOAD",), "TSTORE": ("TSTORE", "TSTORE.SPART"),
-               **{f.effect: f.ops for f in families.ROUTED if f.effect != "SHARED"}}
+               # (a routed family always names its effect group)
+               **{cast(str, f.effect): f.ops for f in families.ROUTED if f.effect != "SHARED"}}
 
 
 # the catalog's BSTART encodings: each one's operation, mask and match
@@ -193,11 +208,11 @@ _SHARED_OPEN = ("TLOAD", "TSTORE", "TSTORE.SPART")
 ALL_EFFECTS = frozenset(_EFFECT_OPS) | {"SHARED"}
 
 
-def _matches(words, encodings) -> bool:
+def _matches(words: NDArray[np.uint32], encodings: Iterable[tuple[int, int]]) -> bool:
     return any(np.any((words & np.uint32(mask)) == np.uint32(match)) for mask, match in encodings)
 
 
-def _started(words) -> set:
+def _started(words: NDArray[np.uint32]) -> set[str]:
     """The operations with a BSTART among `words`: every BSTART encoding is
     tried in one pass against each distinct word whose low 7 bits are 1
     (those bits of every BSTART encoding)."""
@@ -206,7 +221,7 @@ def _started(words) -> set:
     return {op for op, h in zip(_START_OPS, hit) if h}
 
 
-def possible_effects(words, open_ops=()) -> frozenset:
+def possible_effects(words: ArrayLike, open_ops: ArrayLike = ()) -> frozenset[str]:
     """Effect groups a run can have: a BSTART of them in the words, or a block
     of them already open in the starting State(s)."""
     w = np.asarray(words).astype(np.uint32).ravel()
@@ -220,12 +235,13 @@ def possible_effects(words, open_ops=()) -> frozenset:
     return frozenset(out)
 
 
-def open_block_ops(state: State) -> np.ndarray:
+def open_block_ops(state: State) -> NDArray[np.int32]:
     """Operation ids of the blocks open in a State or batch (-1 where none)."""
     return np.where(np.asarray(state.block.active), np.asarray(state.block.op), -1)
 
 
-def commit_capable(words: np.ndarray, initially_open=False) -> np.ndarray:
+def commit_capable(words: ArrayLike,
+                   initially_open: ArrayLike = False) -> NDArray[np.int64] | np.int64 | int:
     """Per stream (last axis), an upper bound on the completions it can make.
 
     A BSTOP or a BSTART completes a block only when one is open: after a
@@ -245,7 +261,7 @@ def commit_capable(words: np.ndarray, initially_open=False) -> np.ndarray:
     last = w.shape[1] - 1 - np.argmax(event[:, ::-1], axis=1)
     last_is_start = any_event & bstart[np.arange(w.shape[0]), last]
     init = np.broadcast_to(np.asarray(initially_open, bool).reshape(-1), any_event.shape)
-    count = bstart.sum(axis=1) - last_is_start + (init & any_event)
+    count: NDArray[np.int64] = bstart.sum(axis=1) - last_is_start + (init & any_event)
     return count if np.ndim(words) > 1 else count[0]
 
 
@@ -257,7 +273,7 @@ def bucket(n: int, low: int = 8) -> int:
     return b
 
 
-def as_words(words) -> np.ndarray:
+def as_words(words: Iterable[int]) -> NDArray[np.uint32]:
     """Validate instruction words -> uint32 array (TypeError/ValueError otherwise)."""
     if isinstance(words, (str, bytes)):
         raise TypeError("words must be a sequence of 32-bit ints (use pj.asm.assemble for text)")
@@ -296,14 +312,14 @@ def check_config(state: State, cfg: MachineConfig | None) -> MachineConfig:
     return cfg
 
 
-def check_pe(pe):
+def check_pe(pe: object) -> int:
     if isinstance(pe, bool) or not isinstance(pe, (int, np.integer)) or not 0 <= pe < tables.NUM_PES:
         raise ValueError(f"pe must be an int in 0..{tables.NUM_PES - 1}, got {pe!r}")
     return int(pe)
 
 
 @x64
-def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
+def run(state: State, words: Iterable[int], pe: int = 0, *, on_fault: str = "abandon",
         cfg: MachineConfig | None = None) -> RunResult:
     """Execute a stream of instruction words on one State as PE `pe`
     (docs/architecture.md, "Public API")."""
@@ -311,14 +327,15 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
 
 
 @x64
-def run_core(state: State, words, *, on_fault: str = "abandon",
+def run_core(state: State, words: Iterable[int], *, on_fault: str = "abandon",
              cfg: MachineConfig | None = None) -> RunResult:
     """Execute a stream on all four PEs of the Core together: each completion is one
     collective (docs/shared-decisions.md section 2); same result type as `run`."""
     return _run(state, words, 0, on_fault, cfg, core=True)
 
 
-def check_run(state, pe, on_fault, cfg, core: bool, what: str) -> tuple[int, bool, MachineConfig]:
+def check_run(state: State, pe: int, on_fault: str, cfg: MachineConfig | None, core: bool,
+              what: str) -> tuple[int, bool, MachineConfig]:
     """The arguments pj.run, pj.run_core and pj.batch.run share, checked (the
     State or batch `state`, its block and pool; pe, on_fault, cfg): (pe,
     hold, the config to run with)."""
@@ -334,7 +351,8 @@ def check_run(state, pe, on_fault, cfg, core: bool, what: str) -> tuple[int, boo
     return pe, hold, cfg
 
 
-def _run(state, words, pe, on_fault, cfg, core):
+def _run(state: State, words: Iterable[int], pe: int, on_fault: str, cfg: MachineConfig | None,
+         core: bool) -> RunResult:
     pe, hold, cfg = check_run(state, pe, on_fault, cfg, core, "run")
     if state.gm.ndim != 1:
         raise ValueError("pj.run takes one State; use pj.batch.run for a batch")

@@ -32,6 +32,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+from numpy.typing import NDArray
 
 from . import tables
 
@@ -64,7 +65,7 @@ _WIDE_FRACTION_BITS = {"FP32": 23, "TF32": 10, "HF32": 11}
 # ---------------------------------------------------------------- helpers
 
 
-def _as_u64(raw: Any) -> np.ndarray:
+def _as_u64(raw: Any) -> NDArray[np.uint64]:
     """Raw carrier words as a uint64 array (negative ints wrap two's-complement).
 
     Python ints and sequences of them are taken modulo 2**64 exactly (numpy
@@ -75,7 +76,7 @@ def _as_u64(raw: Any) -> np.ndarray:
     else:
         a = np.asarray(raw, dtype=object)
     if a.dtype == object:
-        def word(v):
+        def word(v: object) -> int:
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"raw encodings must be integers, got {type(v).__name__}")
             return int(v) & _U64_MASK
@@ -85,11 +86,11 @@ def _as_u64(raw: Any) -> np.ndarray:
     return a.astype(np.uint64)  # int64 -> uint64 wraps modulo 2**64
 
 
-def _low(raw: Any, bits: int) -> np.ndarray:
+def _low(raw: Any, bits: int) -> NDArray[np.uint64]:
     return np.asarray(_as_u64(raw) & np.uint64((1 << bits) - 1))
 
 
-def _float_dtype(name: str) -> tables.DataType:
+def _float_dtype(name: tables.DataType | int | str) -> tables.DataType:
     d = tables.dtype(name)
     if d.kind != "float":
         raise ValueError(f"{d.name} is not a floating type")
@@ -114,14 +115,14 @@ def _ieee_like(code: int, exp_bits: int, frac_bits: int, bias: int) -> float:
     return sign * float(np.ldexp(float((1 << frac_bits) | f), e - bias - frac_bits))
 
 
-def _table_e4m3() -> np.ndarray:
+def _table_e4m3() -> NDArray[np.float64]:
     # e4m3.md: 1/4/3, bias 7, no infinity; S.1111.111 is the (only) NaN.
     t = np.array([_ieee_like(c, 4, 3, 7) for c in range(256)])
     t[[0x7F, 0xFF]] = np.nan
     return t
 
 
-def _table_e5m2() -> np.ndarray:
+def _table_e5m2() -> NDArray[np.float64]:
     # e5m2.md: 1/5/2, bias 15, IEEE specials: exponent 31 is inf (fraction 0) or NaN.
     t = np.array([_ieee_like(c, 5, 2, 15) for c in range(256)])
     for c in range(256):
@@ -130,29 +131,29 @@ def _table_e5m2() -> np.ndarray:
     return t
 
 
-def _table_e3m2() -> np.ndarray:
+def _table_e3m2() -> NDArray[np.float64]:
     # e3m2.md: 6-bit lane 1/3/2 in an 8-bit carrier, bias 3, no inf/NaN.
     # Bits 7:6 must be zero (invalid otherwise): ignored here.
     return np.array([_ieee_like(c & 0x3F, 3, 2, 3) for c in range(256)])
 
 
-def _table_e2m3() -> np.ndarray:
+def _table_e2m3() -> NDArray[np.float64]:
     # e2m3.md: 6-bit lane 1/2/3 in an 8-bit carrier, bias 1, no inf/NaN. Bits 7:6 ignored.
     return np.array([_ieee_like(c & 0x3F, 2, 3, 1) for c in range(256)])
 
 
-def _table_e2m1x2() -> np.ndarray:
+def _table_e2m1x2() -> NDArray[np.float64]:
     # e2m1x2.md: 4-bit lane 1/2/1, bias 1, no inf/NaN; exponent 0 with fraction 1 is 0.5.
     return np.array([_ieee_like(c, 2, 1, 1) for c in range(16)])
 
 
-def _table_e1m2x2() -> np.ndarray:
+def _table_e1m2x2() -> NDArray[np.float64]:
     # e1m2x2.md: 4-bit lane 1/1/2, bias 1, no inf/NaN: exponent 0 -> fraction/4,
     # exponent 1 -> 1 + fraction/4 (0, .25, .5, .75, 1, 1.25, 1.5, 1.75).
     return np.array([_ieee_like(c, 1, 2, 1) for c in range(16)])
 
 
-def _table_e8m0() -> np.ndarray:
+def _table_e8m0() -> NDArray[np.float64]:
     # e8m0.md: unsigned power of two 2^(code-127); 0xFF is NaN; no zero, no inf.
     t = np.array([float(np.ldexp(1.0, c - 127)) for c in range(256)])
     t[0xFF] = np.nan
@@ -207,7 +208,7 @@ def _hif8_value(code: int) -> float:
     raise AssertionError(f"HiF8 code {code:#04x} matched no dot field")  # pragma: no cover
 
 
-def _table_hif8() -> np.ndarray:
+def _table_hif8() -> NDArray[np.float64]:
     return np.array([_hif8_value(c) for c in range(256)])
 
 
@@ -219,14 +220,14 @@ _TABLE_BUILDERS = {
 
 
 @functools.lru_cache(maxsize=None)
-def _value_table(name: str) -> np.ndarray:
+def _value_table(name: str) -> NDArray[np.float64]:
     t = _TABLE_BUILDERS[name]().astype(np.float64)
     assert t.shape == (1 << tables.dtype(name).bits,)
     t.setflags(write=False)
     return t
 
 
-def value_table(name) -> np.ndarray:
+def value_table(name: tables.DataType | int | str) -> NDArray[np.float64]:
     """float64 table (read-only, cached) of the exact value of every raw code.
 
     For the floating formats of at most 8 bits: HiF8, E4M3, E5M2, E3M2, E2M3,
@@ -245,14 +246,14 @@ def value_table(name) -> np.ndarray:
 # ---------------------------------------------------------------- decoders
 
 
-def fp32_value(bits: Any) -> np.ndarray:
+def fp32_value(bits: Any) -> NDArray[np.float64]:
     """Exact float64 value of binary32 bit patterns (fp32.md); NaN stays NaN."""
     b = np.asarray(_as_u64(bits) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     with np.errstate(invalid="ignore"):  # signalling NaNs quieten silently
         return np.asarray(b.view(np.float32).astype(np.float64))
 
 
-def decode_float(name, raw: Any) -> np.ndarray:
+def decode_float(name: tables.DataType | int | str, raw: Any) -> NDArray[np.float64]:
     """Exact float64 value of raw floating encodings of type `name`.
 
     Reads the low ``bits`` bits of each (uint64) carrier word.
@@ -287,7 +288,7 @@ def decode_float(name, raw: Any) -> np.ndarray:
     raise ValueError(f"decode_float does not handle {d.name}")
 
 
-def decode_int(name, raw: Any) -> np.ndarray:
+def decode_int(name: tables.DataType | int | str, raw: Any) -> NDArray[np.int64]:
     """int64 value of raw integer encodings (spec NormalizeTileInteger,
     asl/tile/model/numeric/formats.asl): S32/S16/S8/S4X2 (and S64) are
     sign-extended from their width (S4X2: one 4-bit lane, -8..7), U32/U16/U8/
@@ -305,7 +306,7 @@ def decode_int(name, raw: Any) -> np.ndarray:
     return np.asarray(v)
 
 
-def encoding_valid(name, raw: Any) -> np.ndarray:
+def encoding_valid(name: tables.DataType | int | str, raw: Any) -> NDArray[np.bool_]:
     """bool array: the spec's TileNumericEncodingValid for the low bits of `raw`.
 
     False only for TF32 with bits 12..0 nonzero, HF32 with bits 11..0 nonzero,
@@ -322,7 +323,7 @@ def encoding_valid(name, raw: Any) -> np.ndarray:
 # ---------------------------------------------------------------- rounding
 
 
-def round_fp32_bits(x: Any) -> np.ndarray:
+def round_fp32_bits(x: Any) -> NDArray[np.uint32]:
     """binary32 bits of round-to-nearest-even(x) for float64 `x`.
 
     IEEE 754 binary32 RNE: subnormal results kept (no flush), magnitudes that

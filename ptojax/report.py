@@ -8,6 +8,8 @@ ranges, the fault and where it stopped; `format_report` renders it as text
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from . import tables
@@ -45,7 +47,7 @@ def changed_shared(before, after) -> list[int]:
 
 def index_ranges(idx: np.ndarray, gap: int = 0) -> list[tuple[int, int]]:
     """[start, end) ranges covering the ascending indices `idx`; indices <= `gap` apart merge."""
-    ranges = []
+    ranges: list[list[int]] = []
     for i in idx.tolist():
         if ranges and i - ranges[-1][1] <= gap:
             ranges[-1][1] = i + 1
@@ -133,7 +135,7 @@ def build_report(before, result, words, *, model: str, config: str, pe,
         "fault": result.fault,
         "fault_address": result.fault_address,
         "fault_word": fault_word,
-        "fault_pc": start + 4 * fault_word if faulted else None,
+        "fault_pc": start + 4 * cast(int, fault_word) if faulted else None,     # faulted: an int
         "executed": result.executed,
         "numeric_flags": result.numeric_flags,
         "numeric_flags_raised": tables.flag_names(int(np.asarray(after.numeric_flags))

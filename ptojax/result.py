@@ -29,7 +29,7 @@ class RunResult:
         return self.fault == "Fault_None"
 
     @property
-    def numeric_flags(self) -> list:
+    def numeric_flags(self) -> list[str]:
         """The sticky numeric status flags the State holds (CORE_STATE[36:32]),
         by name in NV, DZ, OF, UF, NX order; raw bits in state.numeric_flags."""
         import numpy as np

@@ -11,17 +11,31 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Optional, Protocol, cast, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
+from jax.typing import ArrayLike
+from numpy.typing import NDArray
 
 from . import tables
 from ._x64 import x64
 from .layouts.geometry import MODEL_TILE_ELEMENTS
-from .pytree import pytree_dataclass
+from .pytree import PytreeDataclass, pytree_dataclass
+
+if TYPE_CHECKING:
+    class NumpyModule(Protocol):
+        """The numpy module passed as `xp` (the functions below take numpy or
+        jax.numpy): jax.numpy's `ndarray` is jax.Array, no numpy array class."""
+        ndarray: type[np.ndarray[Any, Any]]
+
+    # a State's Tiles (a Mapping of its leaves) or a dict of its leaves, jax or numpy
+    _TileLeaves = Mapping[str, jax.Array | NDArray[Any]]
 
 MAX_IOT = 16   # B.IOT binding slots of the model's block state
 MAX_IOS = 4    # B.IOS binding slots
@@ -57,11 +71,11 @@ class MachineConfig:
     cas_seed: int = 0
     semantics: str = "adr0100"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.shared_words is None:
             object.__setattr__(self, "shared_words", self.tile_words)
 
-        def need(cond, msg):
+        def need(cond: bool, msg: str) -> None:
             if not cond:
                 raise ValueError(f"MachineConfig: {msg}")
         for f in ("gm_bytes", "tile_words", "hand_slots", "shared_slots", "shared_words",
@@ -69,6 +83,7 @@ class MachineConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"MachineConfig.{f} must be an int, got {type(v).__name__}")
+        assert self.shared_words is not None        # set above, and checked an int
         need(1 <= self.gm_bytes <= 1 << 30, f"gm_bytes={self.gm_bytes} must be in 1..2^30")
         need(1 <= self.tile_words <= MODEL_TILE_ELEMENTS,
              f"tile_words={self.tile_words} must be in 1..{MODEL_TILE_ELEMENTS}")
@@ -123,7 +138,7 @@ class MachineConfig:
         """Bytes one State occupies (all leaves), for sizing batches."""
         return _state_bytes(self)
 
-    def replace(self, **kw) -> "MachineConfig":
+    def replace(self, **kw: Any) -> "MachineConfig":
         return dataclasses.replace(self, **kw)
 
 
@@ -213,13 +228,27 @@ def pool_capacity(pages: int, slots: int, W: int, s64: bool) -> Optional[int]:
     return None if usable >= slots * full_window(W, s64) else usable // 2
 
 
-def is_wide(dtype, xp=jnp):
+# The functions below that take `xp` compute in numpy (xp=np: numpy arrays or
+# scalars out) or in jax.numpy (jax.Array out); their implementations take the
+# module as Any (np or jnp, which share no type mypy knows).
+
+@overload
+def is_wide(dtype: ArrayLike, xp: NumpyModule) -> np.bool_ | NDArray[np.bool_]: ...
+@overload
+def is_wide(dtype: ArrayLike, xp: ModuleType = ...) -> jax.Array: ...
+def is_wide(dtype: Any, xp: Any = jnp) -> Any:
     """Whether a tile of this DataType code keeps whole 64-bit Words (two slots each)."""
     dtype = xp.asarray(dtype)
     return (dtype >= 0) & (dtype < 32) & xp.asarray(_WIDE)[xp.clip(dtype, 0, 31)]
 
 
-def pool_extent(capacity, dtype, W: int, xp=jnp, s64: bool = False):
+@overload
+def pool_extent(capacity: ArrayLike, dtype: ArrayLike, W: int, xp: NumpyModule,
+                s64: bool = False) -> np.int64 | NDArray[np.int64]: ...
+@overload
+def pool_extent(capacity: ArrayLike, dtype: ArrayLike, W: int, xp: ModuleType = ...,
+                s64: bool = False) -> jax.Array: ...
+def pool_extent(capacity: ArrayLike, dtype: ArrayLike, W: int, xp: Any = jnp, s64: bool = False) -> Any:
     """Pool slots a tile of `capacity` (TSize) bytes owns: 2 x TSize, at most its
     window (max_tile_words(W) Words in 64-bit or narrow slots, or two slots per
     Word of a wide tile)."""
@@ -228,20 +257,33 @@ def pool_extent(capacity, dtype, W: int, xp=jnp, s64: bool = False):
     return xp.clip(2 * xp.asarray(capacity).astype(xp.int64), 0, room)
 
 
-def pool_top(allocated, capacity, dtype, base, W: int, xp=jnp, s64: bool = False):
+@overload
+def pool_top(allocated: ArrayLike, capacity: ArrayLike, dtype: ArrayLike, base: ArrayLike, W: int,
+             xp: NumpyModule, s64: bool = False) -> np.int64 | NDArray[np.int64]: ...
+@overload
+def pool_top(allocated: ArrayLike, capacity: ArrayLike, dtype: ArrayLike, base: ArrayLike, W: int,
+             xp: ModuleType = ..., s64: bool = False) -> jax.Array: ...
+def pool_top(allocated: ArrayLike, capacity: ArrayLike, dtype: ArrayLike, base: ArrayLike, W: int,
+             xp: Any = jnp, s64: bool = False) -> Any:
     """Where a PE's next tile is placed: the end of its highest placed storage
     (0 with none), over descriptors along the last axis (any leading axes)."""
     ends = xp.asarray(base).astype(xp.int64) + pool_extent(capacity, dtype, W, xp, s64)
     return xp.max(xp.where(xp.asarray(allocated) != 0, ends, 0), axis=-1)
 
 
-def pool_start(base, pool_slots: int, W: int, xp=jnp, s64: bool = False):
+@overload
+def pool_start(base: ArrayLike, pool_slots: int, W: int, xp: NumpyModule,
+               s64: bool = False) -> np.int64 | NDArray[np.int64]: ...
+@overload
+def pool_start(base: ArrayLike, pool_slots: int, W: int, xp: ModuleType = ...,
+               s64: bool = False) -> jax.Array: ...
+def pool_start(base: ArrayLike, pool_slots: int, W: int, xp: Any = jnp, s64: bool = False) -> Any:
     """First pool slot of a tile's window: its base clamped into the pool (as XLA's
     dynamic slices clamp; a base only a hand-made State can hold)."""
     return xp.clip(xp.asarray(base).astype(xp.int64), 0, pool_slots - full_window(W, s64))
 
 
-def _as_words(pairs, xp):
+def _as_words(pairs: Any, xp: Any) -> Any:     # a numpy array with xp=np, else a jax.Array, in and out
     """uint32[2n] slot pairs (low, high) as uint64[n] (a bitcast, little-endian)."""
     pairs = pairs.reshape(-1, 2)
     if xp is np:
@@ -249,7 +291,13 @@ def _as_words(pairs, xp):
     return jax.lax.bitcast_convert_type(pairs, jnp.uint64)
 
 
-def decode_window(slots, defined, wide, W: int, xp=jnp):
+@overload
+def decode_window(slots: NDArray[Any], defined: NDArray[Any], wide: ArrayLike, W: int,
+                  xp: NumpyModule) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]: ...
+@overload
+def decode_window(slots: jax.Array, defined: jax.Array, wide: ArrayLike, W: int,
+                  xp: ModuleType = ...) -> tuple[jax.Array, jax.Array]: ...
+def decode_window(slots: Any, defined: Any, wide: ArrayLike, W: int, xp: Any = jnp) -> Any:
     """A tile's W Words (uint64) and their definedness from its window's slots."""
     if slots.dtype == np.uint64:                      # 64-bit slots: the Words themselves
         return slots[:W], defined[:W]
@@ -267,7 +315,14 @@ def decode_window(slots, defined, wide, W: int, xp=jnp):
     return xp.where(wide, whole[:W], narrow), xp.where(wide, whole_d[:W], d[:W])
 
 
-def encode_window(words, defined, wide, W: int, xp=jnp, s64: bool = False):
+@overload
+def encode_window(words: ArrayLike, defined: ArrayLike, wide: ArrayLike, W: int, xp: NumpyModule,
+                  s64: bool = False) -> tuple[NDArray[np.unsignedinteger[Any]], NDArray[np.bool_]]: ...
+@overload
+def encode_window(words: ArrayLike, defined: ArrayLike, wide: ArrayLike, W: int, xp: ModuleType = ...,
+                  s64: bool = False) -> tuple[jax.Array, jax.Array]: ...
+def encode_window(words: ArrayLike, defined: ArrayLike, wide: Any, W: int, xp: Any = jnp,
+                  s64: bool = False) -> Any:
     """Inverse of decode_window: the window's slots (uint32) and definedness for a
     tile's W Words (a wide tile's Words past half the window do not fit and are
     not kept). Slot j holds Word j // 2's half j % 2 (wide) or Word j (narrow):
@@ -287,12 +342,12 @@ def encode_window(words, defined, wide, W: int, xp=jnp, s64: bool = False):
     return xp.where(inside, slots, xp.uint32(0)), bit & inside
 
 
-def _has_slots64(tiles) -> bool:
+def _has_slots64(tiles: _TileLeaves) -> bool:
     """Whether a State's Tiles (or a dict of its leaves) keep 64-bit pool slots."""
     return np.asarray(tiles["words"]).dtype == np.uint64
 
 
-def slot_window(tiles, pe: int, slot: int):
+def slot_window(tiles: _TileLeaves, pe: int, slot: int) -> tuple[NDArray[Any], NDArray[np.bool_]]:
     """(slots, defined): numpy views of the window of PE `pe`'s slot `slot` in a
     State's Tiles (or a dict of its numpy leaves, which the views then edit;
     words or defined missing from the dict come back as None). A free slot's
@@ -307,11 +362,14 @@ def slot_window(tiles, pe: int, slot: int):
         base = t["base"][slot]
     at = int(pool_start(base, K * W, W, np, s64))
     n = full_window(W, s64)
-    return tuple(np.asarray(tiles[k][pe]).reshape(-1)[at:at + n] if k in tiles else None
-                 for k in ("words", "defined"))
+    # never None in fact: _has_slots64 and np.shape above read both keys
+    return cast("tuple[NDArray[Any], NDArray[np.bool_]]",
+                tuple(np.asarray(tiles[k][pe]).reshape(-1)[at:at + n] if k in tiles else None
+                      for k in ("words", "defined")))
 
 
-def write_tile_words(tiles, pe: int, slot: int, words, defined) -> None:
+def write_tile_words(tiles: Mapping[str, NDArray[Any]], pe: int, slot: int, words: npt.ArrayLike,
+                     defined: npt.ArrayLike) -> None:
     """Write a slot's Words and definedness (at most max_tile_words; the rest
     zero and undefined) into the pool of `tiles`, a dict of numpy leaves
     (edited in place), as install does: its own slots only."""
@@ -330,7 +388,7 @@ def write_tile_words(tiles, pe: int, slot: int, words, defined) -> None:
         view[:n] = new[:n]
 
 
-def tile_words(tiles, pe: int, slot: int):
+def tile_words(tiles: _TileLeaves, pe: int, slot: int) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
     """(words uint64[L], defined bool[L]) of PE `pe`'s slot `slot`, L =
     max_tile_words(W), as the executor reads them (decode_window over
     slot_window)."""
@@ -360,7 +418,7 @@ def preset(name: str) -> MachineConfig:
 
 
 @pytree_dataclass
-class Tiles:
+class Tiles(PytreeDataclass):
     """Local tile register files: every leaf has a leading PE axis of 4, then
     one entry per materialized slot (TileInfo). Shapes below are per PE."""
     allocated: jax.Array        # bool[S]
@@ -391,7 +449,7 @@ TILE_COLUMN = {name: i for i, name in enumerate(TILE_FIELDS)}
 
 
 @pytree_dataclass
-class SharedTiles:
+class SharedTiles(PytreeDataclass):
     """The Core's Shared tile registers, one entry per materialized record."""
     sid: jax.Array              # int32[R] SharedTileID held, -1 = free record
     allocation_mask: jax.Array  # int32[R] 4-bit PE mask fixed by the allocating write
@@ -409,7 +467,7 @@ class SharedTiles:
 
 
 @pytree_dataclass
-class Block:
+class Block(PytreeDataclass):
     """Header state of the open block (encoding.md section 3)."""
     active: jax.Array           # bool
     pc: jax.Array               # uint64 BPC of the BSTART
@@ -446,7 +504,7 @@ class Rules:
     semantics: str = "adr0100"
     profile: str = "portable"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.semantics not in SEMANTICS:
             raise ValueError(f"semantics {self.semantics!r} not in {SEMANTICS}")
         if self.profile not in PROFILES:
@@ -461,7 +519,7 @@ jax.tree_util.register_static(Rules)
 
 
 @pytree_dataclass
-class State:
+class State(PytreeDataclass):
     """One machine: a pytree of arrays (vmap it for a batch) and its Rules."""
     gm: jax.Array               # uint8[gm_bytes]
     gpr: jax.Array              # uint64[4, 24] per-PE GPR files (x0 reads 0)
@@ -476,7 +534,7 @@ class State:
     rules: Rules = Rules()      # static: no leaves (see Rules)
 
 
-def _i32(shape=()):
+def _i32(shape: int | tuple[int, ...] = ()) -> jax.Array:
     return jnp.zeros(shape, jnp.int32)
 
 
@@ -493,7 +551,7 @@ def empty_block() -> Block:
                  catr_present=jnp.zeros((), bool), catr=jnp.zeros((), jnp.uint32))
 
 
-def _block_fields():
+def _block_fields() -> tuple[tuple[str, tuple[int, ...], np.dtype[Any]], ...]:
     """(name, shape, dtype) of each Block leaf, in field order."""
     with jax.enable_x64(True):
         b = jax.eval_shape(empty_block)
@@ -532,7 +590,7 @@ def _reset(cfg: MachineConfig) -> State:
                  tiles=tiles, shared=shared, block=empty_block(), rules=Rules.of(cfg))
 
 
-def _state_shapes(cfg: MachineConfig):
+def _state_shapes(cfg: MachineConfig) -> object:     # a State of jax.ShapeDtypeStruct leaves
     with jax.enable_x64(True):
         return jax.eval_shape(lambda: _reset(cfg))
 
@@ -545,7 +603,7 @@ def _state_bytes(cfg: MachineConfig) -> int:
 
 
 @x64
-def reset(cfg: MachineConfig = None) -> State:
+def reset(cfg: Optional[MachineConfig] = None) -> State:
     """Profile reset: GM, GPRs and payload Words zero, every tile free, no fault."""
     cfg = MachineConfig() if cfg is None else cfg
     if not isinstance(cfg, MachineConfig):
@@ -562,27 +620,29 @@ def config_of(s: State) -> MachineConfig:
     return MachineConfig(gm_bytes=int(s.gm.shape[-1]), tile_words=int(W), hand_slots=int(S) // 4,
                          shared_slots=int(R), shared_words=int(WS),
                          semantics=s.rules.semantics, profile=s.rules.profile,
-                         **({} if cap is None else {"tile_capacity": cap}))
+                         # Any: mypy checks a ** dict's values against every field
+                         **cast("dict[str, Any]", {} if cap is None else {"tile_capacity": cap}))
 
 
 # ----------------------------------------------------------------- host helpers
 
 
-def state_leaves(state) -> dict:
+def state_leaves(state: object) -> dict[str, NDArray[Any]]:
     """{leaf path (".tiles.words", ".gm", ...): numpy array} of a State (or a
     batch of States), in tree order: the one flattening every comparison uses."""
     return {jax.tree_util.keystr(p): np.asarray(x)
             for p, x in jax.tree_util.tree_leaves_with_path(state)}
 
 
-def state_differences(a, b, skip=(), limit=None) -> list:
+def state_differences(a: object, b: object, skip: Iterable[str] = (), limit: Optional[int] = None) -> list[str]:
     """Paths of the leaves whose raw values (or shapes) differ between two
     States, in tree order; fields named in `skip` ("fault", "pc", ...) are
     not compared, and at most `limit` paths are returned."""
     return leaf_differences(state_leaves(a), state_leaves(b), skip, limit)
 
 
-def leaf_differences(la: dict, lb: dict, skip=(), limit=None) -> list:
+def leaf_differences(la: Mapping[str, NDArray[Any]], lb: Mapping[str, NDArray[Any]], skip: Iterable[str] = (),
+                     limit: Optional[int] = None) -> list[str]:
     """state_differences of two States already flattened by state_leaves."""
     skipped = tuple(f".{name}" for name in skip)
     out = []
@@ -597,7 +657,7 @@ def leaf_differences(la: dict, lb: dict, skip=(), limit=None) -> list:
     return out
 
 
-def check_state(s):
+def check_state(s: object) -> None:
     if not isinstance(s, State):
         raise TypeError(f"expected a ptojax State, got {type(s).__name__}")
     if s.gm.ndim != 1:
@@ -605,13 +665,13 @@ def check_state(s):
                          "(jax.tree_util.tree_map(lambda a: a[i], states))")
 
 
-def tile_leaves(leaves: dict) -> dict:
+def tile_leaves(leaves: Mapping[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
     """{".tiles.words": ..., ...} (state_leaves) as {"words": ..., ...}, the form
     slot_window and own_words read."""
     return {k[len(".tiles."):]: v for k, v in leaves.items() if k.startswith(".tiles.")}
 
 
-def own_words(tiles, pe: int, slot: int):
+def own_words(tiles: _TileLeaves, pe: int, slot: int) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
     """(words uint64, defined) of the Words PE `pe`'s allocated slot `slot` owns
     (its pool_extent slots' worth), as tile_words reads them; empty for a free slot."""
     W = np.shape(tiles["defined"])[-1]
@@ -619,10 +679,10 @@ def own_words(tiles, pe: int, slot: int):
     t = {k: np.asarray(tiles[k])[pe, slot] for k in ("allocated", "capacity", "dtype")}
     n = int(pool_extent(t["capacity"], t["dtype"], W, np, s64)) if t["allocated"] else 0
     n = n // 2 if is_wide(t["dtype"], np) and not s64 else n
-    return tuple(x[:n] for x in tile_words(tiles, pe, slot))
+    return cast("tuple[NDArray[np.uint64], NDArray[np.bool_]]", tuple(x[:n] for x in tile_words(tiles, pe, slot)))
 
 
-def check_pool(s):
+def check_pool(s: State) -> None:
     """ValueError when a State's (or a batch's) TILE_CAPACITY register admits
     more Local allocations than its payload pool holds (pool_capacity): build
     the State with pj.reset(cfg) for the register value wanted."""
@@ -636,7 +696,7 @@ def check_pool(s):
                              "build it with pj.reset(cfg.replace(tile_capacity=...))")
 
 
-def check_int(name, v, lo, hi):
+def check_int(name: str, v: object, lo: int, hi: int) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     if not lo <= v <= hi:
@@ -645,7 +705,7 @@ def check_int(name, v, lo, hi):
 
 
 @x64
-def write_memory(s: State, addr: int, data) -> State:
+def write_memory(s: State, addr: int, data: bytes | bytearray | memoryview | npt.ArrayLike) -> State:
     """Write bytes (bytes, bytearray, or a uint8 array) into GM at `addr`."""
     check_state(s)
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -672,7 +732,7 @@ def read_memory(s: State, addr: int, n: int) -> bytes:
 
 
 @x64
-def write_gpr(s: State, reg, value: int, pe: int = 0) -> State:
+def write_gpr(s: State, reg: int | str, value: int, pe: int = 0) -> State:
     """Set GPR `reg` (index or name) of PE `pe` to a 64-bit value; x0 stays 0."""
     check_state(s)
     r = tables.gpr_index(reg)
@@ -687,7 +747,7 @@ def write_gpr(s: State, reg, value: int, pe: int = 0) -> State:
     return s.replace(gpr=s.gpr.at[pe, r].set(jnp.uint64(value & ((1 << 64) - 1))))
 
 
-def read_gpr(s: State, reg, pe: int = 0) -> int:
+def read_gpr(s: State, reg: int | str, pe: int = 0) -> int:
     check_state(s)
     pe = check_int("pe", pe, 0, tables.NUM_PES - 1)
     return int(np.asarray(s.gpr)[pe, tables.gpr_index(reg)])

@@ -12,19 +12,22 @@ unpacked to.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
+from numpy.typing import NDArray
 
 from .indexing import row, set_row
-from .pytree import pytree_dataclass
+from .pytree import PytreeDataclass, pytree_dataclass
 from .state import BLOCK_FIELDS, TILE_FIELDS, Block, Tiles, window_slots
 
 
 @pytree_dataclass
-class LocalFile:
+class LocalFile(PytreeDataclass):
     """Tiles as the executor holds them while a stream runs: the descriptor
     fields as columns of one int32 array, so that reading a descriptor,
     publishing one or projecting a PE's file is one operation, not fifteen;
@@ -36,7 +39,7 @@ class LocalFile:
     defined: jax.Array          # bool[4, K * W]
 
 
-def pack_tiles(t: Tiles, pe=None) -> LocalFile:
+def pack_tiles(t: Tiles, pe: Optional[ArrayLike] = None) -> LocalFile:
     """The executor's form of `t`. With `pe` (a stream of one PE's blocks,
     which read and write no other PE's descriptors) only PE `pe`'s
     descriptors, desc [1, S, F]: packing every PE's table and unpacking it
@@ -45,23 +48,24 @@ def pack_tiles(t: Tiles, pe=None) -> LocalFile:
     if pe is not None:
         fields = [row(f, pe)[None] for f in fields]
     desc = jnp.stack(fields, axis=-1)
-    flat = lambda a: a.reshape(a.shape[:-2] + (-1,))
+    flat: Callable[[jax.Array], jax.Array] = lambda a: a.reshape(a.shape[:-2] + (-1,))
     return LocalFile(desc=desc, words=flat(t.words), defined=flat(t.defined))
 
 
-def unpack_tiles(f: LocalFile, W: int, t: Tiles, pe=None) -> Tiles:
+def unpack_tiles(f: LocalFile, W: int, t: Tiles, pe: Optional[ArrayLike] = None) -> Tiles:
     """Inverse of pack_tiles(t, pe): `t` after the stream (its other PEs'
     descriptors, when f holds one PE's)."""
     if f.desc.shape[0] == 1:
+        assert pe is not None           # f holds one PE's descriptors: packed with pe
         cols = {n: set_row(getattr(t, n), pe, f.desc[0, :, i]) for i, n in enumerate(TILE_FIELDS)}
     else:
         cols = {n: f.desc[..., i] for i, n in enumerate(TILE_FIELDS)}
     cols["allocated"] = cols["allocated"] != 0
-    paged = lambda a: a.reshape(a.shape[:-1] + (-1, W))
+    paged: Callable[[jax.Array], jax.Array] = lambda a: a.reshape(a.shape[:-1] + (-1, W))
     return Tiles(words=paged(f.words), defined=paged(f.defined), **cols)
 
 
-def local_desc(local: LocalFile, pe):
+def local_desc(local: LocalFile, pe: ArrayLike) -> jax.Array:
     """PE `pe`'s descriptor table [S, F] in `local` (pe may be traced)."""
     return local.desc[0] if local.desc.shape[0] == 1 else row(local.desc, pe)
 
@@ -75,7 +79,7 @@ def local_desc(local: LocalFile, pe):
 ROW_BITS = {"iot": (1, 2, 4, 4, 1, 1, 6, 6), "ios": (8, 4, 4)}
 
 
-def packed_width(name, shape, dtype) -> int:
+def packed_width(name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
     """int32 words a Block leaf takes in pack_block (a uint64 value takes two,
     a binding row one)."""
     if name in ROW_BITS:
@@ -83,12 +87,12 @@ def packed_width(name, shape, dtype) -> int:
     return int(np.prod(shape)) * (2 if dtype == np.uint64 else 1)
 
 
-def _row_offsets(name):
+def _row_offsets(name: str) -> tuple[NDArray[np.int32], NDArray[np.int32]]:
     bits = np.array(ROW_BITS[name], np.int32)
     return np.concatenate([[0], np.cumsum(bits)[:-1]]).astype(np.int32), (1 << bits) - 1
 
 
-def pack_block(blk: Block):
+def pack_block(blk: Block) -> jax.Array:
     """The Block as one int32 vector (a uint64 leaf as two words, a binding
     row one word of ROW_BITS fields: 52 words): a scan step selects or stores
     one array, not one per field (each field would be its own kernel). (The
@@ -104,8 +108,9 @@ def pack_block(blk: Block):
     return jnp.concatenate(parts)
 
 
-def unpack_block(vec) -> Block:
+def unpack_block(vec: jax.Array) -> Block:
     """Inverse of pack_block."""
+    out: dict[str, jax.Array]
     out, at = {}, 0
     for name, shape, dtype in BLOCK_FIELDS:
         n = packed_width(name, shape, dtype)
@@ -126,7 +131,7 @@ def unpack_block(vec) -> Block:
 
 
 @pytree_dataclass
-class PoolWrite:
+class PoolWrite(PytreeDataclass):
     """A block's write to its PE's pool, held until its completion is over
     (with_pe_file applies it): at pool slot `base`, the slots of `words` where
     `words_mask` holds and the bits of `defined` where `defined_mask` does. The
@@ -148,7 +153,7 @@ def no_pool_write(local: LocalFile, n: int) -> PoolWrite:
 
 
 @pytree_dataclass
-class PeFile:
+class PeFile(PytreeDataclass):
     """PE `pe`'s Local register file while one of its blocks completes: its
     descriptors projected (S x 16 int32), its payload left in the Core's pools
     and addressed at (pe, a tile's base). A block then copies only the windows
@@ -165,11 +170,11 @@ class PeFile:
                                         # RowMax / GroupMax outputs), where the program has one
 
 
-def pe_file(local: LocalFile, pe, lanes: int, aux_slots: int = 0) -> PeFile:
+def pe_file(local: LocalFile, pe: ArrayLike, lanes: int, aux_slots: int = 0) -> PeFile:
     """PE `pe`'s view of the Core's Local files (pe may be traced) for a
     completion over `lanes` lanes (ops.lowering.lane_classes; at most tile_words),
     with two auxiliary windows of `aux_slots` slots when that is nonzero."""
-    aux = None
+    aux: Optional[PoolWrite] = None
     if aux_slots:
         aux = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), no_pool_write(local, aux_slots))
     return PeFile(desc=local_desc(local, pe), words=local.words, defined=local.defined,
@@ -187,7 +192,7 @@ def with_pe_file(local: LocalFile, f: PeFile) -> LocalFile:
     for w in writes:
         n = w.words.shape[0]
 
-        def put(a, new, mask):
+        def put(a: jax.Array, new: jax.Array, mask: jax.Array) -> jax.Array:
             old = jax.lax.dynamic_slice(a, (f.pe, w.base), (1, n))[0]
             return jax.lax.dynamic_update_slice(a, jnp.where(mask, new, old)[None], (f.pe, w.base))
         words, defined = put(words, w.words, w.words_mask), put(defined, w.defined, w.defined_mask)

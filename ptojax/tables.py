@@ -7,6 +7,7 @@ spec/state-and-transport.md A.3, A.9, B.5.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Optional
 
@@ -37,7 +38,7 @@ class DataType:
         return max(1, self.bits // 8)
 
 
-def _dt(code, name, bits, kind, cube):
+def _dt(code: int, name: str, bits: int, kind: str, cube: Optional[str]) -> DataType:
     return DataType(code, name, bits, kind, bits == 4, cube)
 
 
@@ -77,7 +78,7 @@ DTYPE_BY_NAME: dict[str, DataType] = {d.name: d for d in DATATYPES}
 _DTYPE_BY_UPPER = {d.name.upper(): d for d in DATATYPES}
 
 
-def dtype(spec) -> DataType:
+def dtype(spec: DataType | int | str) -> DataType:
     """Look a DataType up by spec name ("FP16"), code (4) or DataType."""
     if isinstance(spec, DataType):
         return spec
@@ -137,7 +138,7 @@ TILE_LOCATIONS = ("Any", "Vector", "Matrix", "Memory")
 TILE_LOCATION_CODE = {n: i for i, n in enumerate(TILE_LOCATIONS)}
 
 
-def cube_layout(spec) -> str:
+def cube_layout(spec: str) -> str:
     """Validate a CUBE descriptor layout name ("CUBE_M16", "CUBE_M32", "CUBE_N8")."""
     if not isinstance(spec, str):
         raise TypeError(f"layout must be a name such as 'CUBE_M16', got {type(spec).__name__}")
@@ -180,7 +181,7 @@ _PAD_MAX_MIN: dict[str, tuple[int, int]] = {
 }
 
 
-def padvalue(spec) -> int:
+def padvalue(spec: int | str) -> int:
     """PadValue code from a name ("Max") or code (1)."""
     if isinstance(spec, bool):
         raise TypeError("padvalue must be a name or code")
@@ -196,7 +197,7 @@ def padvalue(spec) -> int:
     raise TypeError(f"padvalue must be a name (str) or code (int), got {type(spec).__name__}")
 
 
-def pad_word(dt, pad) -> int:
+def pad_word(dt: DataType | int | str, pad: int | str) -> int:
     """The 64-bit carrier word the model writes for PadValue `pad` of dtype `dt`.
 
     Zero and Null both write 0 (Null additionally leaves the slot undefined).
@@ -245,12 +246,12 @@ MEMORY_FAULTS = ("Fault_DataAlignment", "Fault_DataPage")
 NUMERIC_FLAGS = ("NV", "DZ", "OF", "UF", "NX")
 
 
-def flag_names(bits: int) -> list:
+def flag_names(bits: int) -> list[str]:
     """The names of the numeric flags set in `bits`, in NUMERIC_FLAGS order."""
     return [n for i, n in enumerate(NUMERIC_FLAGS) if bits >> i & 1]
 
 
-def flag_bits(names) -> int:
+def flag_bits(names: Iterable[str]) -> int:
     """The bits of numeric flag names (ValueError for an unknown name)."""
     out = 0
     for n in names:
@@ -322,7 +323,7 @@ GPR_NAMES = ("zero", "sp", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "ra",
              "x0", "x1", "x2", "x3")
 
 
-def gpr_index(spec) -> int:
+def gpr_index(spec: int | str) -> int:
     """GPR index from an int 0..23 or an assembly name (a0, s3, x2, zero...)."""
     if isinstance(spec, bool):
         raise TypeError("GPR must be an index or a name")

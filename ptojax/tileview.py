@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from . import tables
 from .state import State, check_int, check_state, tile_words
@@ -35,8 +38,8 @@ class TileView:
     cell_count: int
     storage_bytes: int
     defined_valid_elements: int
-    words: np.ndarray
-    defined: np.ndarray
+    words: NDArray[np.uint64]
+    defined: NDArray[np.bool_]
 
     @property
     def name(self) -> str:
@@ -54,7 +57,8 @@ class TileView:
         """Payload slot of logical (row, col) of this tile."""
         if self.layout in tables.CUBE_LAYOUTS:
             from .layouts.geometry import payload_index_of, CELL_SHAPES
-            cr, cc = CELL_SHAPES[(self.layout, tables.dtype(self.dtype).cube_class)]
+            # a CUBE tile's type has a cube class (None would fail the lookup, KeyError)
+            cr, cc = CELL_SHAPES[(self.layout, cast(str, tables.dtype(self.dtype).cube_class))]
             return int(payload_index_of(self.layout, cr, cc, self.element_bits == 4,
                                         self.k_repeat, row, col))
         from .layouts.ordinary import payload_index
@@ -64,7 +68,7 @@ class TileView:
         """Raw low element bits at logical (row, col)."""
         return int(self.words[self.slot(row, col)]) & ((1 << self.element_bits) - 1)
 
-    def to_nd(self) -> np.ndarray:
+    def to_nd(self) -> NDArray[np.uint64]:
         """The valid region as a [valid_rows, valid_columns] uint64 matrix of raw element bits."""
         out = np.zeros((self.valid_rows, self.valid_columns), np.uint64)
         for r in range(self.valid_rows):
@@ -170,7 +174,7 @@ class SharedTileView(TileView):
                 f"{'published' if self.published else 'unpublished'}")
 
 
-def _valid_slots(layout: str, g: dict, n: int) -> np.ndarray:
+def _valid_slots(layout: str, g: Mapping[str, int], n: int) -> NDArray[np.bool_]:
     """bool[n]: which of a record's first n element slots hold its valid rectangle."""
     from .layouts.ordinary import indexable, payload_index
     rows, cols, dt = g["rows"], g["cols"], tables.DTYPE_BY_CODE[g["dtype"]].name

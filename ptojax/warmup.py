@@ -241,23 +241,24 @@ class _Recorder:
         self.compiled = self.loaded = self.written = 0
         self.compile_seconds = 0.0
 
-    def event(self, name, **_):
+    # parameters named as jax.monitoring's listener protocols name them
+    def event(self, event: str, **_: str | int) -> None:
         if not self.active:
             return
-        if name == "/jax/compilation_cache/cache_hits":
+        if event == "/jax/compilation_cache/cache_hits":
             self.pending_hit = True
-        elif name == "/jax/compilation_cache/cache_misses":     # recorded on a write
+        elif event == "/jax/compilation_cache/cache_misses":     # recorded on a write
             self.written += 1
 
-    def duration(self, name, secs, **_):
-        if not self.active or name != "/jax/core/compile/backend_compile_duration":
+    def duration(self, event: str, duration_secs: float, **_: str | int) -> None:
+        if not self.active or event != "/jax/core/compile/backend_compile_duration":
             return
         if self.pending_hit:
             self.pending_hit = False
             self.loaded += 1
-        elif secs >= MIN_COMPILE_SECS:
+        elif duration_secs >= MIN_COMPILE_SECS:
             self.compiled += 1
-            self.compile_seconds += secs
+            self.compile_seconds += duration_secs
 
     def start(self):
         self.compiled = self.loaded = self.written = 0

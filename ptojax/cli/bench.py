@@ -21,6 +21,7 @@ def cmd_bench(args) -> int:
                        f"repository's benchmarks/ folder, next to the ptojax package, and are not "
                        f"installed with it: run from a checkout (pip install -e .)")
     spec = importlib.util.spec_from_file_location(f"ptojax_bench_{args.name}", path)
+    assert spec is not None and spec.loader is not None     # a .py file: the source loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.main(list(args.args))

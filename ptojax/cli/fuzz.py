@@ -336,7 +336,7 @@ def print_fuzz_report(rep: dict, con=None):
     for axis in Coverage.AXES:
         counts = rep["coverage"].get(axis, {})
         if axis == "variants":         # one entry per field changed: summed by kind of change
-            summed = {}
+            summed: dict[str, int] = {}
             for k, v in counts.items():
                 summed[k.split(" ")[0]] = summed.get(k.split(" ")[0], 0) + v
             counts = summed

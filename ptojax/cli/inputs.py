@@ -80,7 +80,8 @@ _SETUP_OPTIONS = ("--gm-hex", "--gpr")
 
 def program_setup(text: str) -> tuple[list[str], list[str]]:
     """(gm_hex specs, gpr specs) of the setup lines `;@ --gm-hex A:HEX --gpr R=V ...`."""
-    gm_hex, gprs = [], []
+    gm_hex: list[str] = []
+    gprs: list[str] = []
     for n, line in enumerate(text.splitlines(), 1):
         m = _SETUP_RE.match(line)
         if not m:

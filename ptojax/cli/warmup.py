@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import time
+from typing import Any, cast
 
 from ptojax.compile_cache import CACHE_ENV, ensure_compile_cache
 from ptojax.state import PROFILES
@@ -80,7 +81,7 @@ def cmd_warmup(args) -> int:
     t = Table(title="ptojax warmup", box=box.SIMPLE_HEAD)
     for col, kw in (("program", {}), ("config", {}), ("profile", {}),
                     ("seconds", {"justify": "right"}), ("result", {}), ("fault", {})):
-        t.add_column(col, no_wrap=True, **kw)
+        t.add_column(col, no_wrap=True, **cast("dict[str, Any]", kw))    # add_column's keywords mix types
     for r in results:
         t.add_row(r.name, r.config, r.profile, f"{r.seconds:.2f}", _SOURCE_TEXT[r.source],
                   r.fault if r.fault != "Fault_None" else "-")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Literal, Optional, overload
 
 import numpy as np
 
@@ -81,15 +81,15 @@ def _parse_header(raw: bytes, where: str) -> tuple[dict, dict, int]:
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise BatchFileError(f"{where}: __metadata__ must map names to strings")
     spans = []
-    for name, e in header.items():
+    for name, entry in header.items():
         try:
-            dt = np.dtype(DTYPES[e["dtype"]])
-            shape = tuple(int(x) for x in e["shape"])
-            a, b = (int(x) for x in e["data_offsets"])
+            dt = np.dtype(DTYPES[entry["dtype"]])
+            shape = tuple(int(x) for x in entry["shape"])
+            a, b = (int(x) for x in entry["data_offsets"])
         except (KeyError, TypeError, ValueError):
-            raise BatchFileError(f"{where}: tensor {name!r} has a malformed entry {e!r}") from None
+            raise BatchFileError(f"{where}: tensor {name!r} has a malformed entry {entry!r}") from None
         if any(s < 0 for s in shape) or b - a != dt.itemsize * int(np.prod(shape)):
-            raise BatchFileError(f"{where}: tensor {name!r}: {b - a} bytes for {e['dtype']}{list(shape)}")
+            raise BatchFileError(f"{where}: tensor {name!r}: {b - a} bytes for {entry['dtype']}{list(shape)}")
         spans.append((a, b, name))
     spans.sort()
     at = 0
@@ -115,6 +115,12 @@ def read_message(f: BinaryIO, where: str = "input") -> Optional[tuple[dict, dict
     header, meta, size = _parse_header(_read_exact(f, n, where), where)
     data = _read_exact(f, size, where) if size else b""
     return _tensors(header, data), meta
+
+
+@overload
+def _read_exact(f: BinaryIO, n: int, where: str, allow_eof: Literal[False] = False) -> bytes: ...
+@overload
+def _read_exact(f: BinaryIO, n: int, where: str, allow_eof: bool) -> Optional[bytes]: ...
 
 
 def _read_exact(f: BinaryIO, n: int, where: str, allow_eof: bool = False) -> Optional[bytes]:

@@ -30,7 +30,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import jax
 import numpy as np
@@ -47,6 +47,9 @@ from .engine import (PROGRAM_WORDS, WORDS, Engine, Rows, filler_words, leaves_of
                      row_signature, row_size)
 from .oracle import Oracle, concat, reference_outcome
 from .starts import Starts
+
+if TYPE_CHECKING:
+    from ..batch.execute import BatchResult
 
 REPORT_FORMAT = "ptojax.fuzz-report.v1"
 POOL_BATCHES = 8               # engine batches a pool holds: what routing sorts at once
@@ -159,7 +162,7 @@ class CampaignConfig:
         return self._gen(True) if self.share_core > 0 else None
 
     def _gen(self, core: bool) -> G.GenConfig:
-        kw = {"cas_weight": self.cas} if self.cas > 0 else {}
+        kw: dict[str, Any] = {"cas_weight": self.cas} if self.cas > 0 else {}     # GenConfig keywords
         # the Core's draws give the cooperative kinds their share from the matrix one
         matmul = min(self.matmul, max(0.0, 1.0 - self.cas - self.coop - self.edge_weight
                                       - self.tmov_weight)) \
@@ -216,7 +219,7 @@ class CampaignResult:
     against_mismatches: int = 0
     seconds: float = 0.0
     first_call_seconds: float = 0.0
-    coverage: Coverage = None
+    coverage: Optional[Coverage] = None
     kept: list = field(default_factory=list)
     devices: int = 1
     interrupted: bool = False       # stopped by Ctrl-C: the counts cover the cases finished
@@ -304,7 +307,8 @@ class Pools:
 
     def __iter__(self) -> Iterator[Pool]:
         tasks = self._tasks()
-        pending = collections.deque()
+        pending: collections.deque[list[Any]] = collections.deque()  # futures: cf.Future or oracle._Done
+        js: Optional[list[int]]
         for js in tasks:
             pending.append(self._submit(js))
             if len(pending) == self.ahead:
@@ -354,7 +358,7 @@ class Batch:
     starts: Starts                  # the same initial States, for the oracle, export and DUT
     k: np.ndarray
     sample: np.ndarray              # bool per row: compared with the oracle
-    engine: object = None           # future of Engine.run's BatchResult
+    engine: Optional[cf.Future[BatchResult]] = None     # future of Engine.run's BatchResult
     oracle: list = field(default_factory=list)
     dut: object = None              # the DUT's pending answer
 
@@ -369,6 +373,7 @@ class Planner:
 
     def plan(self, pool: Pool) -> list:
         cc, n = self.cc, len(pool)
+        assert pool.k is not None       # Pools numbers the cases
         drawn = pool.drawn
         core = pool.core
         used = np.unique(pool.base)
@@ -386,7 +391,7 @@ class Planner:
             eng = self.engine_of(flag)
             for a in range(0, len(ds), eng.capacity if ds else 1):
                 chunk = ds[a: a + eng.capacity]
-                failed = []
+                failed: list[tuple[int, str]] = []
                 st, gm = eng.prepare([drawn[d] for d in chunk], failed)
                 preps.append((st, flag))
                 for i, d in enumerate(chunk):
@@ -404,6 +409,7 @@ class Planner:
             pool = pool.take(np.flatnonzero(~np.isin(pool.base, list(broken))))
             n = len(pool)
             core = pool.core
+        assert pool.k is not None       # take keeps them
         # the rows' own State fields: the drawn case's (after its setup), then the row's pokes
         gm, gpr = gm_d[pool.base], gpr_d[pool.base]
         for r in (r for r, p in enumerate(pool.pokes) if p):
@@ -447,8 +453,8 @@ class Planner:
 # ----------------------------------------------------------------- running
 
 
-def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, against=None,
-                 oracle: Oracle = None) -> CampaignResult:
+def run_campaign(cc: CampaignConfig, *, progress: Optional[Callable] = None, export=None, against=None,
+                 oracle: Optional[Oracle] = None) -> CampaignResult:
     """Run a campaign; `progress(done, total, result)` after every batch.
 
     export: an object with `.batch(batch, jax_results, oracle_results or None,
@@ -475,7 +481,7 @@ def run_campaign(cc: CampaignConfig, *, progress: Callable = None, export=None, 
     total = pools.total
     planner = Planner(cc, engine_of, res)
     jax_thread = cf.ThreadPoolExecutor(1, thread_name_prefix="ptojax-fuzz-jax")
-    pending = collections.deque()
+    pending: collections.deque[Batch] = collections.deque()
     depth = 2
     t0 = time.perf_counter()
 
@@ -588,12 +594,14 @@ def core_rows(cc: CampaignConfig) -> int:
 
 
 def _ready(b: Batch) -> bool:
+    assert b.engine is not None     # submitted
     return b.engine.done() and all(f.done() for f in b.oracle)
 
 
 def _finish(res: CampaignResult, cc: CampaignConfig, mcfg: MachineConfig, b: Batch, export, against):
     """Compare, count and hand on one finished batch."""
     t = time.perf_counter()
+    assert b.engine is not None     # submitted
     br = b.engine.result()
     n = len(b.rows)
     got = Results(leaves_of(br, n), np.asarray(br.executed[:n], np.int64))
@@ -609,12 +617,14 @@ def _finish(res: CampaignResult, cc: CampaignConfig, mcfg: MachineConfig, b: Bat
         bad = mismatches(got, srows, want)
         faults[srows] = _fault_codes(want)
     pool = b.pool
+    assert res.coverage is not None     # run_campaign gives it one
     res.coverage.add_batch(pool, b.rows, faults, got.leaves[".numeric_flags"])
     res.cases += n
     res.batches += 1
     res.compared += len(srows)
     for i in np.flatnonzero(bad).tolist():
         r = int(srows[i])
+        assert want is not None         # bad rows are the compared ones
         res.mismatches += 1
         if len(res.kept) < cc.keep_mismatches:
             row = int(b.rows[r])
@@ -666,6 +676,7 @@ def report_json(res: CampaignResult, extra: Optional[dict] = None) -> dict:
     cc = res.cfg
     steady = res.seconds - res.first_call_seconds
     first_cases = min(res.cases, cc.rows - 1)
+    assert res.coverage is not None     # run_campaign gives it one
     out = {
         "format": REPORT_FORMAT,
         "seed": cc.seed, "count": cc.count, "config": cc.config, "batch": cc.rows,
@@ -711,7 +722,7 @@ def merge_reports(reports: Iterable[dict]) -> dict:
         out[k] = sum(r.get(k, 0) for r in reports)
     out["seconds"] = max(r["seconds"] for r in reports)
     out["cases_per_s"] = round(out["cases"] / out["seconds"], 1) if out["seconds"] else 0.0
-    cov = {}
+    cov: dict[str, collections.Counter[str]] = {}
     for r in reports:
         for axis, counts in r["coverage"].items():
             c = cov.setdefault(axis, collections.Counter())

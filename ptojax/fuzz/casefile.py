@@ -36,7 +36,7 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -89,8 +89,9 @@ def outcome_json(o: Outcome, cfg: MachineConfig, pe: int) -> dict:
     if o.error is not None:
         return {"error": o.error}
     fa = o.fault_address
-    d = {"fault": o.fault, "fault_address": hex(fa) if o.fault in tables.MEMORY_FAULTS else None,
-         "executed": o.executed, "pc": hex(o.pc)}
+    d: dict[str, Any] = {"fault": o.fault,
+                         "fault_address": hex(fa) if o.fault in tables.MEMORY_FAULTS else None,
+                         "executed": o.executed, "pc": hex(o.pc)}
     try:
         d["final"] = envelope(o.state(cfg), cfg, pe)
     except Exception as e:           # noqa: BLE001 - a State the envelope cannot express
@@ -116,7 +117,7 @@ def repro_json(case: G.Case, *, cfg: MachineConfig, config_name: str, on_fault: 
                shrink: Optional[dict] = None, original: Optional[G.Case] = None,
                against: Optional[str] = None, against_protocol: str = "lines") -> dict:
     from ..version import __version__
-    d = {
+    d: dict[str, Any] = {     # a JSON object
         "format": CASE_FORMAT, "ptojax_version": __version__,
         "config": {"preset": config_name, "machine": machine_json(cfg)},
         "pe": case.pe, "core": bool(case.core), "on_fault": on_fault, "batch": rows,
@@ -253,7 +254,7 @@ class External(Command):
                                          stdout=subprocess.PIPE, text=True, bufsize=1)
         except OSError as e:
             raise ExternalError(f"cannot start {command!r}: {e}") from None
-        self.lines = queue.Queue()
+        self.lines: queue.Queue[Optional[str]] = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True, name="ptojax-against")
         self.reader.start()
 
@@ -270,6 +271,7 @@ class External(Command):
         return json.dumps(req, separators=(",", ":")) + "\n"
 
     def _send(self, line: str):
+        assert self.proc.stdin is not None      # stdin=PIPE
         try:
             self.proc.stdin.write(line)
             self.proc.stdin.flush()

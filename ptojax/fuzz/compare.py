@@ -264,9 +264,9 @@ def differences(a: Outcome, b: Outcome, names: tuple = ("jax", "reference"), lim
                     slots=shown, count=int(where.size))
     for k in (".tiles.words", ".tiles.defined"):     # pool Words no tile owns
         if k in tile_leaves and k not in pool_reported and not np.array_equal(la[k], lb[k]):
-            where = np.argwhere(la[k] != lb[k])
-            add(f"tile pool {k[len('.tiles.'):]}", f"{len(where)} Words differ",
-                f"first at PE{where[0][0]} Word {where[0][1] * la[k].shape[-1] + where[0][2]}")
+            at = np.argwhere(la[k] != lb[k])
+            add(f"tile pool {k[len('.tiles.'):]}", f"{len(at)} Words differ",
+                f"first at PE{at[0][0]} Word {at[0][1] * la[k].shape[-1] + at[0][2]}")
     for k in la:
         if k.startswith(".shared.") and la[k] is not None and not np.array_equal(la[k], lb[k]):
             rec = np.flatnonzero((la[k] != lb[k]).reshape(la[k].shape[0], -1).any(axis=1))

@@ -129,8 +129,9 @@ class Coverage:
         self.variants = variants
         self.edge = G.edge_coverage(machine or G.GenConfig().machine, edge_weight, cas_weight > 0,
                                     matmul_weight > 0)
-        self.counts = {a: collections.Counter() for a in self.AXES}
-        self.fault_by_label = collections.defaultdict(collections.Counter)
+        self.counts: dict[str, collections.Counter[str]] = {a: collections.Counter() for a in self.AXES}
+        self.fault_by_label: collections.defaultdict[str, collections.Counter[str]] = \
+            collections.defaultdict(collections.Counter)
 
     def add_batch(self, pool, rows, faults, flags=None) -> None:
         """Count rows `rows` of a cases.Pool with their final fault codes (-1: the

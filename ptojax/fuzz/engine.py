@@ -239,6 +239,7 @@ class Engine:
             code, ex = res.fault_code[:n], res.executed[:n]
             faulted = np.where((faulted < 0) & (code != 0), code, faulted)
             done += np.where(ln > 0, ex, 0)
+        assert prepared is not None             # the cases have setup words
         open_ = np.asarray(prepared.block.active)[:n]
         bad = set()
         for i, c in enumerate(cases):

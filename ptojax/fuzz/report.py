@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import batchfile, casefile, shrink
-from .campaign import CampaignConfig, CampaignResult, JaxRunner
+from .campaign import CampaignConfig, CampaignResult, JaxRunner, Mismatch
 from .cases import initial_state
 from .compare import Outcome, differences, mismatches
 from .oracle import reference_outcome
@@ -49,18 +49,19 @@ def write_mismatches(res: CampaignResult, cc: CampaignConfig, out: Path, *, max_
     """Shrink the first case of each mismatch signature (the first `shrink_limit`
     signatures) and write at most `max_files` case files under `out`; their paths."""
     mcfg = cc.machine
-    by_sig = {}
+    by_sig: dict[tuple[str, ...], Mismatch] = {}
     for m in res.kept:
         by_sig.setdefault(m.signature, m)
     runner = JaxRunner(mcfg, cc.rows, cc.pe, cc.on_fault, core=cc.core)
     ext = None
-    files = []
+    files: list[str] = []
     try:
         for n, (sig, m) in enumerate(by_sig.items()):
             if n >= max_files:
                 break
             other = None
             if m.against:
+                assert against is not None      # the campaign ran against this command
                 ext = ext or external(against, against_protocol, mcfg, cc.pe, cc.on_fault)
                 other = ext
             case, stats = m.case, None
@@ -102,7 +103,7 @@ class Exporter:
     def __init__(self, directory, cc: CampaignConfig, limit: Optional[int] = None):
         self.dir, self.cc, self.limit = Path(directory), cc, limit
         self.mcfg = cc.machine
-        self.files = []
+        self.files: list[str] = []
 
     def batch(self, b, got, want, cfg):
         sampled = {int(r): i for i, r in enumerate(np.flatnonzero(b.sample))}
@@ -140,7 +141,8 @@ class BatchExporter:
         self.dir, self.cc, self.limit = Path(directory), cc, limit
         self.dir.mkdir(parents=True, exist_ok=True)
         self.mcfg = cc.machine
-        self.files, self.cases = [], 0
+        self.files: list[str] = []
+        self.cases = 0
 
     def batch(self, b, got, want, cfg):
         keep = np.arange(len(b.rows)) if self.limit is None else np.flatnonzero(b.k < self.limit)

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import numpy as np
 
 from .. import tables
 from ..isa import forms
+
+if TYPE_CHECKING:
+    from ..state import State
 
 MASK64 = (1 << 64) - 1
 
@@ -41,6 +44,7 @@ MASK64 = (1 << 64) - 1
 def set_field(word: int, name: str, value: int) -> int:
     """`word` with its decoded field `name` set to `value` (same form)."""
     enc = forms.match(word)
+    assert enc is not None          # the word decodes: its fields are being edited
     for f in enc.form.fields:
         if f.name == name:
             ones = f.insert((1 << f.width) - 1)
@@ -223,8 +227,8 @@ def shrink(case, fails: Callable, *, seconds: float = 120.0, log: Optional[Calla
     """(smallest failing Case found, stats). `fails(cases)` yields a bool per
     candidate, in order (lazily: it is not resumed after the first True)."""
     t0 = time.perf_counter()
-    stats = {"tried": 0, "kept": 0, "steps": [], "rounds": 0, "seconds": 0.0, "complete": True,
-             "words_before": len(case.words)}
+    stats: dict[str, Any] = {"tried": 0, "kept": 0, "steps": [], "rounds": 0, "seconds": 0.0,
+                             "complete": True, "words_before": len(case.words)}
 
     def out_of_time():
         return time.perf_counter() - t0 > seconds
@@ -306,7 +310,7 @@ def reference_predicate(runner, on_fault: str, cfg, other=None) -> Callable:
     def fails(cands) -> Iterator[bool]:
         for i in range(0, len(cands), runner.capacity):
             part = cands[i: i + runner.capacity]
-            states = []
+            states: list[Optional[State]] = []
             for c in part:
                 try:
                     states.append(initial_state(c, cfg))
@@ -320,6 +324,7 @@ def reference_predicate(runner, on_fault: str, cfg, other=None) -> Callable:
                     yield False
                     continue
                 st = states[r]
+                assert st is not None and got is not None      # row r was built and run
                 want = (other.run(c, st) if other is not None
                         else reference_outcome(st, c.words, c.pe, on_fault, cfg))
                 yield not got[row[r]].same(want)

@@ -95,8 +95,8 @@ def make(seed: int, index, variant, words, lengths, pe, core, gm_bytes: int):
     st = _Stream(seed, index, variant)
     rows = np.arange(n)
     changes = 1 + (st.uniform() > 0.6).astype(np.int64) + (st.uniform() > 0.85).astype(np.int64)
-    labels = [[] for _ in range(n)]
-    pokes = [[] for _ in range(n)]
+    labels: list[list[str]] = [[] for _ in range(n)]
+    pokes: list[list[tuple[str | int, ...]]] = [[] for _ in range(n)]
     for c in range(MAX_CHANGES):
         active = changes > c
         op = np.searchsorted(_CUM, st.uniform(), side="right").clip(0, len(OPS) - 1)

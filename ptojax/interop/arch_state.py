@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import jax
 import jax.numpy as jnp
@@ -304,8 +304,9 @@ def _export_args(state: State, cfg: Optional[MachineConfig], pe, kind: str):
         cfg = sizes
     elif not isinstance(cfg, MachineConfig):
         raise TypeError(f"cfg must be a MachineConfig, got {type(cfg).__name__}")
+    # cast: MachineConfig sets shared_words (tile_words when None)
     elif (cfg.gm_bytes != sizes.gm_bytes or cfg.hand_slots != sizes.hand_slots or cfg.tile_words > W
-          or cfg.shared_slots != R or cfg.shared_words > WS):
+          or cfg.shared_slots != R or cast(int, cfg.shared_words) > WS):
         raise ValueError(
             f"cfg (gm_bytes={cfg.gm_bytes}, hand_slots={cfg.hand_slots}, tile_words={cfg.tile_words}, "
             f"shared_slots={cfg.shared_slots}, shared_words={cfg.shared_words}) does not match the "
@@ -527,6 +528,7 @@ def _record_index(v, label: str, R: int) -> int:
 def _read_shared_tile(v, sid: int, label: str, cfg: MachineConfig) -> tuple[Optional[int], dict]:
     """(record index or None, {leaf: value}) of one sharedTile value."""
     WS = cfg.shared_words
+    assert WS is not None       # MachineConfig sets it (tile_words when None)
     v = _obj(v, label, ("descriptor", "data", "defined", "generation", "allocation_mask",
                         "extensions"))
     dl = f"{label}.descriptor"
@@ -547,10 +549,10 @@ def _read_shared_tile(v, sid: int, label: str, cfg: MachineConfig) -> tuple[Opti
               "Shared tile's capacity")
     el = f"{dl}.extensions.{EXT}"
     _obj(dext, el, ("capacity_bytes",))
-    f = {"sid": sid, "dtype": dtype, "layout": layout, "rows": rows, "cols": cols,
-         "valid_rows": vrows, "valid_cols": vcols,
-         "capacity": _int(dext["capacity_bytes"], f"{el}.capacity_bytes", 0, _I32[1]),
-         "allocation_mask": _int(v["allocation_mask"], f"{label}.allocation_mask", 0, 0xF)}
+    f: dict[str, Any] = {"sid": sid, "dtype": dtype, "layout": layout, "rows": rows, "cols": cols,
+                         "valid_rows": vrows, "valid_cols": vcols,
+                         "capacity": _int(dext["capacity_bytes"], f"{el}.capacity_bytes", 0, _I32[1]),
+                         "allocation_mask": _int(v["allocation_mask"], f"{label}.allocation_mask", 0, 0xF)}
     _int(v["generation"], f"{label}.generation", 0, 1 << 63)
     vext = _ext(v["extensions"], f"{label}.extensions")
     if vext is None:
@@ -589,6 +591,7 @@ def _read_shared_tile(v, sid: int, label: str, cfg: MachineConfig) -> tuple[Opti
 def _read_shared(v, label: str, cfg: MachineConfig) -> dict:
     """SharedTiles leaves as numpy arrays."""
     R, WS = cfg.shared_slots, cfg.shared_words
+    assert WS is not None       # MachineConfig sets it (tile_words when None)
     sh = {k: np.full(R, _SHARED_FREE.get(k, 0), dtype=bool if k in _SHARED_BOOLS else np.int32)
           for k in _SHARED_SCALARS}
     sh["words"] = np.zeros((R, WS), np.uint64)
@@ -682,6 +685,7 @@ def _read_block(v, label: str) -> dict:
         if arr is None or arr.shape != tmpl.shape:
             _fail(f"{el}.{k}", f"must have shape {list(tmpl.shape)}")
         flat = arr.reshape(-1).tolist()
+        vals: list[bool] | list[int]
         if tmpl.dtype == bool:
             vals = [_bool(x, f"{el}.{k}") for x in flat]
         else:
@@ -707,11 +711,12 @@ def _read_config(st: dict, cfg: Optional[MachineConfig], artifact: dict) -> Mach
         if isinstance(fmt, bool) or fmt not in EXT_FORMATS:
             _fail(f"{tl}.format", f"unsupported ptojax extension format {fmt!r}; "
                   f"expected one of {EXT_FORMATS}")
-        keys = ("format", "gm_bytes", "hand_slots", "tile_words")
+        keys: tuple[str, ...] = ("format", "gm_bytes", "hand_slots", "tile_words")
         if fmt >= 2:
             keys += ("shared_slots", "shared_words")
         _obj(top, tl, keys, ("pool_pages", "pool_slot_bits"))
-        src = {k: _int(top[k], f"{tl}.{k}", 1, 1 << 30) for k in keys[1:]}
+        # MachineConfig(**src) keywords (all ints here; the signature mixes str and int)
+        src: Optional[dict[str, Any]] = {k: _int(top[k], f"{tl}.{k}", 1, 1 << 30) for k in keys[1:]}
     else:
         src = None
     if cfg is None:

@@ -5,7 +5,7 @@ build on these."""
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import NoReturn, Optional
 
 import numpy as np
 
@@ -16,7 +16,7 @@ U64 = (1 << 64) - 1
 _TILE_NAME = re.compile(r"^([TUMN])#([1-9][0-9]?)$")
 
 
-def fail(label: str, msg: str):
+def fail(label: str, msg: str) -> NoReturn:
     raise ValueError(f"arch-state {label}: {msg}")
 
 

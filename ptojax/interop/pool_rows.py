@@ -7,6 +7,9 @@ slot_rows and pool_rows convert between the two (docs/interop.md).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import numpy as np
 
 from .. import tables
@@ -38,7 +41,8 @@ def slot_rows(t: dict) -> dict:
     W = max_tile_words(t["words"].shape[-1])
     rows = {"words": np.zeros((P, S, W), np.uint64), "defined": np.zeros((P, S, W), bool)}
     for p in range(P):
-        for slot in np.flatnonzero(t["allocated"][p]):
+        # numpy intp indices, used as int slot numbers
+        for slot in cast("Iterable[int]", np.flatnonzero(t["allocated"][p])):
             rows["words"][p, slot], rows["defined"][p, slot] = _own_row(t, p, slot, W)
     return {**t, **rows}
 
@@ -58,12 +62,13 @@ def pool_rows(t: dict, K: int, s64: bool, W: int) -> dict:
                 _fail(f"free slot {_name(slot, S)} of PE {p}",
                       "holds payload Words, but a free slot owns no storage in ptojax's pooled "
                       "State (its stale Words are undefined)")
-        for slot in np.flatnonzero(t["allocated"][p] & (t["base"][p] < 0)):
+        # numpy intp indices, used as int slot numbers
+        for slot in cast("Iterable[int]", np.flatnonzero(t["allocated"][p] & (t["base"][p] < 0))):
             t["base"][p, slot] = min(int(pool_top(t["allocated"][p] & (t["base"][p] >= 0),
                                                   t["capacity"][p], t["dtype"][p], t["base"][p],
                                                   W, np, s64)), K * W - full_window(W, s64))
         placed = {**t, **pool}          # the same arrays: write_tile_words edits the pool
-        for slot in np.flatnonzero(t["allocated"][p]):
+        for slot in cast("Iterable[int]", np.flatnonzero(t["allocated"][p])):
             words, defined = t["words"][p, slot], t["defined"][p, slot]
             write_tile_words(placed, p, slot, words, defined)
             kept = _own_row(placed, p, slot, L)

@@ -42,7 +42,7 @@ undefined; a word of those forms with nonzero [8:7] is also printed as
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional, SupportsIndex
 
 from .. import tables
 from . import forms
@@ -56,7 +56,7 @@ __all__ = ["AsmError", "assemble", "disassemble", "assemble_line", "format_comma
 class AsmError(ValueError):
     """Malformed assembly text. `lineno` is 1-based, `line` the offending text."""
 
-    def __init__(self, lineno: int, line: str, message: str):
+    def __init__(self, lineno: int, line: str, message: str) -> None:
         self.lineno = lineno
         self.line = line
         self.detail = message
@@ -64,7 +64,9 @@ class AsmError(ValueError):
 
 
 class _Bad(Exception):
-    def __init__(self, detail: Optional[str] = None):
+    key: str        # the SYNTAX key of the command, set where the command is known
+
+    def __init__(self, detail: Optional[str] = None) -> None:
         self.detail = detail
 
 
@@ -81,7 +83,7 @@ _CATR_FIELD = {"trap": "trap", "atom": "atom", "aq": "aq", "rl": "rl", "far": "f
 _CATR_ALIAS = {"atomic": ("atom",), "aqrl": ("aq", "rl")}
 
 
-def _legal(enc: forms.Encoding, name: str) -> Optional[frozenset]:
+def _legal(enc: forms.Encoding, name: str) -> Optional[frozenset[int]]:
     for f, legal in enc.form.constraints:
         if f == name:
             return legal
@@ -107,7 +109,7 @@ _ANY = ("a command: " + ", ".join(["BSTART.<op>", "BSTOP", "B.DATR", "B.DIM", "B
                                    "B.IOS", "B.FPATR", "B.CATR", ".word"]))
 
 
-def _encode(enc: forms.Encoding, values: dict) -> int:
+def _encode(enc: forms.Encoding, values: dict[str, int]) -> int:
     for name, v in values.items():
         width = enc.form.field(name).width
         if not 0 <= v < (1 << width):
@@ -153,7 +155,7 @@ def _gpr(tok: str, what: str = "GPR") -> int:
     raise _Bad(f"{what} {tok!r} is not a GPR name (zero, sp, a0..a7, ra, s0..s8, x0..x3, r0..r23)")
 
 
-def _enum(tok: str, what: str, names: dict, legal: Optional[frozenset], hi: int) -> int:
+def _enum(tok: str, what: str, names: Mapping[str, int], legal: Optional[frozenset[int]], hi: int) -> int:
     """A name (case-insensitive) or a code; codes outside `legal` are reserved."""
     code = names.get(tok.lower())
     if code is None:
@@ -256,13 +258,13 @@ def _asm_bstart(mn: str, ops: list[str]) -> int:
     return _encode(enc, {"DataType": dt})
 
 
-def _asm_bstop(ops):
+def _asm_bstop(ops: list[str]) -> int:
     if ops:
         raise _Bad("no operands")
     return BSTOP
 
 
-def _asm_datr(rest):
+def _asm_datr(rest: str) -> int:
     ops = _split(_braced(rest))
     if not 1 <= len(ops) <= 7:
         raise _Bad(f"1 to 7 fields, got {len(ops)}")
@@ -279,7 +281,7 @@ def _asm_datr(rest):
     return _encode(DATR_ENCODING, v)
 
 
-def _asm_dim(ops):
+def _asm_dim(ops: list[str]) -> int:
     if len(ops) != 3:
         raise _Bad(f"3 operands, got {len(ops)}")
     reg = _gpr(ops[0])
@@ -290,7 +292,7 @@ def _asm_dim(ops):
     return _encode(DIM_ENCODING[int(m[1])], {"RegSrc": reg, "uimm17": imm})
 
 
-def _asm_ior(ops):
+def _asm_ior(ops: list[str]) -> int:
     dst = 0
     if ops and ops[-1].startswith("->"):
         dst = _gpr(ops[-1][2:], "RegDst")
@@ -306,7 +308,10 @@ def _asm_ior(ops):
     return _encode(IOR_ENCODING, {"RegSrc0": srcs[0], "RegSrc1": srcs[1], "RegSrc2": srcs[2], "RegDst": dst})
 
 
-def _asm_iot(ops):
+def _asm_iot(ops: list[str]) -> int:
+    srcs: list[int]
+    pe: Optional[int]
+    dst: Optional[tuple[int, int]]
     srcs, pe, last, dst = [], None, 0, None
     for t in ops:
         if t.lower().startswith("mask="):
@@ -346,7 +351,10 @@ def _asm_iot(ops):
     return _encode(IOT_ENCODING[key], v)
 
 
-def _asm_ios(ops):
+def _asm_ios(ops: list[str]) -> int:
+    pe: Optional[int]
+    tid: Optional[int]
+    size: Optional[int]
     pe, tid, size = None, None, None
     for t in ops:
         if t.lower().startswith("mask="):
@@ -372,14 +380,15 @@ def _asm_ios(ops):
         raise _Bad("missing mask=")
     if tid is None:
         raise _Bad("missing S<tid> source or ->S<tid><SizeCode> destination")
+    assert size is not None         # set with tid
     return _encode(IOS_ENCODING, {"SharedTID": tid, "SizeCode": size, "PEMode": pe})
 
 
-def _asm_fpatr(ops):
+def _asm_fpatr(ops: list[str]) -> int:
     if not 1 <= len(ops) <= 9:
         raise _Bad(f"1 to 9 values, got {len(ops)}")
     ops = ops + ["0"] * (9 - len(ops))
-    v = {}
+    v: dict[str, int] = {}
     for name, t in zip(_FPATR_ORDER, ops):
         f = FPATR_ENCODING.form.field(name)
         x = _uint(t, name, (1 << f.width) - 1)
@@ -390,9 +399,9 @@ def _asm_fpatr(ops):
     return _encode(FPATR_ENCODING, v)
 
 
-def _asm_catr(rest):
+def _asm_catr(rest: str) -> int:
     ops = _split(_braced(rest))
-    set_ = set()
+    set_: set[str] = set()
     for t in ops:
         names = _CATR_ALIAS.get(t.lower(), (t.lower(),))
         for n in names:
@@ -404,7 +413,7 @@ def _asm_catr(rest):
     return _encode(CATR_ENCODING, {_CATR_FIELD[n]: int(n in set_) for n in _CATR_ORDER})
 
 
-def _asm_word(ops):
+def _asm_word(ops: list[str]) -> int:
     if len(ops) != 1:
         raise _Bad("one value")
     return _uint(ops[0], ".word value", 0xFFFFFFFF)
@@ -490,7 +499,7 @@ def _dtype_name(code: int) -> str:
     return tables.DTYPE_BY_CODE[code].name
 
 
-def _iot_text(f: dict, srcs: int, dst: bool) -> str:
+def _iot_text(f: Mapping[str, int], srcs: int, dst: bool) -> str:
     ops = [tables.tile_name(f[f"SrcTile{i}"]) for i in range(srcs)]
     ops.append("mask=" + tables.mask_str(tables.PEMODE_MASK[f["PEMode"]]))
     if f["L"]:
@@ -542,7 +551,7 @@ def format_command(cmd: Command) -> str:
     return f".word 0x{cmd.word:08x}"   # a form this printer does not know
 
 
-def disassemble(words) -> str:
+def disassemble(words: SupportsIndex | Iterable[SupportsIndex]) -> str:
     """Canonical text of a word or a sequence of words, one command per line."""
     if isinstance(words, (str, bytes)):
         raise TypeError("disassemble() takes command words (ints), not text")

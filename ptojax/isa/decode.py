@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Mapping, Optional, SupportsIndex
 
 from . import forms
 
@@ -53,7 +53,7 @@ class Command:
     mnemonic: str
     form_id: str
     variant: str
-    fields: dict = field(hash=False)
+    fields: dict[str, int] = field(hash=False)
     fault: Optional[str]
     form_index: Optional[int] = None
     free_bits: int = 0
@@ -77,7 +77,7 @@ class Command:
         return self.fields[key]
 
 
-def check_word(word) -> int:
+def check_word(word: SupportsIndex) -> int:
     """Validate a command word: an integer (not bool) in 0..2**32-1."""
     if isinstance(word, bool):
         raise TypeError("a command word must be an int, not bool")
@@ -90,7 +90,7 @@ def check_word(word) -> int:
     return w
 
 
-def decode(word) -> Command:
+def decode(word: SupportsIndex) -> Command:
     """Decode a 32-bit command word. Never raises for an int in 0..2**32-1."""
     w = check_word(word)
     enc = forms.match(w)

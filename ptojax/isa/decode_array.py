@@ -7,12 +7,18 @@ wins. Field positions come from the catalog records, never retyped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
+from numpy.typing import NDArray
 
 from .. import tables
 from ..indexing import row
-from .forms import ENCODINGS, Field
+from .forms import ENCODINGS, Encoding, Field
 
 KINDS = ("NONE", "BSTOP", "BSTART", "B.DATR", "B.DIM", "B.IOR", "B.IOT", "B.IOS", "B.FPATR", "B.CATR")
 K = {k: i for i, k in enumerate(KINDS)}
@@ -22,13 +28,13 @@ def _kind(mn: str) -> str:
     return "BSTART" if mn.startswith("BSTART.") else mn
 
 
-def _op_of(e) -> int:
+def _op_of(e: Encoding) -> int:
     if e.variant:
         return tables.OP_ID[e.variant]
     return tables.OP_ID[e.form.mnemonic[len("BSTART."):]]
 
 
-def _fields_by_mnemonic():
+def _fields_by_mnemonic() -> dict[tuple[str, str], Field]:
     """One Field per (mnemonic, field name); asserts the forms agree on positions."""
     out: dict[tuple[str, str], Field] = {}
     for e in ENCODINGS:
@@ -41,7 +47,7 @@ def _fields_by_mnemonic():
 _FIELDS = _fields_by_mnemonic()
 
 
-def _pieces(fields) -> np.ndarray:
+def _pieces(fields: Sequence[Field]) -> NDArray[np.uint32]:
     """[n, P, 3] (instruction lsb, value lsb, width) of each field's pieces, zero-padded."""
     P = max([len(f.pieces) for f in fields] + [1])
     out = np.zeros((len(fields), P, 3), np.uint32)
@@ -51,7 +57,7 @@ def _pieces(fields) -> np.ndarray:
     return out
 
 
-def _extract_all(w, pieces: np.ndarray):
+def _extract_all(w: jax.Array, pieces: NDArray[np.uint32]) -> jax.Array:
     """Values (int32[n]) of n fields of word w: one vector operation per step,
     not a chain of scalar shifts per field."""
     ilsb, vlsb, width = (jnp.asarray(pieces[..., k]) for k in range(3))
@@ -90,13 +96,13 @@ _CONS = [(i, e.form.field(name), legal) for i, e in enumerate(ENCODINGS)
 _CONS_PIECES = _pieces([f for _, f, _ in _CONS])
 _CONS_LEGAL = np.array([sum(1 << v for v in legal) for _, _, legal in _CONS], np.uint64)
 _CONS_OWNER = np.zeros((_N + 1, len(_CONS)), bool)
-for _k, (_i, _, _) in enumerate(_CONS):
+for _k, (_i, _field, _legal) in enumerate(_CONS):
     _CONS_OWNER[_i, _k] = True
 _MASKS = np.array([e.mask for e in ENCODINGS] + [0], np.uint32)
 _MATCHES = np.array([e.match for e in ENCODINGS] + [0], np.uint32)
 
 
-def decode(w):
+def decode(w: ArrayLike) -> dict[str, Any]:
     """Decode one uint32 word -> dict of int32/bool scalars.
 
     kind (index into KINDS), illegal (Fault_IllegalInstruction at decode), op
@@ -111,6 +117,7 @@ def decode(w):
     cons_ok = jnp.all(~row(_CONS_OWNER, idx) | legal) & (idx < _N)
     f = _extract_all(w, _OUT_PIECES)
     get = lambda name: f[_OUT_INDEX[name]]
+    # jax.Array values, but "fp" is a dict of them (the B.FPATR fields)
     return dict(
         kind=row(_KIND, idx), illegal=~cons_ok, op=row(_OP, idx),
         dtype=get("dtype"), dim_target=row(_DIM, idx),

@@ -78,7 +78,8 @@ def bstart(op: str, dt: int) -> int:
     return _BSTART[op](dt)
 
 
-def datr(layout=0, dtype=31, pad=3, cmode=0, rmode=0, sat=0, canon=0) -> int:
+def datr(layout: int = 0, dtype: int = 31, pad: int = 3, cmode: int = 0, rmode: int = 0, sat: int = 0,
+         canon: int = 0) -> int:
     return _DATR(layout, dtype, pad, cmode, rmode, sat, canon)
 
 
@@ -87,38 +88,38 @@ def dim(n: int, imm: int, reg: int = 0) -> int:
     return _DIM[n](imm, reg)
 
 
-def ior(src0=0, src1=0, src2=0, dst=0) -> int:
+def ior(src0: int = 0, src1: int = 0, src2: int = 0, dst: int = 0) -> int:
     return _IOR(src0, src1, src2, dst)
 
 
-def iot_dst(hand, size=1, pemode=1, last=1) -> int:
+def iot_dst(hand: int, size: int = 1, pemode: int = 1, last: int = 1) -> int:
     return _IOT_DST(hand, size, pemode, last)
 
 
-def iot_src(src, pemode=1, last=1) -> int:
+def iot_src(src: int, pemode: int = 1, last: int = 1) -> int:
     return _IOT_SRC(src, pemode, last)
 
 
-def iot_src_dst(src, hand, size=1, pemode=1, last=1) -> int:
+def iot_src_dst(src: int, hand: int, size: int = 1, pemode: int = 1, last: int = 1) -> int:
     return _IOT_SRC_DST(src, hand, size, pemode, last)
 
 
-def iot_src2(s0, s1, pemode=1, last=1) -> int:
+def iot_src2(s0: int, s1: int, pemode: int = 1, last: int = 1) -> int:
     return _IOT_SRC2(s0, s1, pemode, last)
 
 
-def iot_src2_dst(s0, s1, hand, size=1, pemode=1, last=1) -> int:
+def iot_src2_dst(s0: int, s1: int, hand: int, size: int = 1, pemode: int = 1, last: int = 1) -> int:
     return _IOT_SRC2_DST(s0, s1, hand, size, pemode, last)
 
 
-def ios(sid, pemode=1, size=0) -> int:
+def ios(sid: int, pemode: int = 1, size: int = 0) -> int:
     return _IOS(sid, pemode, size)
 
 
-def fpatr(pre=0, relu=0, group_n=0, row_max=0, group_max=0, row_max_init=0, max_abs=0,
-          trans_a=0, trans_b=0) -> int:
+def fpatr(pre: int = 0, relu: int = 0, group_n: int = 0, row_max: int = 0, group_max: int = 0,
+          row_max_init: int = 0, max_abs: int = 0, trans_a: int = 0, trans_b: int = 0) -> int:
     return _FPATR(pre, relu, group_n, row_max, group_max, row_max_init, max_abs, trans_a, trans_b)
 
 
-def catr(trap=0, dr=0, atom=0, aq=0, rl=0, far=0) -> int:
+def catr(trap: int = 0, dr: int = 0, atom: int = 0, aq: int = 0, rl: int = 0, far: int = 0) -> int:
     return _CATR(trap, dr, atom, aq, rl, far)

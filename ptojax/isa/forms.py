@@ -8,13 +8,15 @@ points back to its form.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 _DATA = "command-forms.json"
 
 
-def pack(word: int, plan, values) -> int:
+def pack(word: int, plan: Iterable[tuple[int, int, int, int]], values: Sequence[int]) -> int:
     """`word` with `values` placed in their fields. `plan` lists every field
     piece as (index into values, value lsb, piece mask, instruction lsb), so
     the positions are looked up once, where the plan is made; the one place
@@ -54,7 +56,7 @@ class Form:
     mnemonic: str
     asm: str
     fields: tuple[Field, ...]
-    constraints: tuple[tuple[str, frozenset], ...]   # (field, legal values)
+    constraints: tuple[tuple[str, frozenset[int]], ...]   # (field, legal values)
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -62,7 +64,7 @@ class Form:
                 return f
         raise KeyError(f"{self.mnemonic} has no field {name!r}")
 
-    def constraint_ok(self, values: dict) -> bool:
+    def constraint_ok(self, values: Mapping[str, int]) -> bool:
         return all(values[f] in legal for f, legal in self.constraints)
 
 
@@ -75,9 +77,11 @@ class Encoding:
     function: int | None  # the variant's Function, when it names one
 
 
-def _load():
-    raw = json.loads(resources.files(__package__).joinpath("data", _DATA).read_text())
-    forms, encodings = {}, []
+def _load() -> tuple[dict[str, Any], dict[str, Form], tuple[Encoding, ...]]:
+    # the catalog as JSON gives it (nested dicts, lists, strings and numbers)
+    raw: dict[str, Any] = json.loads(resources.files(__package__).joinpath("data", _DATA).read_text())
+    forms: dict[str, Form] = {}
+    encodings: list[Encoding] = []
     for rec in raw["forms"]:
         fields = tuple(
             Field(f["name"], tuple((p["instruction_lsb"], p["value_lsb"], p["width"]) for p in f["pieces"]),

@@ -9,7 +9,10 @@ positions come from the catalog (forms.ENCODINGS), never retyped.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .forms import ENCODINGS, Field
 
@@ -26,7 +29,7 @@ FIELDS_OF = tuple(tuple(j for j, (i, _) in enumerate(FIELDS) if i == e) for e in
 FIELD_NAMES = tuple(f"{MNEMONICS[i]}.{f.name}" for i, f in FIELDS)
 
 
-def encodings(words) -> np.ndarray:
+def encodings(words: ArrayLike) -> NDArray[np.int16]:
     """int16 array of the words' shape: the index into forms.ENCODINGS of each
     word's winning encoding (decode priority order), NONE where none matches."""
     w = np.asarray(words, np.uint32)
@@ -40,7 +43,7 @@ def field_of(encoding: int, name: str) -> Field:
     return ENCODINGS[encoding].form.field(name)
 
 
-def extract(words, field: Field) -> np.ndarray:
+def extract(words: ArrayLike, field: Field) -> NDArray[np.int64]:
     """The value (int64) of `field` in every word (meaningful where the word's
     encoding has that field)."""
     w = np.asarray(words, np.uint32).astype(np.int64)
@@ -50,7 +53,7 @@ def extract(words, field: Field) -> np.ndarray:
     return v
 
 
-def insert(words, field: Field, values) -> np.ndarray:
+def insert(words: ArrayLike, field: Field, values: ArrayLike) -> NDArray[np.uint32]:
     """`words` (uint32) with `values` (cut to the field's width) in `field`."""
     w = np.asarray(words, np.uint32).astype(np.int64)
     v = np.asarray(values, np.int64)
@@ -60,10 +63,10 @@ def insert(words, field: Field, values) -> np.ndarray:
     return w.astype(np.uint32)
 
 
-def start_fields():
+def start_fields() -> tuple[NDArray[np.int16], list[str], Field]:
     """(encoding indices of the BSTART encodings, their operation names, the
     DataType field every BSTART shares)."""
     idx = [i for i, op in enumerate(START_OP) if op is not None]
     fields = {ENCODINGS[i].form.field("DataType").pieces for i in idx}
     assert len(fields) == 1, "BSTART encodings place DataType differently"
-    return np.array(idx, np.int16), [START_OP[i] for i in idx], ENCODINGS[idx[0]].form.field("DataType")
+    return np.array(idx, np.int16), [cast(str, START_OP[i]) for i in idx], ENCODINGS[idx[0]].form.field("DataType")

@@ -7,11 +7,16 @@ arrays, so the same formulas serve the Python API and the jitted kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 
 from .. import tables
+
+# A Python int, or an integer numpy or jax array (traced or not): each formula here
+# takes either, and its result is what the same arithmetic gives on its arguments.
+IntOrArray = Any
 
 # (layout, CUBE width class) -> (cell rows, cell columns); one CELL = 128 bytes.
 CELL_SHAPES: dict[tuple[str, str], tuple[int, int]] = {
@@ -28,7 +33,7 @@ MAX_CELLS = 16384           # descriptor cell-count limit
 MODEL_TILE_ELEMENTS = 32768  # PTO_MODEL_TILE_ELEMENTS: payload Word slots per tile
 
 
-def cube_dtype(dt) -> tables.DataType:
+def cube_dtype(dt: tables.DataType | int | str) -> tables.DataType:
     """The DataType if it has a CELL class, else ValueError (HiF4X2, b64)."""
     d = tables.dtype(dt)
     if d.cube_class is None:
@@ -38,16 +43,16 @@ def cube_dtype(dt) -> tables.DataType:
     return d
 
 
-def cell_shape(layout, dt) -> tuple[int, int]:
+def cell_shape(layout: str, dt: tables.DataType | int | str) -> tuple[int, int]:
     """(cell rows, cell columns) of one 128-byte CELL, e.g. ("CUBE_M16", "FP16") -> (16, 4)."""
-    return CELL_SHAPES[(tables.cube_layout(layout), cube_dtype(dt).cube_class)]
+    return CELL_SHAPES[(tables.cube_layout(layout), cast(str, cube_dtype(dt).cube_class))]
 
 
-def _traced(*xs) -> bool:
+def _traced(*xs: object) -> bool:
     return any(isinstance(x, jax.Array) for x in xs)
 
 
-def _ceil_div(a, b):
+def _ceil_div(a: IntOrArray, b: IntOrArray) -> IntOrArray:
     """ceil(a / b) for b > 0; on arrays a truncating division (one instruction
     instead of jnp's floor sequence), which agrees wherever a + b - 1 >= 0 --
     every shape that shape_legal can accept."""
@@ -57,7 +62,7 @@ def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
-def m16_b4_position(j):
+def m16_b4_position(j: IntOrArray) -> IntOrArray:
     """Physical inner column of logical inner column j for CUBE_M16 b4.
 
     Groups 4..7 and 8..11 swap places (ADR 0069 two-word row order); the map is
@@ -66,14 +71,15 @@ def m16_b4_position(j):
     return j ^ (12 * (((j >> 2) ^ (j >> 3)) & 1))
 
 
-def _pick(cond, a, b):
+def _pick(cond: IntOrArray, a: IntOrArray, b: IntOrArray) -> IntOrArray:
     """a where cond else b, for Python values or (traced) arrays alike."""
     if _traced(cond, a, b):
         return jnp.where(cond, a, b)
     return a if cond else b
 
 
-def derived(layout, cell_rows: int, cell_cols: int, valid_rows, valid_cols):
+def derived(layout: str | IntOrArray, cell_rows: IntOrArray, cell_cols: IntOrArray, valid_rows: IntOrArray,
+            valid_cols: IntOrArray) -> dict[str, IntOrArray]:
     """Derived storage geometry (B.2): storage rows/cols, K/N repeat, cells, bytes.
 
     `layout` is a CUBE layout name, or a (traced) boolean "is CUBE_N8": the
@@ -91,9 +97,10 @@ def derived(layout, cell_rows: int, cell_cols: int, valid_rows, valid_cols):
                 required_bytes=cell_count * tables.CELL_BYTES)
 
 
-def shape_legal(layout, cell_rows: int, cell_cols: int, valid_rows, valid_cols,
-                capacity_bytes, tile_capacity=tables.TILE_CAPACITY_RESET,
-                tile_elements=MODEL_TILE_ELEMENTS):
+def shape_legal(layout: str | IntOrArray, cell_rows: IntOrArray, cell_cols: IntOrArray,
+                valid_rows: IntOrArray, valid_cols: IntOrArray, capacity_bytes: IntOrArray,
+                tile_capacity: IntOrArray = tables.TILE_CAPACITY_RESET,
+                tile_elements: IntOrArray = MODEL_TILE_ELEMENTS) -> IntOrArray:
     """B.6 shape legality of a CUBE descriptor against a per-PE TSize: a boolean.
 
     Works on ints or arrays (`layout` as in `derived`); never raises for any
@@ -113,7 +120,7 @@ def shape_legal(layout, cell_rows: int, cell_cols: int, valid_rows, valid_cols,
 
 
 def payload_index_of(layout: str, cell_rows: int, cell_cols: int, b4: bool,
-                     k_repeat, row, col):
+                     k_repeat: IntOrArray, row: IntOrArray, col: IntOrArray) -> IntOrArray:
     """Payload Word index of logical (row, col) inside the storage region (B.3)."""
     cell_words = cell_rows * cell_cols
     if layout == "CUBE_N8":
@@ -180,14 +187,14 @@ class CubeGeometry:
         return r, cell * self.cell_cols + j
 
 
-def _check_dim(name, v):
+def _check_dim(name: str, v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     if v <= 0:
         raise ValueError(f"{name} must be a positive logical dimension, got {v}")
 
 
-def geometry(layout, dt, valid_rows: int, valid_cols: int) -> CubeGeometry:
+def geometry(layout: str, dt: tables.DataType | int | str, valid_rows: int, valid_cols: int) -> CubeGeometry:
     """Derived geometry of a CUBE tile with the given valid shape.
 
     Raises ValueError for an unknown layout/dtype, a dtype without a CELL class,
@@ -197,6 +204,7 @@ def geometry(layout, dt, valid_rows: int, valid_cols: int) -> CubeGeometry:
     d = cube_dtype(dt)
     _check_dim("valid_rows", valid_rows)
     _check_dim("valid_cols", valid_cols)
+    assert d.cube_class is not None         # cube_dtype's guarantee
     cr, cc = CELL_SHAPES[(lay, d.cube_class)]
     if lay != "CUBE_N8" and valid_rows > cr:
         raise ValueError(
@@ -207,7 +215,8 @@ def geometry(layout, dt, valid_rows: int, valid_cols: int) -> CubeGeometry:
     return CubeGeometry(lay, d.name, valid_rows, valid_cols, cr, cc, **g)
 
 
-def payload_index(layout, dt, valid_rows: int, valid_cols: int, row: int, col: int) -> int:
+def payload_index(layout: str, dt: tables.DataType | int | str, valid_rows: int, valid_cols: int, row: int,
+                  col: int) -> int:
     """Payload Word index of logical (row, col) of a CUBE tile
     (docs/architecture.md, "Public API").
 
@@ -216,7 +225,7 @@ def payload_index(layout, dt, valid_rows: int, valid_cols: int, row: int, col: i
     return geometry(layout, dt, valid_rows, valid_cols).payload_index(row, col)
 
 
-def descriptor_legal(layout, dt, valid_rows: int, valid_cols: int, tsize: int,
+def descriptor_legal(layout: str, dt: tables.DataType | int | str, valid_rows: int, valid_cols: int, tsize: int,
                      tile_capacity: int = tables.TILE_CAPACITY_RESET,
                      tile_elements: int = MODEL_TILE_ELEMENTS) -> bool:
     """True iff a CUBE descriptor of this shape fits a per-PE TSize (B.6).

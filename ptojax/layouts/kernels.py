@@ -9,10 +9,13 @@ gather of whole 128-byte cells. No per-element index gather.
 from __future__ import annotations
 
 import functools
+from typing import Any, Optional, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import NDArray
 
 from .. import tables
 from .._x64 import x64
@@ -21,14 +24,14 @@ from .geometry import CELL_SHAPES, cube_dtype
 _UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
 
 
-def _ceil_div(a, b):
+def _ceil_div(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def storage_words(layout: str, dt, rows: int, cols: int) -> int:
+def storage_words(layout: str, dt: tables.DataType | int | str, rows: int, cols: int) -> int:
     """Payload Words of the storage region for a valid-shape bound (rows, cols)."""
     lay = tables.cube_layout(layout)
-    cr, cc = CELL_SHAPES[(lay, cube_dtype(dt).cube_class)]
+    cr, cc = CELL_SHAPES[(lay, cast(str, cube_dtype(dt).cube_class))]
     if lay == "CUBE_N8":
         return _ceil_div(rows, cr) * cr * _ceil_div(cols, 8) * 8
     return cr * _ceil_div(cols, cc) * cc
@@ -37,14 +40,14 @@ def storage_words(layout: str, dt, rows: int, cols: int) -> int:
 # ----------------------------------------------------------------- kernels
 
 
-def _m_coords(ncell, cr, cc, swap):
+def _m_coords(ncell: int, cr: int, cc: int, swap: bool) -> tuple[NDArray[np.int_], NDArray[np.int_]]:
     """Logical (row, col) of every slot of a [ncell, cr, cc] CUBE_M payload."""
     cell, r, p = np.meshgrid(np.arange(ncell), np.arange(cr), np.arange(cc), indexing="ij")
     j = p ^ (12 * (((p >> 2) ^ (p >> 3)) & 1)) if swap else p
     return r, cell * cc + j
 
 
-def _swap_b4(t):
+def _swap_b4(t: jax.Array) -> jax.Array:
     """Exchange inner column groups 4..7 and 8..11 (CUBE_M16 b4); an involution."""
     lead = t.shape[:-1]
     return t.reshape(*lead, 2, 2, 4).swapaxes(-3, -2).reshape(*lead, 16)
@@ -52,7 +55,10 @@ def _swap_b4(t):
 
 @functools.partial(jax.jit, static_argnames=(
     "layout", "cr", "cc", "swap", "pad", "pad_defined", "with_defined", "compact"))
-def _nd_to_cube(x, vr, vc, *, layout, cr, cc, swap, pad, pad_defined, with_defined, compact):
+def _nd_to_cube(x: jax.Array, vr: Any, vc: Any, *, layout: str, cr: int, cc: int, swap: bool, pad: int,
+                pad_defined: bool, with_defined: bool, compact: bool) -> jax.Array | tuple[jax.Array, jax.Array]:
+    # vr, vc: the tiles' valid extents ([B] int32), or None when every tile is full,
+    # then rebound to the bound's ints R, C
     B, R, C = x.shape
     padw = jnp.asarray(pad, dtype=x.dtype)
     zero = jnp.zeros((), x.dtype)
@@ -62,10 +68,10 @@ def _nd_to_cube(x, vr, vc, *, layout, cr, cc, swap, pad, pad_defined, with_defin
     per_tile = (lambda v, n: v) if full else (lambda v, n: v.reshape((B,) + (1,) * n))
     vr, vc = (R, C) if full else (vr, vc)
 
-    def fill(valid, inside, data):
+    def fill(valid: jax.Array, inside: jax.Array, data: jax.Array) -> jax.Array:
         return jnp.where(valid, data, jnp.where(inside, padw, zero))
 
-    def defined(valid, inside, shape):
+    def defined(valid: jax.Array, inside: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         return jnp.broadcast_to(valid | (inside & pad_defined), shape)
 
     if layout == "CUBE_N8":
@@ -111,11 +117,12 @@ def _nd_to_cube(x, vr, vc, *, layout, cr, cc, swap, pad, pad_defined, with_defin
         words = fill(valid, inside, t)
         dfn = defined(valid, inside, t.shape) if with_defined else None
     words = words.reshape(B, -1)
-    return (words, dfn.reshape(B, -1)) if with_defined else words
+    return (words, cast(jax.Array, dfn).reshape(B, -1)) if with_defined else words
 
 
 @functools.partial(jax.jit, static_argnames=("layout", "cr", "cc", "swap", "R", "C", "compact"))
-def _cube_to_nd(words, vr, vc, *, layout, cr, cc, swap, R, C, compact):
+def _cube_to_nd(words: jax.Array, vr: jax.Array, vc: jax.Array, *, layout: str, cr: int, cc: int, swap: bool,
+                R: int, C: int, compact: bool) -> jax.Array:
     B = words.shape[0]
     vr = vr.reshape(B, 1, 1)
     vc = vc.reshape(B, 1, 1)
@@ -144,17 +151,18 @@ def _cube_to_nd(words, vr, vc, *, layout, cr, cc, swap, R, C, compact):
 # ----------------------------------------------------------------- public API
 
 
-def as_words(x, what):
+def as_words(x: npt.ArrayLike | jax.Array, what: str) -> NDArray[Any] | jax.Array:
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
         x = np.asarray(x)
     if np.dtype(x.dtype).type not in _UNSIGNED:
         raise TypeError(
             f"{what} must hold raw element words as an unsigned integer array "
             f"(uint8/16/32/64), got dtype {x.dtype}")
-    return x
+    return cast("NDArray[Any] | jax.Array", x)        # it has a dtype and a shape: an array
 
 
-def _valid_dims(v, bound, batch, name):
+def _valid_dims(v: npt.ArrayLike | jax.Array | None, bound: int, batch: int, name: str
+                ) -> tuple[NDArray[np.int32] | jax.Array, Optional[int]]:
     """Per-tile valid extents as an int32 [batch] array; checked when concrete."""
     if v is None:
         v = bound
@@ -175,13 +183,15 @@ def _valid_dims(v, bound, batch, name):
     return arr.astype(np.int32), (int(arr[0]) if arr.size and (arr == arr[0]).all() else None)
 
 
-def _pad_in(container_bits: int, dt, pad) -> int:
+def _pad_in(container_bits: int, dt: tables.DataType | int | str, pad: int | str) -> int:
     return tables.pad_word(dt, pad) & ((1 << container_bits) - 1)
 
 
 @x64
-def nd_to_cube(x, layout, dtype, valid_rows=None, valid_cols=None, *, pad="Null",
-               defined: bool = True):
+def nd_to_cube(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType | int | str,
+               valid_rows: npt.ArrayLike | jax.Array | None = None,
+               valid_cols: npt.ArrayLike | jax.Array | None = None, *, pad: int | str = "Null",
+               defined: bool = True) -> jax.Array | tuple[jax.Array, ...]:
     """Convert row-major matrices to CUBE payloads (ADR 0069 CELL order).
 
     x: [B, R, C] (or one [R, C]) unsigned array of raw element words; 4-bit
@@ -203,9 +213,12 @@ def nd_to_cube(x, layout, dtype, valid_rows=None, valid_cols=None, *, pad="Null"
     B, R, C = xb.shape
     if R < 1 or C < 1:
         raise ValueError(f"x must have at least one row and column, got shape {x.shape}")
+    assert d.cube_class is not None         # cube_dtype's guarantee
     cr, cc = CELL_SHAPES[(lay, d.cube_class)]
     if lay != "CUBE_N8" and R > cr:
         raise ValueError(f"{lay} holds at most {cr} valid rows; the input bound has {R} rows")
+    vr: NDArray[np.int32] | jax.Array | None
+    vc: NDArray[np.int32] | jax.Array | None
     vr, vr_static = _valid_dims(valid_rows, R, B, "valid_rows")
     vc, vc_static = _valid_dims(valid_cols, C, B, "valid_cols")
     p = tables.padvalue(pad)
@@ -223,7 +236,9 @@ def nd_to_cube(x, layout, dtype, valid_rows=None, valid_cols=None, *, pad="Null"
 
 
 @x64
-def cube_to_nd(words, layout, dtype, valid_rows, valid_cols, *, shape=None):
+def cube_to_nd(words: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType | int | str,
+               valid_rows: npt.ArrayLike | jax.Array, valid_cols: npt.ArrayLike | jax.Array, *,
+               shape: Optional[tuple[int, int]] = None) -> jax.Array:
     """Read the valid region of CUBE payloads back into row-major matrices.
 
     words: [B, W] (or one [W]) payload slots in CUBE order, W at least the
@@ -242,6 +257,7 @@ def cube_to_nd(words, layout, dtype, valid_rows, valid_cols, *, shape=None):
     if shape is None:
         shape = (int(np.max(valid_rows)), int(np.max(valid_cols)))
     R, C = (int(s) for s in shape)
+    assert d.cube_class is not None         # cube_dtype's guarantee
     cr, cc = CELL_SHAPES[(lay, d.cube_class)]
     if R < 1 or C < 1:
         raise ValueError(f"shape must be positive, got {shape}")

@@ -16,16 +16,18 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
 from .. import tables
 from .._x64 import x64
+from .geometry import IntOrArray
 from .kernels import as_words
 
 ORDINARY_LAYOUTS = ("RowMajor", "ColumnMajor", "ZN", "NZ")
 ALIASES = {"ND": "RowMajor", "DN": "ColumnMajor"}
 
 
-def ordinary_layout(spec) -> str:
+def ordinary_layout(spec: str) -> str:
     """Validate an ordinary layout name (RowMajor/ND, ColumnMajor/DN, ZN, NZ)."""
     if not isinstance(spec, str):
         raise TypeError(f"layout must be a name such as 'NZ', got {type(spec).__name__}")
@@ -37,12 +39,12 @@ def ordinary_layout(spec) -> str:
     return name
 
 
-def fractal_width(dt) -> int:
+def fractal_width(dt: tables.DataType | int | str) -> int:
     """Elements in one 32-byte fractal row of dtype `dt` (4 for 64-bit types .. 64 for 4-bit)."""
     return 256 // tables.dtype(dt).bits
 
 
-def indexable(layout, dt, rows: int, cols: int) -> bool:
+def indexable(layout: str, dt: tables.DataType | int | str, rows: int, cols: int) -> bool:
     """Whether a rows x cols tile of this layout has an element index: always
     for RowMajor/ColumnMajor, whole fractals only for ZN/NZ."""
     lay = ordinary_layout(layout)
@@ -51,7 +53,8 @@ def indexable(layout, dt, rows: int, cols: int) -> bool:
     return True
 
 
-def payload_index(layout, dt, rows: int, cols: int, row, col):
+def payload_index(layout: str, dt: tables.DataType | int | str, rows: int, cols: int, row: IntOrArray,
+                  col: IntOrArray) -> IntOrArray:
     """Payload slot of (row, col) in a rows x cols tile (ints or integer arrays)."""
     lay = ordinary_layout(layout)
     if not indexable(lay, dt, rows, cols):
@@ -71,7 +74,7 @@ def payload_index(layout, dt, rows: int, cols: int, row, col):
 # ----------------------------------------------------------------- kernels
 
 
-def _split(x, layout, inner):
+def _split(x: jax.Array, layout: str, inner: int) -> jax.Array:
     """[B, R, C] -> [B, R*C] in `layout` order (R, C whole fractals for ZN/NZ).
 
     A ZN row of fractals (16 rows) is that band stored column by column; NZ
@@ -87,7 +90,7 @@ def _split(x, layout, inner):
     return x.reshape(B, R, C // inner, inner).transpose(0, 2, 1, 3).reshape(B, R * C)
 
 
-def _join(w, layout, inner, R, C):
+def _join(w: jax.Array, layout: str, inner: int, R: int, C: int) -> jax.Array:
     """The inverse of _split: [B, R*C] in `layout` order -> [B, R, C]."""
     B = w.shape[0]
     if layout == "RowMajor":
@@ -103,7 +106,7 @@ _nd_to_layout = jax.jit(_split, static_argnames=("layout", "inner"))
 _layout_to_nd = jax.jit(_join, static_argnames=("layout", "inner", "R", "C"))
 
 
-def _shape_checked(lay, dt, R, C):
+def _shape_checked(lay: str, dt: tables.DataType | int | str, R: int, C: int) -> None:
     if R < 1 or C < 1:
         raise ValueError(f"a tile needs at least one row and column, got {R}x{C}")
     if not indexable(lay, dt, R, C):
@@ -112,7 +115,7 @@ def _shape_checked(lay, dt, R, C):
 
 
 @x64
-def nd_to_ordinary(x, layout, dtype):
+def nd_to_ordinary(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType | int | str) -> jax.Array:
     """Reorder row-major tiles into `layout` payload order, as a relayout TLOAD
     places them (GM row-major, the tile in the code's layout).
 
@@ -131,7 +134,8 @@ def nd_to_ordinary(x, layout, dtype):
 
 
 @x64
-def ordinary_to_nd(words, layout, dtype, rows: int, cols: int):
+def ordinary_to_nd(words: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType | int | str, rows: int,
+                   cols: int) -> jax.Array:
     """Read `layout` payloads of rows x cols tiles back as row-major matrices
     (the inverse of nd_to_ordinary). words: [B, rows*cols] (or one [rows*cols])."""
     lay = ordinary_layout(layout)

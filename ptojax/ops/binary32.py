@@ -21,7 +21,7 @@ U64 = jnp.uint64
 CANONICAL_NAN = 0x7FC00000
 
 
-def decode(bits, ebits: int, mbits: int):
+def decode(bits: jax.Array, ebits: int, mbits: int) -> jax.Array:
     """Exact float64 value of an IEEE-style (sign, ebits, mbits) pattern in uint64 `bits`."""
     bias = (1 << (ebits - 1)) - 1
     mant = bits & U64((1 << mbits) - 1)
@@ -38,12 +38,12 @@ def decode(bits, ebits: int, mbits: int):
                       [sub, inf, jnp.nan], normal)
 
 
-def value(bits32):
+def value(bits32: jax.Array) -> jax.Array:
     """Exact float64 value of binary32 bit patterns (uint32 or uint64)."""
     return decode(jnp.asarray(bits32).astype(U64) & U64(0xFFFFFFFF), 8, 23)
 
 
-def round_bits(x):
+def round_bits(x: jax.Array) -> jax.Array:
     """binary32 bits (uint64, zero-extended) of float64 `x`: round to nearest
     even, subnormals kept, overflow to infinity, NaN -> 0x7FC00000."""
     b = jax.lax.bitcast_convert_type(x, U64)
@@ -67,7 +67,7 @@ _TINY = 2.0 ** -126            # smallest normal binary32
 _GRID = 1.5 * 2.0 ** -97       # float64 ulp there is 2^-149, the binary32 subnormal spacing
 
 
-def round_value(x):
+def round_value(x: jax.Array) -> jax.Array:
     """float64 `x` rounded to binary32 (RNE, subnormals kept, overflow to
     infinity), as a float64 value.
 
@@ -77,5 +77,6 @@ def round_value(x):
     subtracting it back is exact; the barrier keeps XLA from folding the pair.
     """
     hw = x.astype(jnp.float32).astype(jnp.float64)
-    sub = jnp.copysign(jax.lax.optimization_barrier(x + _GRID) - _GRID, x)   # -tiny -> -0
+    # -tiny -> -0 (jax.lax.optimization_barrier is unannotated in jax, hence the ignore)
+    sub = jnp.copysign(jax.lax.optimization_barrier(x + _GRID) - _GRID, x)  # type: ignore[no-untyped-call]
     return jnp.where(jnp.abs(x) < _TINY, sub, hw)

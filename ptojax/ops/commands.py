@@ -10,9 +10,13 @@ each check is a boolean and no command branches.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import tables
 from ..indexing import row
@@ -21,33 +25,41 @@ from .common import F, U64, gpr_value, ordered_fault, take
 from ..state import BLOCK_FIELDS, MAX_IOS, MAX_IOT, Block, empty_block
 from ..storage import pack_block, packed_width, unpack_block
 
+# a decoded word (isa.decode_array.decode): int32/bool scalars by field name, and
+# "fp" a dict of the B.FPATR fields, so its values are of two kinds
+_Word = Mapping[str, Any]
+# what the commands latch that their checks derive (command_faults), and a
+# word's update of the packed block: (written, take, reset) (_latch)
+_Latched = tuple[jax.Array, jax.Array, jax.Array]
+_Update = tuple[jax.Array, jax.Array, jax.Array]
+
 _PEMODE_MASK = np.array(tables.PEMODE_MASK, np.int32)
 _CUBE_OP = np.array([engine == "CUBE" for _, engine, _ in tables.OPS])
 _L2S = np.array([name in ("TMOV.L2S.INSERT", "TMOV.L2S.PUBLISH") for name, _, _ in tables.OPS])
 
 
-def b_datr(blk, d):
+def b_datr(blk: Block, d: _Word) -> jax.Array:
     """B.DATR: once per header."""
     return ordered_fault(("HDR.3 datr_once", ~blk.active | blk.datr_present, "Fault_BundleControl"))
 
 
-def dim_target(d):
+def dim_target(d: _Word) -> jax.Array:
     """The LB row a B.DIM writes (LB0..LB2)."""
     return jnp.clip(d["dim_target"], 0, 2)
 
 
-def b_dim(blk, d):
+def b_dim(blk: Block, d: _Word) -> jax.Array:
     """B.DIM: each LBn once per header."""
     return ordered_fault(("HDR.4 dim_once", ~blk.active | row(blk.lb_present, dim_target(d)),
                           "Fault_BundleControl"))
 
 
-def b_ior(blk, d):
+def b_ior(blk: Block, d: _Word) -> jax.Array:
     """B.IOR: once per header."""
     return ordered_fault(("HDR.5 ior_once", ~blk.active | blk.ior_present, "Fault_BundleControl"))
 
 
-def b_iot(blk, d):
+def b_iot(blk: Block, d: _Word) -> jax.Array:
     """B.IOT: PEMode 000 a no-op; else an open binding list, the mask of the
     earlier B.IOTs only (4.6; a B.IOS recorded first is the family's check), room."""
     iot_mask = take(_PEMODE_MASK, d["pemode"])
@@ -60,7 +72,7 @@ def b_iot(blk, d):
         ("HDR.6 iot_count", blk.iot_count >= MAX_IOT, "Fault_TileLegality")))
 
 
-def b_ios(blk, d):
+def b_ios(blk: Block, d: _Word) -> jax.Array:
     """B.IOS: PEMode 000 a no-op; else the mask of every earlier B.IOT and B.IOS
     (4.7), a SharedTID not yet bound, room."""
     ios_mask = take(_PEMODE_MASK, d["ios_pemode"])
@@ -74,16 +86,16 @@ def b_ios(blk, d):
         ("HDR.7 ios_sid_count", dup_sid | (blk.ios_count >= MAX_IOS), "Fault_BundleControl")))
 
 
-def fpatr_fields_legal(d):
+def fpatr_fields_legal(d: _Word) -> jax.Array:
     """B.FPATR field combinations: RowMaxInit needs RowMaxEn; GroupMaxEn iff
     GroupNCode != 0; MaxAbsEn needs RowMaxEn or GroupMaxEn."""
-    fp = d["fp"]
+    fp: Mapping[str, jax.Array] = d["fp"]
     return ~(((fp["RowMaxInit"] == 1) & (fp["RowMaxEn"] == 0))
              | ((fp["GroupMaxEn"] == 1) != (fp["GroupNCode"] != 0))
              | ((fp["MaxAbsEn"] == 1) & (fp["RowMaxEn"] == 0) & (fp["GroupMaxEn"] == 0)))
 
 
-def b_fpatr(blk, d):
+def b_fpatr(blk: Block, d: _Word) -> jax.Array:
     """B.FPATR: once, only in a matrix header, before any B.IOR/B.IOT/B.IOS."""
     return ordered_fault(
         ("HDR.8 fpatr_place", ~blk.active | blk.fpatr_present | ~take(_CUBE_OP, blk.op)
@@ -91,12 +103,12 @@ def b_fpatr(blk, d):
         ("HDR.8 fpatr_fields", ~fpatr_fields_legal(d), "Fault_TileLegality"))
 
 
-def b_catr(blk, d):
+def b_catr(blk: Block, d: _Word) -> jax.Array:
     """B.CATR: once per header."""
     return ordered_fault(("HDR.9 catr_once", ~blk.active | blk.catr_present, "Fault_BundleControl"))
 
 
-def command_faults(blk, d):
+def command_faults(blk: Block, d: _Word) -> tuple[tuple[jax.Array, ...], _Latched]:
     """Every command's fault for this word, in the fault select's order (B.DATR,
     B.DIM, B.IOR, B.CATR, B.FPATR, B.IOT, B.IOS), and what the commands latch
     that their checks derive: (B.DIM's target row, the B.IOT and B.IOS PE masks)."""
@@ -105,14 +117,15 @@ def command_faults(blk, d):
                     take(_PEMODE_MASK, d["ios_pemode"]))
 
 
-def _latch(blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
+def _latch(blk: Block, d: _Word, word: jax.Array, gpr_row: jax.Array, pc: jax.Array, t: jax.Array,
+           iot_mask: jax.Array, ios_mask: jax.Array) -> _Update:
     """What the word does to the packed block: (the value each entry would take,
     which entries take it, which return to their reset value). Header commands
     write their own fields, BSTART writes the fields it opens and resets the
     rest, BSTOP resets every field."""
     active = blk.active
     kind = d["kind"]
-    is_ = lambda name: kind == K[name]
+    is_: Callable[[str], jax.Array] = lambda name: kind == K[name]
     # each command updates only its own fields: `written` holds the value every
     # field would take from this word, `latch` marks the ones this word's kind
     # (and row) writes
@@ -145,7 +158,8 @@ def _latch(blk, d, word, gpr_row, pc, t, iot_mask, ios_mask):
     return written, latch | opens, (is_("BSTOP") | is_("BSTART")) & ~opens
 
 
-def header_step(packed, word, d, gpr_row, pc):
+def header_step(packed: jax.Array, word: jax.Array, d: _Word, gpr_row: jax.Array,
+                pc: jax.Array) -> tuple[jax.Array, jax.Array, _Update]:
     """What one word (decoded: `d`) does to the block header (packed: storage.pack_block).
 
     Returns (fault of the word, completes, and the word's update of the block:
@@ -157,7 +171,7 @@ def header_step(packed, word, d, gpr_row, pc):
     blk = unpack_block(packed)
     active = blk.active
     kind = d["kind"]
-    is_ = lambda name: kind == K[name]
+    is_: Callable[[str], jax.Array] = lambda name: kind == K[name]
     illegal = is_("NONE") | d["illegal"]
 
     # ---- header commands (encoding.md 4.x): their own faults
@@ -176,14 +190,15 @@ def header_step(packed, word, d, gpr_row, pc):
     return fault, completes, _latch(blk, d, word, gpr_row, pc, *latched)
 
 
-def apply_header(packed, update, applies):
+def apply_header(packed: jax.Array, update: _Update, applies: jax.Array) -> jax.Array:
     """The packed block after a word whose `update` (header_step) `applies`:
     one select per entry, so a scan step writes the block once."""
     written, take, reset = update
     return jnp.where(applies & take, written, jnp.where(applies & reset, EMPTY_BLOCK, packed))
 
 
-def _latch_tables():
+def _latch_tables() -> tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32], NDArray[np.bool_],
+                             NDArray[np.bool_], NDArray[np.bool_], NDArray[np.int32]]:
     """Per packed Block entry: the command kind that writes it, its row group and
     row (B.DIM target, B.IOT or B.IOS row; -1 none), whether it is written only
     by a recorded (nonzero PEMode) binding, whether it is zero_seen, whether a
@@ -193,6 +208,7 @@ def _latch_tables():
               "iot": "B.IOT", "ios_count": "B.IOS", "ios": "B.IOS", "fpatr_present": "B.FPATR",
               "fpatr": "B.FPATR", "catr_present": "B.CATR", "catr": "B.CATR"}
     groups = {"lb": _G_LB, "lb_present": _G_LB, "iot": _G_IOT, "ios": _G_IOS}
+    rows: list[int | np.integer[Any]]      # np.repeat's row numbers, or -1
     kind, group, rows, records, zero, opened = [], [], [], [], [], []
     written_from, at = [], 0    # position of each entry in the block packed with one row per group
     for name, shape, dtype in BLOCK_FIELDS:

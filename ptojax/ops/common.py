@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from typing import Optional, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .. import tables
 from ..indexing import row, set_row
 from ..layouts.geometry import CELL_SHAPES, MODEL_TILE_ELEMENTS, derived, shape_legal
 from .lowering import settle
-from ..state import (TILE_COLUMN as COL, TILE_FIELDS, decode_window, encode_window, full_window,
-                     is_wide, pool_extent, pool_start, pool_top, window_slots)
+from ..state import (TILE_COLUMN as COL, TILE_FIELDS, MachineConfig, SharedTiles, State, decode_window,
+                     encode_window, full_window, is_wide, pool_extent, pool_start, pool_top, window_slots)
+from ..storage import PeFile, PoolWrite
 
 F = tables.FAULT_CODE
 U64 = jnp.uint64
@@ -48,7 +52,7 @@ for _code, _name in tables.ORDINARY_CODE_LAYOUT.items():
 
 
 
-def pe_count(mask):
+def pe_count(mask: ArrayLike) -> jax.Array:
     """Number of PEs a 4-bit PE mask names (one instruction, no table)."""
     return jax.lax.population_count(jnp.asarray(mask).astype(jnp.int32) & 15)
 
@@ -56,13 +60,13 @@ def pe_count(mask):
 _STEP_ID = re.compile(tables.STEP_ID)
 
 
-def ordered_fault(*checks):
+def ordered_fault(*checks: tuple[str, ArrayLike, str]) -> jax.Array:
     """Fault code of the first (step id, condition, fault name) entry whose
     condition holds, else 0: an ordered check list as data. The step id
     (tables.STEP_ID, e.g. "MM.8 acc_hand") names the spec step; the oracle's
     twin check carries the same id. A family settles its verdict (`settle`):
     every effect of the bundle depends on it."""
-    code = jnp.int32(0)
+    code: jax.Array = jnp.int32(0)
     for step, cond, name in reversed(checks):
         if not (isinstance(step, str) and _STEP_ID.fullmatch(step)):
             raise ValueError(f"ordered_fault: {step!r} is not a step id ({tables.STEP_ID})")
@@ -70,12 +74,12 @@ def ordered_fault(*checks):
     return code
 
 
-def _common(a, b):
+def _common(a: ArrayLike, b: ArrayLike) -> tuple[jax.Array, jax.Array]:
     t = jnp.result_type(a, b)
     return jnp.asarray(a, t), jnp.asarray(b, t)
 
 
-def div(a, b):
+def div(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """a // b for non-negative a and positive b (b < 1 is read as 1).
 
     Truncating division is floor division there, and one instruction instead
@@ -85,13 +89,13 @@ def div(a, b):
     return jax.lax.div(a, jnp.maximum(b, 1))
 
 
-def mod(a, b):
+def mod(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """a % b for non-negative a and positive b (b < 1 is read as 1)."""
     a, b = _common(a, b)
     return jax.lax.rem(a, jnp.maximum(b, 1))
 
 
-def lane_divmod(j, d):
+def lane_divmod(j: ArrayLike, d: ArrayLike) -> tuple[jax.Array, jax.Array]:
     """(j // d, j % d) for lane indices 0 <= j < 2**22 and d >= 1 (d < 1 is read as 1).
 
     A float32 reciprocal and one correction step: the float quotient is within
@@ -107,35 +111,35 @@ def lane_divmod(j, d):
     return q, j - q * d
 
 
-def take(table, i):
+def take(table: ArrayLike, i: ArrayLike) -> jax.Array:
     """table[i] for a static numpy table and a traced scalar index, clamped in range."""
     return row(jnp.asarray(table), i)
 
 
-def elem_bytes(bits):
+def elem_bytes(bits: jax.Array) -> jax.Array:
     return jnp.maximum(bits >> 3, 1)
 
 
-def slot_of(index, hand_slots: int):
+def slot_of(index: ArrayLike, hand_slots: int) -> tuple[jax.Array, jax.Array]:
     """(materialized slot, exists) of a TileIndex 0..63."""
     hand, k = div(index, tables.HAND_SLOTS), mod(index, tables.HAND_SLOTS)
     return jnp.where(k < hand_slots, hand * hand_slots + k, 0), k < hand_slots
 
 
-def free_slot(tiles, hand, hand_slots: int):
+def free_slot(tiles: PeFile, hand: jax.Array, hand_slots: int) -> tuple[jax.Array, jax.Array]:
     """Lowest unallocated materialized slot of a hand: (slot, found)."""
     first = hand * hand_slots
     free = jax.lax.dynamic_slice_in_dim(tiles.desc[:, COL["allocated"]], first, hand_slots) == 0
     return first + jnp.argmax(free).astype(first.dtype), jnp.any(free)
 
 
-def capacity_register(tile_capacity):
+def capacity_register(tile_capacity: jax.Array) -> jax.Array:
     """TILE_CAPACITY (uint64) as int64 for comparisons with charges; values past
     2^62 exceed any possible charge, so clamping keeps the unsigned meaning."""
     return jnp.minimum(tile_capacity, jnp.uint64(1 << 62)).astype(jnp.int64)
 
 
-def core_charge(tiles):
+def core_charge(tiles: PeFile) -> jax.Array:
     """Sum of popcount(mask) * capacity over allocated Local tiles (A.5)."""
     d = tiles.desc
     # int64 before the product: a (hand-made) capacity near 2^31 must not wrap
@@ -143,17 +147,20 @@ def core_charge(tiles):
     return jnp.sum(jnp.where(d[:, COL["allocated"]] != 0, charge, 0))
 
 
-def gpr_value(gpr_row, reg):
+def gpr_value(gpr_row: jax.Array, reg: jax.Array) -> jax.Array:
     """Value of GPR `reg` of one PE's file; x0 always reads 0."""
     return jnp.where(reg == 0, U64(0), row(gpr_row, reg))
 
 
-def log2(x):
+def log2(x: ArrayLike) -> jax.Array:
     """log2 of a positive power-of-two int32 (traced)."""
     return 31 - jax.lax.clz(jnp.maximum(x, 1).astype(jnp.int32))
 
 
-def tile_coords(is_cube, lay, cr, cc, b4, k_repeat, W: int, ordinary=None):
+def tile_coords(is_cube: ArrayLike, lay: jax.Array, cr: jax.Array, cc: jax.Array, b4: jax.Array,
+                k_repeat: ArrayLike, W: int,
+                ordinary: Optional[tuple[jax.Array, jax.Array, jax.Array, ArrayLike]] = None,
+                ) -> tuple[jax.Array, jax.Array]:
     """Logical (row, col) of payload slots 0..W-1 of a tile (inverse of B.3).
 
     CUBE tiles: lay indexes CUBE_ORDER, cr/cc the cell shape. Cell shapes are
@@ -189,7 +196,8 @@ _ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 _COL_MAJOR = tables.TILE_LAYOUT_CODE["ColumnMajor"]
 
 
-def source(tiles, index, hand_slots: int):
+def source(tiles: PeFile, index: ArrayLike, hand_slots: int,
+           ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array], jax.Array]:
     """A source TileIndex's slot and descriptor: (slot, allocated, fields, contents_defined)."""
     slot, exists = slot_of(index, hand_slots)
     desc = row(tiles.desc, slot)
@@ -203,7 +211,7 @@ _NZ = tables.TILE_LAYOUT_CODE["NZ"]
 ORDINARY_LAYOUTS = (_ROW_MAJOR, _COL_MAJOR, _ZN, _NZ)
 
 
-def fractal_ok(layout, rows, cols, bits):
+def fractal_ok(layout: ArrayLike, rows: jax.Array, cols: jax.Array, bits: ArrayLike) -> jax.Array:
     """ZN/NZ tiles tile into 16-row x 32-byte fractals; others always fit."""
     inner = div(256, bits)
     layout = jnp.asarray(layout)
@@ -211,7 +219,8 @@ def fractal_ok(layout, rows, cols, bits):
     return ~frac | (((rows & 15) == 0) & (mod(cols, inner) == 0))
 
 
-def ordinary_index(layout, rows, cols, bits, r, c):
+def ordinary_index(layout: jax.Array, rows: jax.Array, cols: jax.Array, bits: ArrayLike, r: jax.Array,
+                   c: jax.Array) -> jax.Array:
     """Payload slot of (r, c) in an ordinary tile (A.4 non-packed linear index).
 
     RowMajor r*cols + c; ColumnMajor c*rows + r; ZN/NZ in 16 x (256/bits)
@@ -226,7 +235,8 @@ def ordinary_index(layout, rows, cols, bits, r, c):
                       [c * rows + r, zn, nz], r * cols + c)
 
 
-def ordinary_coords(layout, rows, cols, bits, W: int):
+def ordinary_coords(layout: jax.Array, rows: jax.Array, cols: jax.Array, bits: ArrayLike, W: int,
+                    ) -> tuple[jax.Array, jax.Array]:
     """(row, col) of payload slots 0..W-1 of an ordinary tile: the inverse of
     ordinary_index. Rows, columns and the fractal width are powers of two in
     any tile this is asked about, so it is shifts and masks; slots past the
@@ -250,17 +260,18 @@ def ordinary_coords(layout, rows, cols, bits, W: int):
     return r, c
 
 
-def ordinary_span(layout, rows, cols, bits, vr, vc):
+def ordinary_span(layout: ArrayLike, rows: jax.Array, cols: jax.Array, bits: ArrayLike, vr: jax.Array,
+                  vc: jax.Array) -> jax.Array:
     """Payload Words from slot 0 to the end of the last line a VR x VC region
     touches (a row, a column, a row of fractals, a column of fractals): the
     Words a tile of this shape needs within the model's bound (tile_words)."""
     inner = div(256, bits)
-    up = lambda v, m: (v + m - 1) // m * m
+    up: Callable[[jax.Array, ArrayLike], jax.Array] = lambda v, m: (v + m - 1) // m * m
     return jnp.select([layout == _COL_MAJOR, layout == _ZN, layout == _NZ],
                       [vc * rows, up(vr, 16) * cols, up(vc, inner) * rows], vr * cols)
 
 
-def packed_carrier(rows, cols):
+def packed_carrier(rows: ArrayLike, cols: jax.Array) -> jax.Array:
     """Whether a non-CUBE tile of rows x cols elements is one the model keeps in
     packed carriers (TileUsesPackedCarrierRepresentation: more elements than
     PTO_MODEL_TILE_ELEMENTS, or 4 bits wide, whose nibbles every tile keeps
@@ -269,14 +280,15 @@ def packed_carrier(rows, cols):
     return jnp.asarray(rows).astype(jnp.int64) * cols > MODEL_TILE_ELEMENTS
 
 
-def valid_lanes(vr, vc, W: int):
+def valid_lanes(vr: jax.Array, vc: ArrayLike, W: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(r, c, in_region) of lanes 0..W-1 enumerating a VR x VC region row-major."""
     j = jnp.arange(W, dtype=jnp.int32)
     r, c = lane_divmod(j, vc)
     return r, c, j < vr * vc
 
 
-def ordinary_source_legal(s, allocated, defined, tile_capacity, W: int):
+def ordinary_source_legal(s: Mapping[str, jax.Array], allocated: jax.Array, defined: jax.Array,
+                          tile_capacity: jax.Array, W: int) -> jax.Array:
     """An allocated, configured, generically indexable, fully defined ordinary tile.
 
     RowMajor/ColumnMajor/ZN/NZ; capacity legal, rows derived from capacity and
@@ -302,12 +314,13 @@ def ordinary_source_legal(s, allocated, defined, tile_capacity, W: int):
     return allocated & indexable & cap_ok & rows_ok & defined & in_words
 
 
-def ordinary_slot(s, r, c):
+def ordinary_slot(s: Mapping[str, jax.Array], r: jax.Array, c: jax.Array) -> jax.Array:
     """Payload slot of (r, c) of an ordinary source descriptor `s`."""
     return ordinary_index(s["layout"], s["rows"], s["cols"], take(DT_BITS, s["dtype"]), r, c)
 
 
-def ordinary_shape(tsize, col, vr, vc, bits, W: int, layout=_ROW_MAJOR):
+def ordinary_shape(tsize: jax.Array, col: jax.Array, vr: jax.Array, vc: jax.Array, bits: ArrayLike, W: int,
+                  layout: ArrayLike = _ROW_MAJOR) -> tuple[jax.Array, jax.Array]:
     """C.7 step 4 destination shape: (legal, derived rows) for a TSize and Col,
     the tile's Words within the model's bound (ordinary_span). A ZN/NZ shape
     off the fractal grid is not bounded here: its own check (fractal_ok)
@@ -323,55 +336,56 @@ def ordinary_shape(tsize, col, vr, vc, bits, W: int, layout=_ROW_MAJOR):
     return ok, rows
 
 
-def shared_charge(shared):
+def shared_charge(shared: SharedTiles) -> jax.Array:
     """Sum of popcount(allocation_mask) * capacity over live Shared records (A.5)."""
     charge = pe_count(shared.allocation_mask).astype(jnp.int64) * shared.capacity.astype(jnp.int64)
     return jnp.sum(jnp.where(shared.sid >= 0, charge, 0))
 
 
-def local_pool_in_use(state, cfg):
+def local_pool_in_use(state: State, cfg: MachineConfig) -> jax.Array:
     """Charge against the executing PE's Local pool: its own Local tiles, plus
     the Shared pool under the snapshot's single Core budget (shared-decisions 1)."""
-    used = core_charge(state.tiles)
+    used = core_charge(cast(PeFile, state.tiles))      # the view's tiles: a PeFile (dispatch)
     if cfg.semantics == "0.58.3":
         used = used + shared_charge(state.shared)
     return used
 
 
-def size_code_bytes(size_code):
+def size_code_bytes(size_code: jax.Array) -> jax.Array:
     """TSize bytes of a SizeCode 1..12 (clipped): tables.size_code_bytes's twin."""
-    return jnp.int32(128) << jnp.clip(size_code - 1, 0, 11)
+    return cast(jax.Array, jnp.int32(128) << jnp.clip(size_code - 1, 0, 11))     # jnp.int32(...) is untyped: Any
 
 
-def destination(state, hand, size_code, mask, cfg):
+def destination(state: State, hand: jax.Array, size_code: jax.Array, mask: ArrayLike, cfg: MachineConfig,
+                ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Destination hand allocation: (slot, found, tsize, budget_ok) (A.2, A.5)."""
     tsize = size_code_bytes(size_code)
     charge = local_pool_in_use(state, cfg) + pe_count(mask) * tsize
     hand_slots = cfg.hand_slots
-    slot, found = free_slot(state.tiles, hand, hand_slots)
+    slot, found = free_slot(cast(PeFile, state.tiles), hand, hand_slots)     # the view's (dispatch)
     return slot, found, tsize, charge <= capacity_register(state.tile_capacity)
 
 
-def _s64(tiles) -> bool:
+def _s64(tiles: PeFile) -> bool:
     """Whether the pools keep 64-bit slots, one a Word (state.slots64): static."""
-    return tiles.words.dtype == jnp.uint64
+    return cast(bool, tiles.words.dtype == jnp.uint64)      # jnp.uint64 is untyped: Any
 
 
-def lane_count(tiles) -> int:
+def lane_count(tiles: PeFile) -> int:
     """The lanes an operation's arrays have in this completion (a storage.PeFile's
     `lane`: lowering.lane_classes), static. Every tile the block names has at most
     that many Words; the machine's bound stays cfg.tile_words."""
     return tiles.lane.shape[0]
 
 
-def _window(tiles, a, start):
+def _window(tiles: PeFile, a: jax.Array, start: jax.Array) -> jax.Array:
     """The window_slots slots of lane_count Words of PE tiles.pe's flat pool `a`
     [4, K * W] from `start` (a window start: state.pool_start)."""
     n = window_slots(lane_count(tiles), _s64(tiles))
     return jax.lax.dynamic_slice(a, (tiles.pe, start.astype(jnp.int32)), (1, n)).reshape(n)
 
 
-def _next_base(tiles, W: int):
+def _next_base(tiles: PeFile, W: int) -> jax.Array:
     """Where the PE's next tile is placed: its pool top (state.pool_top),
     clamped as a window start (W = tile_words)."""
     pool_slots = tiles.words.shape[-1]
@@ -381,7 +395,7 @@ def _next_base(tiles, W: int):
     return jnp.minimum(top, pool_slots - full_window(W, _s64(tiles))).astype(jnp.int32)
 
 
-def payload(tiles, slot, W: int):
+def payload(tiles: PeFile, slot: ArrayLike, W: int) -> jax.Array:
     """The first lane_count payload Words (uint64) of slot `slot` of a PE's file
     (a storage.PeFile), decoded from its pool window (state.py, "payload pool";
     W = tile_words). Operations read allocated tiles only (install keeps the
@@ -393,7 +407,7 @@ def payload(tiles, slot, W: int):
     return payload_defined(tiles, slot, W)[0]
 
 
-def payload_defined(tiles, slot, W: int):
+def payload_defined(tiles: PeFile, slot: jax.Array, W: int) -> tuple[jax.Array, jax.Array]:
     """(Words, definedness bits) of the first lane_count elements of one slot
     (a scalar `slot`), as payload reads them."""
     d = row(tiles.desc, slot)
@@ -402,7 +416,8 @@ def payload_defined(tiles, slot, W: int):
                          is_wide(d[COL["dtype"]]), lane_count(tiles))
 
 
-def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
+def install(tiles: PeFile, slot: jax.Array, do: jax.Array, fields: Mapping[str, ArrayLike], words: jax.Array,
+            defined: jax.Array, written: jax.Array, W: int) -> PeFile:
     """Allocate free slot `slot` of a PE's file (a storage.PeFile) when `do`:
     publish its descriptor (every field of DESCRIPTOR_FIELDS), place its
     storage at the PE's pool top (state.pool_top; W = tile_words), and there
@@ -419,7 +434,8 @@ def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
     wide = is_wide(jnp.asarray(fields["dtype"]))
     # the Words once: fused into the slot encoding, an operation's per-Word work
     # (a TLOAD's element loads) ran once per slot of each carrier form
-    words, defined, written = jax.lax.optimization_barrier((words, defined, written))
+    # jax.lax.optimization_barrier is unannotated in jax, hence the ignore
+    words, defined, written = jax.lax.optimization_barrier((words, defined, written))  # type: ignore[no-untyped-call]
     slots, slots_defined = encode_window(words, defined, wide, L, s64=s64)
     slots_written = encode_window(words, written, wide, L, s64=s64)[1]
     desc, write = _placed(tiles, slot, do, fields, W, tiles.write, slots, slots_defined,
@@ -427,7 +443,9 @@ def install(tiles, slot, do, fields: dict, words, defined, written, W: int):
     return tiles.replace(desc=desc, write=write)
 
 
-def _placed(tiles, slot, do, fields: dict, W: int, prev, slots, slots_defined, slots_written):
+def _placed(tiles: PeFile, slot: jax.Array, do: jax.Array, fields: Mapping[str, ArrayLike], W: int,
+            prev: PoolWrite, slots: jax.Array, slots_defined: jax.Array, slots_written: jax.Array,
+            ) -> tuple[jax.Array, PoolWrite]:
     """A new tile at the PE's pool top when `do`: (the file's descriptors with
     its row, the PoolWrite `prev` replaced by its window: the `slots_written`
     Words, definedness over its own slots). Else both unchanged: a family that
@@ -440,7 +458,7 @@ def _placed(tiles, slot, do, fields: dict, W: int, prev, slots, slots_defined, s
     own = jnp.arange(slots.shape[0]) < pool_extent(jnp.asarray(fields["capacity"]),
                                                    jnp.asarray(fields["dtype"]), W, s64=_s64(tiles))
     slot, do, desc, own = settle((slot, do, desc, own))
-    fit = lambda new, old: jnp.where(do, new, old)
+    fit: Callable[[jax.Array, jax.Array], jax.Array] = lambda new, old: jnp.where(do, new, old)
     write = prev.replace(base=fit(base, prev.base), words=fit(slots, prev.words),
                          words_mask=fit(own & slots_written, prev.words_mask),
                          defined=fit(slots_defined, prev.defined),
@@ -461,7 +479,8 @@ def aux_slots(lanes: int, s64: bool) -> int:
     return aux_words(lanes) * (1 if s64 else 2)
 
 
-def install_aux(tiles, k: int, slot, do, fields: dict, words, W: int):
+def install_aux(tiles: PeFile, k: int, slot: jax.Array, do: jax.Array, fields: Mapping[str, ArrayLike],
+                words: jax.Array, W: int) -> PeFile:
     """Allocate free slot `slot` as a small ordinary tile when `do`, like
     install, through auxiliary window `k` (storage.PeFile.aux): placed at the
     pool top (above the tiles installed before it), its aux_words(lanes)
@@ -479,7 +498,9 @@ def install_aux(tiles, k: int, slot, do, fields: dict, words, W: int):
 # ---------------------------------------------------------------- CUBE descriptors
 
 
-def cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
+def cube_geometry(lay: jax.Array, cls: jax.Array, vr: jax.Array, vc: jax.Array, capacity: jax.Array,
+                  tile_capacity: jax.Array, tile_words: int,
+                  ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array], jax.Array]:
     """Cell shape, derived geometry and B.6 shape legality for a traced CUBE
     layout index `lay` (CUBE_ORDER) and width class `cls`."""
     cr, cc = take(CELL_R.reshape(-1), lay * 4 + cls), take(CELL_C.reshape(-1), lay * 4 + cls)
@@ -489,7 +510,8 @@ def cube_geometry(lay, cls, vr, vc, capacity, tile_capacity, tile_words):
     return cr, cc, g, ok
 
 
-def cube_descriptor(s, tile_capacity, W: int):
+def cube_descriptor(s: Mapping[str, jax.Array], tile_capacity: jax.Array, W: int,
+                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """A tile descriptor `s` as a CUBE source: (legal, layout index, cell rows, cell cols).
 
     Legal = CUBE layout at Matrix location, B.6 shape legal for its capacity

@@ -15,17 +15,20 @@ GPRs, GM and the Shared registers are the Core's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import jax
 import jax.numpy as jnp
 
 from .. import families, tables
-from ..state import TILE_COLUMN as COL
-from ..storage import local_desc, pe_file, with_pe_file
+from ..state import TILE_COLUMN as COL, MachineConfig, State
+from ..storage import LocalFile, PeFile, local_desc, pe_file, with_pe_file
 from . import header, matrix, mgather_cas, shared_transport, tmov, transport
 from .common import CUBE_TILE_LAYOUT, DT_BITS, aux_slots, div, size_code_bytes, slot_of, take
 from .family import Completion, Context, Family
 from .lowering import branch, lane_classes, trip_count, under_batch
-from .shared_transport import apply_row_write, merge_row_writes
+from .shared_transport import RowWrite, apply_row_write, merge_row_writes
 from .header import Header
 
 # the default family, then the routed ones in ptojax/families.py's order
@@ -42,15 +45,19 @@ LOCAL_WRITERS = frozenset({"TLOAD", "MGATHER.CAS", "MATMUL", "TMOV"})
 # tile, MGATHER.CAS's tiles, the Shared registers), so they run at most there.
 PACKED_EFFECTS = frozenset({"TLOAD", "TSTORE", "TMOV"})
 WITHIN_TILE_WORDS = (shared_transport.FAMILY, mgather_cas.FAMILY, matrix.FAMILY)
+# a completion's (fault, fault address, new Core state)
+_Outcome = tuple[jax.Array, jax.Array, State]
+# a routed family's `selects` (Family.selects: only the default family has none)
+_Selects = Callable[[Header], jax.Array]
 
 
-def _tile_words(capacity, bits, W: int):
+def _tile_words(capacity: jax.Array, bits: jax.Array, W: jax.Array | int) -> jax.Array:
     """The Words a tile of `capacity` bytes of `bits`-bit elements can have (at
     most W); W for an unknown width, which no legal block has."""
     return jnp.where(bits > 0, jnp.minimum(div(capacity * 8, bits), W), W)
 
 
-def lanes_needed(desc, h: Header, cfg):
+def lanes_needed(desc: jax.Array, h: Header, cfg: MachineConfig) -> jax.Array:
     """The most Words of any tile the block with header `h` names on a PE with
     descriptors `desc`: its destinations, at the narrowest element type the
     header gives (a matrix accumulator is no narrower than its inputs), and its
@@ -72,11 +79,12 @@ def lanes_needed(desc, h: Header, cfg):
                                 jnp.where(cube, W, top)), 0)
     need = jnp.maximum(jnp.max(dst), jnp.max(src))
     routed = ~h.cube & ~h.zero_mask
-    within = jnp.any(jnp.stack([f.selects(h) & routed for f in WITHIN_TILE_WORDS]))
+    within = jnp.any(jnp.stack([cast(_Selects, f.selects)(h) & routed for f in WITHIN_TILE_WORDS]))
     return jnp.where(within, jnp.minimum(need, W), need)
 
 
-def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
+def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
+             effects: frozenset[str], cas_seed: jax.Array | int = 0) -> _Outcome:
     """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state).
 
     Under pj.batch.run, at the least lane count of lane_classes that holds its
@@ -99,11 +107,13 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     classes = tuple(L for L in lane_classes(W) if L <= top) if under_batch() \
         else tuple(sorted({W, top}))
 
-    def at(lanes):
-        def run(state):
+    def at(lanes: int) -> Callable[[State], _Outcome]:
+        def run(state: State) -> _Outcome:
             f, a, view, rw = _complete(state, h, pe, enable, cas_seed, cfg=cfg, effects=effects,
                                        lanes=lanes)
-            tiles = with_pe_file(state.tiles, view.tiles) if effects & LOCAL_WRITERS else state.tiles
+            # the Core's tiles are a storage.LocalFile while a stream runs, the view's a PeFile
+            tiles = with_pe_file(cast(LocalFile, state.tiles), cast(PeFile, view.tiles)) \
+                if effects & LOCAL_WRITERS else state.tiles
             shared = apply_row_write(view.shared, rw) if rw is not None else view.shared
             return jnp.asarray(f, jnp.int32), jnp.asarray(a, jnp.uint64), \
                 view.replace(tiles=tiles, shared=shared)
@@ -111,7 +121,7 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
 
     if len(classes) == 1:
         return at(classes[0])(state)
-    need = lanes_needed(local_desc(state.tiles, pe), h, cfg)
+    need = lanes_needed(local_desc(cast(LocalFile, state.tiles), pe), h, cfg)
     k = trip_count(jnp.sum(need > jnp.asarray(classes[:-1])))
     out = (jnp.int32(0), jnp.uint64(0), state)
     for i, L in enumerate(classes):
@@ -121,7 +131,7 @@ def complete(state, h: Header, pe, cfg, enable, effects, cas_seed=0):
     return out
 
 
-def _split(state):
+def _split(state: State) -> tuple[State, tuple[jax.Array, jax.Array, jax.Array]]:
     """(the State without its large arrays, those arrays): what a conditional
     may carry, and what its branches read from outside (_join)."""
     big = (state.tiles.words, state.tiles.defined, state.shared.words)
@@ -130,21 +140,23 @@ def _split(state):
     return light, big
 
 
-def _join(light, big):
+def _join(light: State, big: tuple[jax.Array, jax.Array, jax.Array]) -> State:
     words, defined, shared_words = big
     return light.replace(tiles=light.tiles.replace(words=words, defined=defined),
                          shared=light.shared.replace(words=shared_words))
 
 
-def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: int):
+def _complete(state: State, h: Header, pe: jax.Array, enable: jax.Array, cas_seed: jax.Array | int, *,
+              cfg: MachineConfig, effects: frozenset[str],
+              lanes: int) -> tuple[jax.Array, jax.Array, State, RowWrite | None]:
     """complete, over `lanes` lanes, writes held: (fault, fault address, the
     view (tiles: the PeFile with its PoolWrite), the RowWrite or None)."""
     s64 = state.tiles.words.dtype == jnp.uint64
-    view = state.replace(tiles=pe_file(state.tiles, pe, lanes,
+    view = state.replace(tiles=pe_file(cast(LocalFile, state.tiles), pe, lanes,
                                        aux_slots(lanes, s64) if "MATMUL" in effects else 0))
     ctx = Context(effects, cas_seed)
     routed = ~h.cube & ~h.zero_mask
-    chosen = [f.selects(h) & routed for f in ROUTED]
+    chosen = [cast(_Selects, f.selects)(h) & routed for f in ROUTED]
     fault, addr, view, rw = _family(DEFAULT, enable & ~jnp.any(jnp.stack(chosen)), view, h, pe,
                                     cfg, ctx)
     # a family is traced only where the program's words can reach it, and for
@@ -161,7 +173,8 @@ def _complete(state, h: Header, pe, enable, cas_seed, *, cfg, effects, lanes: in
     return fault, addr, view, rw
 
 
-def _family(family: Family, enable, view, h: Header, pe, cfg, ctx: Context) -> Completion:
+def _family(family: Family, enable: jax.Array, view: State, h: Header, pe: jax.Array, cfg: MachineConfig,
+            ctx: Context) -> Completion:
     """family.complete, run only when `enable` holds for some State (under
     pj.batch.run: for some State of the batch, trip_count). Otherwise it would
     change nothing, and its fault is not read (a completion's fault counts only
@@ -171,7 +184,7 @@ def _family(family: Family, enable, view, h: Header, pe, cfg, ctx: Context) -> C
     light, big = _split(view)
     idle = family.idle(view) if family.idle else None
 
-    def run(light):
+    def run(light: State) -> tuple[jax.Array, jax.Array, State, RowWrite | None]:
         c = family.complete(_join(light, big), h, pe, cfg, enable, ctx)
         assert all(x is y for x, y in zip(_split(c.state)[1], big)), "a family wrote a large array"
         return jnp.asarray(c.fault, jnp.int32), jnp.asarray(c.address, jnp.uint64), \
@@ -183,7 +196,8 @@ def _family(family: Family, enable, view, h: Header, pe, cfg, ctx: Context) -> C
     return Completion(f, a, _join(light, big), write)
 
 
-def complete_core(state, h: Header, cfg, enable, effects, cas_seed=0):
+def complete_core(state: State, h: Header, cfg: MachineConfig, enable: jax.Array, effects: frozenset[str],
+                  cas_seed: jax.Array | int = 0) -> _Outcome:
     """Complete the block with header `h` as a collective of the Core's PEs (shared-decisions 2).
 
     Each participating PE (the mask's bits, PE0 alone for a 0000 mask; a
@@ -192,11 +206,12 @@ def complete_core(state, h: Header, cfg, enable, effects, cas_seed=0):
     is the collective's, and then no PE's effects are kept.
     """
     mask = header.block_mask(h)
-    in_mask = lambda pe: ((mask >> (3 - pe)) & 1) == 1
+    in_mask: Callable[[jax.Array], jax.Array] = lambda pe: ((mask >> (3 - pe)) & 1) == 1
     lowest = jnp.where(mask == 0, 0, jax.lax.clz(jnp.maximum(mask, 1).astype(jnp.int32)) - 28)
     once = shared_transport.selects(h) | header.shared_tlsu_block(h) | (mask == 0)
 
-    def one(carry, pe):
+    def one(carry: tuple[State, jax.Array, jax.Array],
+            pe: jax.Array) -> tuple[tuple[State, jax.Array, jax.Array], None]:
         s, fault, addr = carry
         takes_part = jnp.where(once, pe == lowest, in_mask(pe))
         go = takes_part & (fault == 0)

@@ -11,17 +11,22 @@ own enable, so exactly one applies.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 import jax
 
 from .. import families
+from ..state import State
+from .header import Header
+
+if TYPE_CHECKING:      # shared_transport imports this module
+    from .shared_transport import RowWrite
 
 
 class Context(NamedTuple):
     """What a completion needs beside the State view, its header and its PE."""
-    effects: frozenset          # static: the effect groups the program can have
-    cas_seed: jax.Array         # traced: the "permuted" MGATHER.CAS lane order's seed
+    effects: frozenset[str]     # static: the effect groups the program can have
+    cas_seed: jax.Array | int   # traced: the "permuted" MGATHER.CAS lane order's seed (0: none given)
 
 
 class Completion(NamedTuple):
@@ -30,8 +35,8 @@ class Completion(NamedTuple):
     apply (shared_transport.RowWrite), None for the families without one."""
     fault: jax.Array            # int32 tables.FAULTS index, 0 = none
     address: jax.Array          # uint64 _FaultAddress of a memory fault, else 0
-    state: Any                  # the State view (its tiles a storage.PeFile)
-    write: Any = None
+    state: State                # the State view (its tiles a storage.PeFile)
+    write: Optional[RowWrite] = None
 
 
 @dataclass(frozen=True)
@@ -45,8 +50,8 @@ class Family:
     """
     spec: families.Family
     complete: Callable[..., Completion]
-    selects: Optional[Callable[[Any], jax.Array]] = None
-    idle: Optional[Callable[[Any], Any]] = None
+    selects: Optional[Callable[[Header], jax.Array]] = None
+    idle: Optional[Callable[[State], RowWrite]] = None
 
     @property
     def name(self) -> str:

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tables
+from ..state import Block
 from .common import take
 
 
@@ -86,11 +87,11 @@ class Header(NamedTuple):
     catr_trap: jax.Array
 
 
-def _bit(word, n):
+def _bit(word: jax.Array, n: int) -> jax.Array:
     return ((word >> n) & 1).astype(jnp.int32)
 
 
-def decode(blk) -> Header:
+def decode(blk: Block) -> Header:
     """Named fields of a Block (one block, traced)."""
     d, iot = blk.datr, blk.iot
     bound = jnp.arange(iot.shape[0]) < blk.iot_count
@@ -124,7 +125,7 @@ def decode(blk) -> Header:
         catr_trap=blk.catr_present & (_bit(catr, 19) == 1))
 
 
-def block_mask(h: Header):
+def block_mask(h: Header) -> jax.Array:
     """The block's common PE mask (0 when no binding was recorded)."""
     return jnp.where(h.iot_count > 0, h.mask, jnp.where(h.ios_count > 0, h.shared_mask, 0))
 
@@ -132,16 +133,16 @@ def block_mask(h: Header):
 _TLSU = np.array([engine == "TLSU" for _, engine, _ in tables.OPS])
 
 
-def is_tlsu_op(h: Header):
+def is_tlsu_op(h: Header) -> jax.Array:
     """The block's operation runs on the TLSU (transport, MGATHER.CAS, TMOV)."""
     return take(_TLSU, h.op)
 
 
-def shared_tlsu_block(h: Header):
+def shared_tlsu_block(h: Header) -> jax.Array:
     """A TLSU block with a B.IOS: one collective action of the Core, run once."""
     return is_tlsu_op(h) & (h.ios_count > 0)
 
 
-def is_tlsu(h: Header):
+def is_tlsu(h: Header) -> jax.Array:
     return (h.op == tables.OP_ID["TLOAD"]) | (h.op == tables.OP_ID["TSTORE"]) \
         | (h.op == tables.OP_ID["TSTORE.SPART"])

@@ -5,6 +5,9 @@ pj.batch.run's vmap, `under_batch` tells which of the two a trace is in."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
 import jax
 import jax.numpy as jnp
 
@@ -14,17 +17,21 @@ from ..state import max_tile_words
 # pj.batch.run vmaps the executor under this axis name (see trip_count)
 BATCH_AXIS = "batch"
 
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 def under_batch() -> bool:
     """Whether the code being traced runs under pj.batch.run's vmap (static)."""
     try:
-        jax.lax.pmax(jnp.int32(0), BATCH_AXIS)      # unused: dropped from the program
+        # unused: dropped from the program (jax.lax.pmax is unannotated in jax, hence the ignore)
+        jax.lax.pmax(jnp.int32(0), BATCH_AXIS)  # type: ignore[no-untyped-call]
     except NameError:       # no such axis: one State (pj.run)
         return False
     return True
 
 
-def branch(fn):
+def branch(fn: F) -> F:
     """A conditional's costly branch `fn`, as a jitted call under pj.batch.run.
 
     vmap batches each branch of a cond twice (once to learn which results
@@ -33,22 +40,23 @@ def branch(fn):
     of its operands and then reused. XLA inlines the call: the compiled
     program is about the same (1.6% more HLO for a campaign's), and tracing
     it takes about 40% less time at the presets with several lane classes."""
-    return jax.jit(fn) if under_batch() else fn
+    return cast(F, jax.jit(fn)) if under_batch() else fn
 
 
-def trip_count(n):
+def trip_count(n: jax.Array) -> jax.Array:
     """The trip count of a loop that runs `n` times for this State: under
     pj.batch.run the batch's largest n, else n. The body masks its own
     iterations past n. A loop whose bound differs across the batch becomes,
     under vmap, a loop that selects its whole carry per iteration (a CAS
     loop re-selected every State's GM that way each lane); one bound shared by
     the batch keeps an iteration's cost to what it touches."""
-    return jax.lax.pmax(n, BATCH_AXIS) if under_batch() else n
+    # jax.lax.pmax is unannotated in jax
+    return jax.lax.pmax(n, BATCH_AXIS) if under_batch() else n  # type: ignore[no-untyped-call]
 
 # DataType code (0..31) -> properties; unassigned codes have bits 0.
 
 
-def settle(tree):
+def settle(tree: T) -> T:
     """The leaves of `tree`, computed once.
 
     XLA:CPU fuses cheap scalar code into every consumer, so a fault code or an
@@ -62,9 +70,9 @@ def settle(tree):
     it, and a buffer twice the value's size cost pj.batch.run a fifth of its
     throughput.
     """
-    put = jax.lax.optimization_barrier(jnp.int32(0))
+    put = jax.lax.optimization_barrier(jnp.int32(0))  # type: ignore[no-untyped-call]  # unannotated in jax
 
-    def hold(v):
+    def hold(v: jax.Array) -> jax.Array:
         flat = v.reshape(-1)
         buf = jax.lax.dynamic_update_slice(jnp.zeros(flat.size + 1, v.dtype), flat, (put,))
         return buf[:flat.size].reshape(v.shape)
@@ -73,17 +81,17 @@ def settle(tree):
     leaves = [jnp.asarray(v) for v in leaves]
     # scalars travel stacked, one round trip per dtype
     out = {i: hold(v) for i, v in enumerate(leaves) if v.ndim}
-    by_type: dict = {}
+    by_type: dict[Any, list[int]] = {}      # keyed by numpy dtype
     for i, v in enumerate(leaves):
         if not v.ndim:
             by_type.setdefault(v.dtype, []).append(i)
     for _dtype, idx in by_type.items():
         held = hold(jnp.stack([leaves[i] for i in idx]))
         out.update({i: held[k] for k, i in enumerate(idx)})
-    return jax.tree_util.tree_unflatten(treedef, [out[i] for i in range(len(leaves))])
+    return cast(T, jax.tree_util.tree_unflatten(treedef, [out[i] for i in range(len(leaves))]))
 
 
-def settle_pair(a, b):
+def settle_pair(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Two int32 arrays of one shape, computed once, in one kernel.
 
     settle holds each leaf in its own kernel, and each kernel recomputes the
@@ -95,7 +103,7 @@ def settle_pair(a, b):
     return (both >> 32).astype(jnp.int32), both.astype(jnp.int32)
 
 
-def lane_classes(W: int) -> tuple:
+def lane_classes(W: int) -> tuple[int, ...]:
     """The lane counts a completion is traced for on a machine of W tile Words:
     256, 512, then 1024 x 4^k, up to a quarter of W, and W. A block runs at the
     least one that holds every tile it names (dispatch.lanes_needed), so a 16x16 tile
@@ -106,7 +114,8 @@ def lane_classes(W: int) -> tuple:
     otherwise run at twice its width. Where the model's packed tiles go past W
     (state.max_tile_words: an 8-bit tile of 64 KiB, a large 4-bit one) their
     blocks run at one more class (asl: 256, 512, 1024, 4096, 32768, 131072)."""
-    classes, L = [], 256
+    classes: list[int] = []
+    L = 256
     while 4 * L <= W:
         classes.append(L)
         L *= 2 if L < 1024 else 4

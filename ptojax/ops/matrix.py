@@ -22,15 +22,18 @@ adds in binary32 (integers: mod 2^32).
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import families, tables
 from ..indexing import row
-from ..state import TILE_COLUMN
+from ..state import TILE_COLUMN, MachineConfig, State
+from ..storage import PeFile
 from . import binary32
 from . import postprocess as pp
 from . import shared as sh
@@ -49,6 +52,12 @@ LOC = tables.TILE_LOCATION_CODE
 ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 FIRST, LAST = OP["TMATMUL"], OP["TGEMVMX.ACC"]
 COL_ALLOCATED = TILE_COLUMN["allocated"]
+
+T = TypeVar("T")
+# an operand table: (Local rows, Shared record rows, or None where no State has Shared operands)
+_Table = tuple[jax.Array, jax.Array | None]
+_Scales = Callable[[jax.Array], tuple[jax.Array, jax.Array]]     # k -> (sA, sB) Words per lane
+_Operands = Callable[..., tuple[jax.Array, jax.Array]]           # (a_table, b_table, k[, rows]) -> (A, B)
 
 # per operation id: (uses MX, uses C, uses Bias, is TGEMV)
 _FORM = np.zeros((len(tables.OPS), 4), bool)
@@ -75,15 +84,15 @@ for _n in ("E4M3", "E5M2", "E2M1X2", "E1M2X2"):
     MX_SCALED[DT[_n]] = True
 
 
-def _pow2(x):
+def _pow2(x: jax.Array) -> jax.Array:
     return (x > 0) & ((x & (x - 1)) == 0)
 
 
-def _member(x, values):
+def _member(x: jax.Array, values: Sequence[int]) -> jax.Array:
     return jnp.any(jnp.asarray(x)[..., None] == jnp.asarray(values, jnp.int32), axis=-1)
 
 
-def _source_at(idx, ok, n):
+def _source_at(idx: jax.Array, ok: jax.Array, n: jax.Array | int) -> jax.Array:
     """TileIndex of the n-th source of the stream (0 when there is none)."""
     pos = jnp.cumsum(ok) - 1
     hit = ok & (pos == n)
@@ -94,7 +103,7 @@ def _source_at(idx, ok, n):
 
 
 @functools.lru_cache(maxsize=None)
-def _val8() -> np.ndarray:
+def _val8() -> NDArray[np.float64]:
     """[dtype code, raw code] -> exact value of the <= 8-bit float formats."""
     from .. import numerics          # imported only when the ieee profile is traced
     out = np.zeros((32, 256), np.float64)
@@ -104,7 +113,7 @@ def _val8() -> np.ndarray:
     return out
 
 
-def _float_value(dtype, word):
+def _float_value(dtype: jax.Array, word: jax.Array) -> jax.Array:
     """Exact value (float64) of a floating element from its carrier word."""
     lo32 = word & U64(0xFFFFFFFF)
     f32 = binary32.decode(lo32, 8, 23)
@@ -119,7 +128,7 @@ def _float_value(dtype, word):
                        dtype == DT["FP16"], dtype == DT["BF16"]], [f32, tf32, hf32, f16, bf16], small)
 
 
-def _int_value(dtype, word):
+def _int_value(dtype: jax.Array, word: jax.Array) -> jax.Array:
     """Integer element as a wrapped uint64 (signed types sign-extended from their width)."""
     bits = take(DT_BITS, dtype)
     shift = (64 - bits).astype(U64)
@@ -194,15 +203,15 @@ class _Shared(NamedTuple):
     sources_legal: jax.Array
 
 
-def _stack(*xs):
+def _stack(*xs: jax.Array | int) -> jax.Array:
     return jnp.stack([jnp.asarray(x, jnp.int32) for x in xs])
 
 
-def _unstack(tree, n):
+def _unstack(tree: T, n: int) -> Iterator[T]:
     return (jax.tree_util.tree_map(lambda v: v[k], tree) for k in range(n))
 
 
-def _decode(h: Header, pe, cfg) -> _Block:
+def _decode(h: Header, pe: jax.Array, cfg: MachineConfig) -> _Block:
     """The operation's form, the element types and the Shared groups of header `h`."""
     op = jnp.clip(h.op, 0, len(tables.OPS) - 1)
     form = row(_FORM, op)
@@ -235,7 +244,8 @@ def _decode(h: Header, pe, cfg) -> _Block:
                   m_per_pe, Mi, row0, active)
 
 
-def _binding_stream(h: Header, cfg, blk: _Block, gpr):
+def _binding_stream(h: Header, cfg: MachineConfig, blk: _Block,
+                    gpr: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Step 3, the binding stream, with the B.IOR parameter Words from this PE's
     GPRs `gpr`: (gate_legal, the scalar (quant, LReLU) parameter Words)."""
     rows = h.bound
@@ -281,13 +291,13 @@ def _binding_stream(h: Header, cfg, blk: _Block, gpr):
     return gate_legal, (quant, relu)
 
 
-def _math_sources(blk: _Block):
+def _math_sources(blk: _Block) -> jax.Array:
     """Local mathematical sources: [C] + Local [A, sA] + Local [B, sB] + [Bias]."""
     return blk.is_acc.astype(jnp.int32) + blk.a_local * (1 + blk.sa_on) \
         + blk.b_local * (1 + blk.sb_on) + blk.is_bias
 
 
-def _local_indices(h: Header, blk: _Block):
+def _local_indices(h: Header, blk: _Block) -> tuple[jax.Array, ...]:
     """TileIndex of the Local sources (step 7), in stream order C, A, sA, B, sB, Bias."""
     idx, ok = h.sources, h.source_ok
     o_a = blk.is_acc.astype(jnp.int32)
@@ -298,15 +308,17 @@ def _local_indices(h: Header, blk: _Block):
     return tuple(_source_at(idx, ok, o) for o in (0, o_a, o_sa, o_b, o_sb, o_bias))
 
 
-def _local_sources(state, cfg, blk: _Block, indices, mode, tsize) -> _Local:
+def _local_sources(state: State, cfg: MachineConfig, blk: _Block, indices: Sequence[jax.Array],
+                   mode: jax.Array, tsize: jax.Array) -> _Local:
     """Step 7: the Local operands' descriptors and contents, and D's M layout."""
-    tiles = state.tiles
+    tiles = cast(PeFile, state.tiles)      # the view's: PE `pe`'s storage.PeFile (dispatch._complete)
     W, HS = cfg.tile_words, cfg.hand_slots
     Mi, N, K = blk.Mi, blk.N, blk.K
     c_idx, a_idx, sa_idx, b_idx, sb_idx, bias_idx = indices
     tcap = state.tile_capacity
 
-    def primary_legal(index, vr, vc, dtype):
+    def primary_legal(index: jax.Array, vr: jax.Array, vc: jax.Array, dtype: jax.Array
+                      ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, dict[str, jax.Array]]:
         """A, B, C: a legal CUBE descriptor, defined, of this valid shape and dtype
         (the layout is compared by the caller)."""
         slot, alloc, s, defined = source(tiles, index, HS)
@@ -315,7 +327,7 @@ def _local_sources(state, cfg, blk: _Block, indices, mode, tsize) -> _Local:
             & (s["dtype"] == dtype)
         return slot, good, lay, cr, cc, s
 
-    m_fits = lambda lay: ((lay == 0) & (Mi <= 16)) | ((lay == 1) & (Mi <= 32))
+    m_fits: Callable[[jax.Array], jax.Array] = lambda lay: ((lay == 0) & (Mi <= 16)) | ((lay == 1) & (Mi <= 32))
     # A, B and C checked as one batch of three (one copy of the descriptor checks)
     cube3 = jax.vmap(primary_legal)(_stack(a_idx, b_idx, c_idx), _stack(Mi, K, Mi), _stack(K, N, N),
                                     _stack(blk.a_type, blk.b_type, blk.acc_type))
@@ -324,6 +336,7 @@ def _local_sources(state, cfg, blk: _Block, indices, mode, tsize) -> _Local:
     a_ok = a_ok & m_fits(a_lay)
     b_ok = b_ok & (b_lay == 2)
     # D's M layout: A's (Local A), C's (both Shared + ACC), else by rows per PE (section 5, check 10)
+    shared_lay_ok: bool | jax.Array
     if cfg.semantics == "adr0100":
         shared_lay, shared_lay_ok = jnp.where(blk.m_per_pe == 16, 0, 1), True
     else:
@@ -331,7 +344,8 @@ def _local_sources(state, cfg, blk: _Block, indices, mode, tsize) -> _Local:
     d_lay = jnp.where(blk.a_local, a_lay, jnp.where(blk.is_acc, c_lay, shared_lay))
     c_ok = c_ok & (c_lay == d_lay) & m_fits(c_lay) & ((mode != 0) | (c_s["capacity"] == tsize))
 
-    def auxiliary_legal(index, vr, vc, dtype):
+    def auxiliary_legal(index: jax.Array, vr: jax.Array, vc: jax.Array, dtype: jax.Array
+                        ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
         """Bias and scales: legal, fully defined ordinary RowMajor tiles
         (TileSourceContentsDefined) of this valid shape and dtype."""
         slot, alloc, s, defined = source(tiles, index, HS)
@@ -352,14 +366,15 @@ def _local_sources(state, cfg, blk: _Block, indices, mode, tsize) -> _Local:
                   b_s["k_repeat"], sa_s["cols"], sb_s["cols"], d_lay, kb, sources_legal)
 
 
-def _shared_sources(state, h: Header, blk: _Block, kb) -> _Shared:
+def _shared_sources(state: State, h: Header, blk: _Block, kb: jax.Array) -> _Shared:
     """Check 7s, collectively: ready records with the exact stored shape."""
     tcap = state.tile_capacity
     G, N, K = blk.G, blk.N, blk.K
     trans_a, trans_b = h.trans_a == 1, h.trans_b == 1
     o_sh_b = jnp.where(blk.left_shared, 1 + blk.sa_on, 0)
 
-    def shared_source_legal(ordinal, rows, cols, dtype):
+    def shared_source_legal(ordinal: jax.Array, rows: jax.Array, cols: jax.Array,
+                            dtype: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         sid = row(h.shared_id, ordinal)
         i, exists, _ = sh.lookup(state.shared, sid)
         r = sh.record(state.shared, i)
@@ -388,7 +403,7 @@ class _DGeometry(NamedTuple):
     lay: jax.Array
     cr: jax.Array
     cc: jax.Array
-    g: dict
+    g: dict[str, jax.Array]
     b4: jax.Array
 
 
@@ -400,12 +415,13 @@ class _Post(NamedTuple):
     relu_row: jax.Array             # the vector PReLU parameters
 
 
-def _post_sources(state, cfg, h: Header, blk: _Block) -> _Post:
+def _post_sources(state: State, cfg: MachineConfig, h: Header, blk: _Block) -> _Post:
     """Step 6: PreQuantMode against the accumulator class (every PE), then the
     post-process sources after the mathematical ones (on a PE with rows):
     RowMaxIn Mi x 1 accumulator-typed, the vector quant and PReLU parameters
     1 x N U64 with every Word legal; RowMajor at location Any, defined."""
-    tiles, W, HS = state.tiles, cfg.tile_words, cfg.hand_slots
+    # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
+    tiles, W, HS = cast(PeFile, state.tiles), cfg.tile_words, cfg.hand_slots
     mode = h.pre_quant_mode
     rin_on = (h.row_max & h.row_max_init) == 1
     vec_on = _member(mode, pp.VECTOR_MODES)
@@ -415,7 +431,7 @@ def _post_sources(state, cfg, h: Header, blk: _Block) -> _Post:
     o_r = o_q + vec_on
     indices = [_source_at(h.sources, h.source_ok, o) for o in (o_rin, o_q, o_r)]
 
-    def legal(index, vr, vc, dtype):
+    def legal(index: jax.Array, vr: jax.Array, vc: jax.Array, dtype: jax.Array) -> tuple[jax.Array, jax.Array]:
         slot, alloc, s, defined = source(tiles, index, HS)
         good = ordinary_source_legal(s, alloc, defined, state.tile_capacity, W) \
             & (s["layout"] == ROW_MAJOR) & (s["location"] == LOC["Any"]) & (s["dtype"] == dtype) \
@@ -447,12 +463,12 @@ class _Destinations(NamedTuple):
     legal: jax.Array                # slots found, budget, the auxiliary shapes (D's geometry apart)
 
 
-def _destinations(state, cfg, h: Header, blk: _Block, pe) -> _Destinations:
+def _destinations(state: State, cfg: MachineConfig, h: Header, blk: _Block, pe: jax.Array) -> _Destinations:
     """Each destination the lowest free slot of its hand not taken by an earlier
     one; the Core budget for all of them (a cooperative fragment's own: one
     PE each, its own mask bit); each auxiliary output RowMajor M x cols,
     accumulator-typed (RowMax 1 column, GroupMax ceil(N / GroupN))."""
-    tiles, HS = state.tiles, cfg.hand_slots
+    tiles, HS = cast(PeFile, state.tiles), cfg.hand_slots      # the view's: a storage.PeFile (dispatch)
     dst = h.bound & h.has_dst
     ordinal = jnp.cumsum(dst) - 1
     rows = [jnp.argmax(dst & (ordinal == k)) for k in range(3)]
@@ -479,10 +495,11 @@ def _destinations(state, cfg, h: Header, blk: _Block, pe) -> _Destinations:
     return _Destinations(jnp.stack(slots), tsize, present, cols, mask, legal)
 
 
-def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry):
+def _element_map(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry
+                 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, _Scales, _Operands]:
     """Lanes = D's payload slots: (column of each lane, lane_ok, the Local operand rows,
     scales(k), operands(a_table, b_table, k, rows)) for the product's loop over K."""
-    W = lane_count(state.tiles)
+    W = lane_count(cast(PeFile, state.tiles))      # the view's tiles: a storage.PeFile (dispatch._complete)
     Mi, N = blk.Mi, blk.N
     left_shared, shared_on = blk.left_shared, blk.shared_on
     trans_a, trans_b = shr.trans_a, shr.trans_b
@@ -491,8 +508,10 @@ def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeome
     # operands are read lane by lane from a Local tile row or a Shared record row
     # (no table of either is copied: a Shared record may be much longer than W)
     WS = cfg.shared_words
+    assert WS is not None               # MachineConfig.__post_init__ sets it
 
-    def fetch(local, shared, slot, i, use_shared, idx):
+    def fetch(local: jax.Array, shared: jax.Array | None, slot: jax.Array | int, i: jax.Array | int,
+              use_shared: jax.Array, idx: jax.Array) -> jax.Array:
         lv = local[slot, jnp.clip(idx, 0, W - 1)]
         if shared is None:                  # no State of the batch has Shared operands
             return lv
@@ -511,13 +530,13 @@ def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeome
     b_base = jnp.where(shared_on, jnp.where(trans_b, ci * b_cols, ci),
                        (((ci >> 3) * b_krep) << (lb_cr + 3)) + ((ci & 7) << lb_cr))
 
-    def a_step(k):
+    def a_step(k: jax.Array) -> jax.Array:
         q = k & (a_cc - 1)
         q = jnp.where(a_b4_m16, q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
         return jnp.where(left_shared, jnp.where(trans_a, k * a_cols, k),
                          ((k >> la_cc) << (la_cr + la_cc)) + q)
 
-    def b_step(k):
+    def b_step(k: jax.Array) -> jax.Array:
         return jnp.where(shared_on, jnp.where(trans_b, k, k * b_cols),
                          ((k >> lb_cr) << (lb_cr + 3)) + (k & (b_cr - 1)))
 
@@ -526,16 +545,17 @@ def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeome
     a_row = jnp.where(left_shared, sh_row, ri) * jnp.where(left_shared, shr.sa_cols, loc.sa_cols)
     sb_c = jnp.where(shared_on, shr.sb_cols, loc.sb_cols)
     # the Local operand rows A, sA, B, sB of this PE (rows 0-3), copied once per block
-    words = payload(state.tiles, jnp.stack([loc.a_slot, loc.sa_slot, loc.b_slot, loc.sb_slot]),
+    words = payload(cast(PeFile, state.tiles), jnp.stack([loc.a_slot, loc.sa_slot, loc.b_slot, loc.sb_slot]),
                     cfg.tile_words)
     shared = state.shared.words
 
-    def scales(k):
+    def scales(k: jax.Array) -> tuple[jax.Array, jax.Array]:
         sa = fetch(words, shared, 1, shr.sa, left_shared, a_row + (k >> 5))
         sb = fetch(words, shared, 3, shr.sb, shared_on, ci + (k >> 5) * sb_c)
         return jnp.where(blk.sa_on, sa, U64(1)), jnp.where(blk.sb_on, sb, U64(1))
 
-    def operands(a_table, b_table, k, rows=(0, shr.a, 2, shr.b)):
+    def operands(a_table: _Table, b_table: _Table, k: jax.Array,
+                 rows: Sequence[jax.Array | int] = (0, shr.a, 2, shr.b)) -> tuple[jax.Array, jax.Array]:
         """A[i][k] and B[k][n] of every lane from (Local, Shared) tables of raw Words, or of
         decoded values (one row each: rows = 0)."""
         a = fetch(a_table[0], a_table[1], rows[0], rows[1], left_shared, a_base + a_step(k))
@@ -545,24 +565,25 @@ def _element_map(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeome
     return r, c, lane_ok, words, scales, operands
 
 
-def _ieee_product(blk: _Block, shr: _Shared, words, shared, scales, operands, trips, c_words,
-                  bias_words):
+def _ieee_product(blk: _Block, shr: _Shared, words: jax.Array, shared: jax.Array, scales: _Scales,
+                  operands: _Operands, trips: jax.Array, c_words: jax.Array, bias_words: jax.Array) -> jax.Array:
     """The `ieee` profile's D Words: each product rounded once to binary32, binary32 adds
     (integers: mod 2^32)."""
     is_acc, is_bias, sa_on, sb_on = blk.is_acc, blk.is_bias, blk.sa_on, blk.sb_on
     is_float = blk.acc_type == DT["FP32"]
-    scale = lambda w: jnp.where(w == U64(0xFF), jnp.nan,
-                                jnp.ldexp(jnp.float64(1), (w & U64(0xFF)).astype(jnp.int32) - 127))
+    scale: Callable[[jax.Array], jax.Array] = \
+        lambda w: jnp.where(w == U64(0xFF), jnp.nan,
+                            jnp.ldexp(jnp.float64(1), (w & U64(0xFF)).astype(jnp.int32) - 127))
     # operand values decoded once per bundle (the A and B rows of the Local file and
     # of the Shared records); integer inputs (<= 16 bits) are exact as float64 values,
     # and so are their products; MX scales are exact powers of two, applied per product
-    def decode(dtype, table):
+    def decode(dtype: jax.Array, table: jax.Array) -> jax.Array:
         return jnp.where(is_float, _float_value(dtype, table),
                          _int_value(dtype, table).astype(jnp.int64).astype(jnp.float64))
     a_val = (decode(blk.a_type, words[0][None]), decode(blk.a_type, shared[shr.a][None]))
     b_val = (decode(blk.b_type, words[2][None]), decode(blk.b_type, shared[shr.b][None]))
 
-    def body(k, carry):
+    def body(k: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         acc_i, acc_f = carry
         # the exact product, rounded once, then a binary32 add (both via float64);
         # integers: the exact product, summed mod 2^64 (reduced to 32 bits at the end)
@@ -585,9 +606,10 @@ def _ieee_product(blk: _Block, shr: _Shared, words, shared, scales, operands, tr
     return jnp.where(is_float, binary32.round_bits(acc_f), acc_i)
 
 
-def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry, do):
+def _product(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry,
+             do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """D's Words of every lane (one loop over K, ascending) and which lanes D keeps."""
-    tiles = state.tiles
+    tiles = cast(PeFile, state.tiles)      # the view's: PE `pe`'s storage.PeFile (dispatch._complete)
     r, c, lane_ok, words, scales, operands = _element_map(state, cfg, blk, loc, shr, dg)
     shared = state.shared.words
     # C has D's M layout and shape, in the accumulator's 32-bit CELLs (D's own
@@ -601,12 +623,12 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry,
     trips = jnp.where(do, blk.K, 0)
 
     if cfg.profile != "ieee":
-        def loop(with_scales, with_shared):
+        def loop(with_scales: bool, with_shared: bool) -> Callable[[], jax.Array]:
             """The K loop; a batch where no State has MX scales (Shared operands)
             runs the one that never fetches them (lane-wide gathers are its cost)."""
             reads = (words, shared) if with_shared else (words, None)
 
-            def body(k, acc):
+            def body(k: jax.Array, acc: jax.Array) -> jax.Array:
                 a, b = operands(reads, reads, k)
                 if not with_scales:
                     return jnp.where(k < trips, acc + a * b, acc)
@@ -624,7 +646,8 @@ def _product(state, cfg, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry,
                                      bias_words)
 
 
-def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
+             ctx: Context) -> Completion:
     """Complete the matrix block with header `h` (its faults have no data address)."""
     blk = _decode(h, pe, cfg)
     gate_legal, (quant, relu) = _binding_stream(h, cfg, blk, row(state.gpr, pe))
@@ -659,9 +682,10 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     do = enable & (fault == 0) & blk.active
     dg = _DGeometry(d_lay, d_cr, d_cc, d_g, take(DT_BITS, out_type) == 4)
     col, lane_ok, acc_words = _product(state, cfg, blk, loc, shr, dg, do)
-    lane_col = jnp.clip(col, 0, lane_count(state.tiles) - 1)
+    # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
+    lane_col = jnp.clip(col, 0, lane_count(cast(PeFile, state.tiles)) - 1)
 
-    def convert():
+    def convert() -> tuple[jax.Array, jax.Array]:
         words, flags = pp.element(
             acc_words, h.pre_quant_mode, h.relu, blk.acc_type,
             jnp.where(_member(h.pre_quant_mode, pp.VECTOR_MODES), post.quant_row[lane_col], quant),
@@ -676,9 +700,10 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
 
     # D's other payload Words keep their old values, undefined (the model configures
     # the descriptor and writes only the valid M x N Words)
-    tiles = state.tiles
+    tiles = cast(PeFile, state.tiles)
     Mi, N = blk.Mi, blk.N
     d_mask = dst.mask
+    vals: dict[str, jax.Array | int]
     vals = dict(dtype=out_type, layout=take(CUBE_TILE_LAYOUT, d_lay),
                 location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
                 cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
@@ -693,7 +718,8 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
                                                    numeric_flags=state.numeric_flags | flags))
 
 
-def _reductions(h: Header, blk: _Block, post: _Post, acc_words, dg: _DGeometry, go, n_out):
+def _reductions(h: Header, blk: _Block, post: _Post, acc_words: jax.Array, dg: _DGeometry, go: jax.Array,
+                n_out: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """MatrixRowMaxResult / MatrixGroupMaxResult over D's raw accumulator Words,
     one column at a time (the fold's order is the model's: a tie keeps the
     earlier Word, and an FP32 Word passes through whole): (RowMax Words of
@@ -707,7 +733,7 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words, dg: _DGeometry, 
     G = (blk.N + group_n - 1) // group_n
     L = acc_words.shape[0]
 
-    def lane(c):
+    def lane(c: jax.Array) -> jax.Array:
         """D's lane of (row, c) for every row: its CUBE M layout (a 4-bit M16 CELL swizzled)."""
         q = c & (d_cc - 1)
         q = jnp.where(dg.b4 & (dg.lay == 0), q ^ (12 * (((q >> 2) ^ (q >> 3)) & 1)), q)
@@ -716,7 +742,7 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words, dg: _DGeometry, 
     valid = rows < blk.Mi
     on_row, on_group = h.row_max == 1, h.group_max == 1
 
-    def step(value, w, opens):
+    def step(value: jax.Array, w: jax.Array, opens: jax.Array) -> tuple[jax.Array, jax.Array]:
         """A run's first Word (its own absolute step with MaxAbsEn) or the next step."""
         first, f_first = pp.reduction_step(w, w, True, acc_type)
         nxt, f_next = pp.reduction_step(value, w, max_abs, acc_type)
@@ -724,7 +750,8 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words, dg: _DGeometry, 
         return (jnp.where(opens, opened, nxt),
                 jnp.where(opens, jnp.where(max_abs, f_first, 0), f_next))
 
-    def body(c, carry):
+    def body(c: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array, jax.Array]
+             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         # the batch runs to its largest N: a State's own columns end at its N
         row_v, grp_v, out, flags = carry
         w = acc_words[lane(c)]
@@ -748,8 +775,9 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words, dg: _DGeometry, 
     return row_v, out, jnp.where(go, flags, 0)
 
 
-def _install_reductions(tiles, cfg, h: Header, blk: _Block, dst: _Destinations, post: _Post,
-                        acc_words, dg: _DGeometry, go):
+def _install_reductions(tiles: PeFile, cfg: MachineConfig, h: Header, blk: _Block, dst: _Destinations,
+                        post: _Post, acc_words: jax.Array, dg: _DGeometry, go: jax.Array
+                        ) -> tuple[PeFile, jax.Array]:
     """Publish RowMaxOut and GroupMaxOut (destinations 1 and 2 in stream order)
     after D: RowMajor at location Any, accumulator-typed, valid Mi x cols;
     (the tiles, the reductions' flags)."""
@@ -759,6 +787,7 @@ def _install_reductions(tiles, cfg, h: Header, blk: _Block, dst: _Destinations, 
     for k in (1, 2):
         is_row = (k == 1) & (h.row_max == 1)
         cols = dst.cols[k]
+        fields: dict[str, jax.Array | int]
         fields = dict(dtype=blk.acc_type, layout=ROW_MAJOR, location=LOC["Any"],
                       capacity=dst.tsize[k], rows=(dst.tsize[k] * 8) // jnp.maximum(cols * 32, 1),
                       cols=cols, valid_rows=blk.Mi, valid_cols=cols, k_repeat=0, n_repeat=0,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .. import tables
 from .lowering import settle
@@ -15,7 +16,7 @@ from .lowering import settle
 F = tables.FAULT_CODE
 
 
-def probe(addr, size, gm_bytes: int):
+def probe(addr: jax.Array, size: ArrayLike, gm_bytes: int) -> jax.Array:
     """Fault code of each access (addr uint64[...], size int[...])."""
     size64 = jnp.asarray(size).astype(jnp.uint64)
     misaligned = (addr & (size64 - 1)) != 0   # sizes are powers of two
@@ -25,21 +26,23 @@ def probe(addr, size, gm_bytes: int):
                      jnp.where(out_of_range, F["Fault_DataPage"], F["Fault_None"])).astype(jnp.int32)
 
 
-def first_fault(codes, addr, order, active):
+def first_fault(codes: jax.Array, addr: jax.Array, order: jax.Array, active: jax.Array,
+                ) -> tuple[jax.Array, jax.Array]:
     """(code, address) of the active access with the lowest `order` that faults."""
     bad = active & (codes != 0)
-    big = jnp.iinfo(jnp.int32).max
+    big = jnp.iinfo(jnp.int32).max  # type: ignore[no-untyped-call]  # ml_dtypes.iinfo is unannotated
     key = jnp.where(bad, order, big)
     i = jnp.argmin(key)
     any_bad = key[i] != big
     return jnp.where(any_bad, codes[i], 0), jnp.where(any_bad, addr[i], jnp.uint64(0))
 
 
-def _byte_index(addr, n: int):
+def _byte_index(addr: jax.Array, n: int) -> jax.Array:
     return jnp.minimum(addr, jnp.uint64(n)).astype(jnp.int32)
 
 
-def read_elements(gm, addr, nbytes, nibble_hi, four_bit, signed):
+def read_elements(gm: jax.Array, addr: jax.Array, nbytes: ArrayLike, nibble_hi: jax.Array, four_bit: jax.Array,
+                  signed: jax.Array) -> jax.Array:
     """Little-endian element reads -> uint64 carriers (A.4 extension rules).
 
     addr uint64[n] (probed in range where it matters), nbytes the element
@@ -67,7 +70,8 @@ def read_elements(gm, addr, nbytes, nibble_hi, four_bit, signed):
     return jnp.where(four_bit, nib, word)
 
 
-def overwritten_later(r, c, vr, vc, stride, nbytes, four_bit):
+def overwritten_later(r: jax.Array, c: jax.Array, vr: jax.Array, vc: jax.Array, stride: jax.Array,
+                      nbytes: ArrayLike, four_bit: jax.Array) -> jax.Array:
     """True where a later element (row-major) of the same store hits the same location.
 
     Rows are one pattern shifted by the stride, so element (r, c) is
@@ -82,7 +86,8 @@ def overwritten_later(r, c, vr, vc, stride, nbytes, four_bit):
     return (r < vr - 1) & (q <= c64) & (q > c64 - vc)
 
 
-def write_elements(gm, addr, value, nbytes, nibble_hi, four_bit, overwritten, active):
+def write_elements(gm: jax.Array, addr: jax.Array, value: jax.Array, nbytes: jax.Array, nibble_hi: jax.Array,
+                   four_bit: jax.Array, overwritten: jax.Array, active: jax.Array) -> jax.Array:
     """Store elements; where rows alias only the element latest in order is written.
 
     The model stores sequentially, so an element that a later one overwrites

@@ -7,13 +7,16 @@ order (`MachineConfig.cas_lane_order`, see ptojax.cas_order) inside one
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 
 from .. import cas_order, families, tables
 from ..indexing import row
+from ..state import MachineConfig, State
+from ..storage import PeFile
 from . import memory
 from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, ordered_fault,
@@ -26,16 +29,18 @@ from .header import Header
 LAY = tables.TILE_LAYOUT_CODE
 LOC = tables.TILE_LOCATION_CODE
 MAX_LANES = 32768
+# common.source's (slot, allocated, descriptor fields, contents defined)
+_Source = tuple[jax.Array, jax.Array, dict[str, jax.Array], jax.Array]
 
 
-def permuted_keys(lane, seed):
+def permuted_keys(lane: jax.Array, seed: jax.Array | int) -> jax.Array:
     """cas_order.lane_key on traced lane indices and a traced seed (mod 2^32)."""
     seed32 = jnp.asarray(seed).astype(jnp.int64) & 0xFFFFFFFF
     base = (seed32 * cas_order.SEED_MULTIPLIER + cas_order.KEY_OFFSET) & 0xFFFFFFFF
     return (lane.astype(jnp.int64) * cas_order.KEY_MULTIPLIER + base) & 0xFFFFFFFF
 
 
-def _extend(word, bits, signed):
+def _extend(word: jax.Array, bits: jax.Array, signed: jax.Array) -> jax.Array:
     """Low `bits` of a carrier, sign- or zero-extended to 64 bits."""
     b = bits.astype(U64)
     low = jnp.where(b >= 64, ~U64(0), (U64(1) << jnp.minimum(b, U64(63))) - U64(1))
@@ -44,13 +49,13 @@ def _extend(word, bits, signed):
     return jnp.where(neg, v | ~low, v)
 
 
-def resolved_dimensions(h: Header):
+def resolved_dimensions(h: Header) -> tuple[jax.Array, jax.Array, jax.Array]:
     """D.1: (ValidCol = LB0, ValidRow = LB1 else 1, Col = LB2 else ValidCol)."""
     vc = h.lb[0]
     return vc, jnp.where(h.lb_present[1], h.lb[1], 1), jnp.where(h.lb_present[2], h.lb[2], vc)
 
 
-def dimensions_legal(h: Header):
+def dimensions_legal(h: Header) -> jax.Array:
     """D.4 step 3 dims: LB0 given, no given LB zero, ValidCol <= Col, Col a power
     of two, ValidRow * ValidCol <= PTO_MODEL_TILE_ELEMENTS."""
     vc, vr, col = resolved_dimensions(h)
@@ -58,7 +63,7 @@ def dimensions_legal(h: Header):
         & ((col & (col - 1)) == 0) & (vr * vc <= MAX_LANES)
 
 
-def bindings_legal(h: Header):
+def bindings_legal(h: Header) -> jax.Array:
     """D.4 step 3 bindings: one destination and three sources in exactly two B.IOTs
     (Index, Expected; then Replacement with the destination, L=1); B.IOR RegDst,
     RegSrc1 and RegSrc2 zero."""
@@ -68,17 +73,18 @@ def bindings_legal(h: Header):
         & (h.reg_dst == 0) & (h.reg_src1 == 0) & (h.reg_src2 == 0)
 
 
-def schema_legal(h: Header):
+def schema_legal(h: Header) -> jax.Array:
     """D.4 step 3: no B.IOS, B.IOR present, the bindings, the dimensions."""
     return (h.ios_count == 0) & h.ior_present & bindings_legal(h) & dimensions_legal(h)
 
 
-def datr_legal(h: Header):
+def datr_legal(h: Header) -> jax.Array:
     """D.4 step 4: only Layout and PadValue may be nonzero (DataType raw 0)."""
     return ~h.datr_present | ((h.datr_dtype == 0) & ~h.conversion_attrs)
 
 
-def sources_legal(srcs, tile_capacity, W, tdt, vr, vc):
+def sources_legal(srcs: _Source, tile_capacity: jax.Array, W: int, tdt: jax.Array, vr: jax.Array,
+                  vc: jax.Array) -> jax.Array:
     """D.4 step 5: Index/Expected/Replacement legal ordinary sources of VR x VC;
     Index any integer type; the transfer type not 4-bit and Expected's and
     Replacement's type."""
@@ -103,18 +109,20 @@ class _Lanes(NamedTuple):
     addr: jax.Array
 
 
-def _lane_operands(state, h: Header, pe, cfg, vr, vc, srcs) -> _Lanes:
+def _lane_operands(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, vr: jax.Array, vc: jax.Array,
+                   srcs: tuple[_Source, _Source, _Source]) -> _Lanes:
     """D.4 step 8 (lane preflight): each lane's Index, Expected and Replacement
     elements and its GM address (base GPR + Index)."""
-    W, tiles = lane_count(state.tiles), state.tiles
+    # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
+    W, tiles = lane_count(cast(PeFile, state.tiles)), cast(PeFile, state.tiles)
     (islot, _, si, _), (eslot, _, se, _), (rslot, _, sr, _) = srcs
     j = jnp.arange(W, dtype=jnp.int32)
     r, c, lane = valid_lanes(vr, vc, W)
     order = j
     ibits = take(DT_BITS, si["dtype"])
     # each lane's element of a source: its Word at (r, c)
-    at = lambda slot, s: payload(tiles, slot, cfg.tile_words)[jnp.clip(ordinary_slot(s, r, c), 0,
-                                                                       W - 1)]
+    at: Callable[[jax.Array, Mapping[str, jax.Array]], jax.Array] = \
+        lambda slot, s: payload(tiles, slot, cfg.tile_words)[jnp.clip(ordinary_slot(s, r, c), 0, W - 1)]
     index = _extend(at(islot, si), ibits, take(DT_SIGNED, si["dtype"]))
     expected, replacement = at(eslot, se), at(rslot, sr)
     base = gpr_value(row(state.gpr, pe), h.reg_src0)
@@ -122,17 +130,20 @@ def _lane_operands(state, h: Header, pe, cfg, vr, vc, srcs) -> _Lanes:
     return _Lanes(j, r, c, lane, order, expected, replacement, addr)
 
 
-def _lane_sequence(cfg, ln: _Lanes, n_lanes, cas_seed):
+def _lane_sequence(cfg: MachineConfig, ln: _Lanes, n_lanes: jax.Array, cas_seed: jax.Array | int) -> jax.Array:
     """The lanes in the configured order (`MachineConfig.cas_lane_order`)."""
     if cfg.cas_lane_order == "row-major":
         return ln.j
     if cfg.cas_lane_order == "reverse":
         return jnp.maximum(n_lanes - 1 - ln.j, 0)
-    keys = jnp.where(ln.lane, permuted_keys(ln.order, cas_seed), jnp.iinfo(jnp.int64).max)
+    # ml_dtypes' iinfo (jnp.iinfo) has an unannotated __init__
+    keys = jnp.where(ln.lane, permuted_keys(ln.order, cas_seed),
+                     jnp.iinfo(jnp.int64).max)  # type: ignore[no-untyped-call]
     return jnp.lexsort((ln.order, keys)).astype(jnp.int32)
 
 
-def _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln: _Lanes, cas_seed):
+def _atomic_lanes(state: State, cfg: MachineConfig, tdt: jax.Array, tbits: jax.Array, ok: jax.Array,
+                  vr: jax.Array, vc: jax.Array, ln: _Lanes, cas_seed: jax.Array | int) -> tuple[jax.Array, jax.Array]:
     """D.5: lanes in the configured order, each an atomic read/compare/write:
     (new GM, each lane's old value extended to 64 bits)."""
     W = ln.j.shape[0]
@@ -144,7 +155,7 @@ def _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln: _Lanes, cas_seed):
     signed = take(DT_SIGNED, tdt)
     n = state.gm.shape[0]
 
-    def lane_step(p, carry):
+    def lane_step(p: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         gm, old = carry
         k = seq[p]
         a = jnp.minimum(addr[k], U64(max(n - 8, 0))).astype(jnp.int32)
@@ -160,10 +171,13 @@ def _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln: _Lanes, cas_seed):
         old = old.at[k].set(jnp.where(run, _extend(value, tbits, signed), old[k]))
         return gm, old
 
-    return jax.lax.fori_loop(0, trip_count(n_lanes), lane_step, (state.gm, jnp.zeros(W, U64)))
+    # jax.lax.fori_loop returns Any: its result is lane_step's carry
+    return cast(tuple[jax.Array, jax.Array],
+                jax.lax.fori_loop(0, trip_count(n_lanes), lane_step, (state.gm, jnp.zeros(W, U64))))
 
 
-def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
+             ctx: Context) -> Completion:
     """The completion of the MGATHER.CAS block with header `h`.
 
     `ctx.cas_seed` (traced) seeds the "permuted" lane order; cfg.cas_seed is
@@ -171,7 +185,7 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     """
     cas_seed = ctx.cas_seed
     W, HS = cfg.tile_words, cfg.hand_slots
-    tiles = state.tiles
+    tiles = cast(PeFile, state.tiles)      # PE `pe`'s storage.PeFile (dispatch._complete)
     mask = h.mask
     vc, vr, col = resolved_dimensions(h)
     tdt = h.dtype
@@ -216,9 +230,10 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     physical = ln.j < drows * col
     slot = jnp.where(ln.lane, ordinary_index(dlay, drows, col, tbits, ln.r, ln.c), ln.j.shape[0])
     words = jnp.where(physical, padw, U64(0)).at[slot].set(old, mode="drop")
-    fields = dict(dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
-                  rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
-                  cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)
+    fields: dict[str, jax.Array | int] = dict(
+        dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
+        rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
+        cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)
     tiles = install(tiles, dslot, ok, fields, words, physical, physical, W)
     return Completion(fault, fault_addr, state.replace(tiles=tiles, gm=gm))
 

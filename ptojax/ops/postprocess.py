@@ -19,15 +19,19 @@ sticky status.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
+from numpy.typing import NDArray
 
 from .. import tables
 from . import binary32
 
-U64 = jnp.uint64
+U64 = jnp.uint64            # typed Any in jax's stubs: an expression with U64(...) operands is Any
 DT = {d.name: d.code for d in tables.DATATYPES}
 
 # ---------------------------------------------------------------- mode tables (B.FPATR.asl)
@@ -40,7 +44,7 @@ SHIFT_MODES = (12, 13)
 FIXED_ROUNDING = (1, 16, 25, 26, 28, 32, 33, 34, 36, 37)
 
 
-def _flags(modes):
+def _flags(modes: Iterable[int]) -> NDArray[np.bool_]:
     out = np.zeros(64, bool)
     out[list(modes)] = True
     return out
@@ -64,14 +68,15 @@ for _codes, _name in (((1, 4, 5, 32, 33), "FP16"), ((2, 3, 23, 24), "S8"),
 NV, DZ, OF, UF, NX = 1, 2, 4, 8, 16
 
 
-def _flag(cond, value):
+def _flag(cond: ArrayLike, value: ArrayLike) -> jax.Array:
     return jnp.where(cond, jnp.asarray(value, jnp.int32), jnp.int32(0))
 
 
-def or_all(flags):
+def or_all(flags: jax.Array) -> jax.Array:
     """The OR of every element of an int32 array of flags."""
-    return jax.lax.reduce(flags.astype(jnp.int32), jnp.int32(0), jax.lax.bitwise_or,
-                          tuple(range(jnp.ndim(flags))))
+    # jax.lax.reduce returns Any in jax's annotations
+    return cast(jax.Array, jax.lax.reduce(flags.astype(jnp.int32), jnp.int32(0), jax.lax.bitwise_or,
+                                          tuple(range(jnp.ndim(flags)))))
 
 
 # rounding modes; B.DATR RMode 0 (the operation default) and 1 are RNE
@@ -79,23 +84,23 @@ RNE, RTZ, RTM, RTP, RNA, RTO, RHB = range(7)
 RMODE = np.array([RNE, RNE, RTZ, RTM, RTP, RNA, RTO, RHB], np.int32)
 
 
-def _at(table, i):
+def _at(table: NDArray[Any], i: ArrayLike) -> jax.Array:
     return jnp.asarray(table)[jnp.clip(i, 0, len(table) - 1)]
 
 
-def output_type(mode, acc_type):
+def output_type(mode: jax.Array, acc_type: jax.Array) -> jax.Array:
     """D's DataType code: the accumulator's for mode 0, else the mode's."""
     return jnp.where(mode == 0, acc_type, _at(OUTPUT_TYPE, mode))
 
 
-def mode_matches_accumulator(mode, acc_type):
+def mode_matches_accumulator(mode: jax.Array, acc_type: jax.Array) -> jax.Array:
     """Mode 0 takes FP32/S32/U32 (every accumulator type); the others their class."""
     return jnp.where(mode == 0, True,
                      jnp.where(_at(IS_S32, mode), acc_type == DT["S32"],
                                _at(IS_FP32, mode) & (acc_type == DT["FP32"])))
 
 
-def rounding(mode, rmode):
+def rounding(mode: jax.Array, rmode: jax.Array) -> jax.Array:
     """MatrixFPATREffectiveControl's rounding mode."""
     half_up = (mode == 25) | (mode == 28)              # the HiF8 outputs round half up
     return jnp.where(half_up, RHB, jnp.where(_at(IS_FIXED, mode), RNE, _at(RMODE, rmode)))
@@ -104,16 +109,16 @@ def rounding(mode, rmode):
 # ---------------------------------------------------------------- parameter carriers
 
 
-def _bits(word, hi, lo):
-    return (word >> U64(lo)) & U64((1 << (hi - lo + 1)) - 1)
+def _bits(word: jax.Array, hi: int, lo: int) -> jax.Array:
+    return cast(jax.Array, (word >> U64(lo)) & U64((1 << (hi - lo + 1)) - 1))
 
 
-def fp19_positive_normal(code):
+def fp19_positive_normal(code: jax.Array) -> jax.Array:
     e = (code >> U64(10)) & U64(0xFF)
-    return ((code >> U64(18)) & U64(1) == 0) & (e > 0) & (e < 0xFF)
+    return cast(jax.Array, ((code >> U64(18)) & U64(1) == 0) & (e > 0) & (e < 0xFF))
 
 
-def quant_parameter_legal(mode, word):
+def quant_parameter_legal(mode: jax.Array, word: jax.Array) -> jax.Array:
     """BundleFPATRQuantParameterWordLegal for PreQuantMode `mode`."""
     width = _at(OFFSET_WIDTH, mode)
     scale_ok = (_bits(word, 12, 0) == 0) & fp19_positive_normal(_bits(word, 31, 13))
@@ -126,27 +131,27 @@ def quant_parameter_legal(mode, word):
     return jnp.where(_at(IS_SHIFT, mode), shift_ok, uses & scale_ok & offset_ok & high_clear)
 
 
-def relu_parameter_legal(word):
+def relu_parameter_legal(word: jax.Array) -> jax.Array:
     """An FP19 positive zero or positive normal in bits 18:0, every bit above zero."""
-    return ((word >> U64(19)) == 0) & ((word == 0) | fp19_positive_normal(word))
+    return cast(jax.Array, ((word >> U64(19)) == 0) & ((word == 0) | fp19_positive_normal(word)))
 
 
 # ---------------------------------------------------------------- exact float64 helpers
 
 
-def _exp2(n):
+def _exp2(n: ArrayLike) -> jax.Array:
     """2.0 ** n for integer n in the float64 normal range (exact, by its bits)."""
     return jax.lax.bitcast_convert_type((jnp.asarray(n).astype(jnp.int64) + 1023).astype(U64)
                                         << U64(52), jnp.float64)
 
 
-def _exponent(a):
+def _exponent(a: jax.Array) -> jax.Array:
     """floor(log2(a)) of a positive normal float64."""
     bits = jax.lax.bitcast_convert_type(a, U64)
-    return ((bits >> U64(52)) & U64(0x7FF)).astype(jnp.int32) - 1023
+    return cast(jax.Array, ((bits >> U64(52)) & U64(0x7FF)).astype(jnp.int32) - 1023)
 
 
-def fp19_value(code):
+def fp19_value(code: jax.Array) -> jax.Array:
     """A finite FP19 value (sign 18, bias-127 exponent 17:10, fraction 9:0)."""
     e = ((code >> U64(10)) & U64(0xFF)).astype(jnp.int32)
     f = (code & U64(0x3FF)).astype(jnp.float64)
@@ -154,13 +159,13 @@ def fp19_value(code):
     return jnp.where((code >> U64(18)) & U64(1) == 1, -mag, mag)
 
 
-def to_integer(x, mode):
+def to_integer(x: jax.Array, mode: jax.Array) -> jax.Array:
     """FloatingToInteger of an exact float64 (integral float64 out)."""
     lower = jnp.floor(x)
     frac = x - lower
     up = lower + 1.0
     odd = jnp.fmod(lower, 2.0) != 0
-    nearest = lambda tie: jnp.where(frac < 0.5, lower, jnp.where(frac > 0.5, up, tie))
+    nearest: Callable[[jax.Array], jax.Array] = lambda tie: jnp.where(frac < 0.5, lower, jnp.where(frac > 0.5, up, tie))
     return jnp.select(
         [mode == RNE, mode == RTZ, mode == RTM, mode == RTP, mode == RNA, mode == RTO],
         [nearest(jnp.where(odd, up, lower)), jnp.trunc(x), lower, jnp.ceil(x),
@@ -168,7 +173,7 @@ def to_integer(x, mode):
         jnp.where(frac < 0.5, lower, up))                                  # RHB
 
 
-def round_magnitude(q, mode, negative):
+def round_magnitude(q: jax.Array, mode: jax.Array, negative: jax.Array) -> jax.Array:
     """MatrixRoundMagnitude: a magnitude rounded as its signed value would be."""
     lower = jnp.floor(q)
     rhb_negative = jnp.where(q - lower <= 0.5, lower, lower + 1.0)
@@ -179,7 +184,7 @@ def round_magnitude(q, mode, negative):
 # ---------------------------------------------------------------- encodings
 
 
-def _normalize_integer(r, dtype):
+def _normalize_integer(r: jax.Array, dtype: jax.Array) -> jax.Array:
     """NormalizeTileInteger of an integral float64 (any size): the type's low
     bits, sign- or zero-extended to a Word."""
     low32 = jnp.fmod(r, 2.0 ** 32).astype(jnp.int64).astype(U64) & U64(0xFFFFFFFF)
@@ -189,7 +194,7 @@ def _normalize_integer(r, dtype):
     return jnp.where(dtype == DT["U32"], low32, signed)
 
 
-def _integer_range(dtype):
+def _integer_range(dtype: jax.Array) -> tuple[jax.Array, jax.Array]:
     lo = jnp.select([dtype == DT["S4X2"], dtype == DT["S8"], dtype == DT["S16"],
                      dtype == DT["S32"]], [-8.0, -128.0, -32768.0, -2.0 ** 31], 0.0)
     hi = jnp.select([dtype == DT["S4X2"], dtype == DT["S8"], dtype == DT["S16"],
@@ -197,7 +202,8 @@ def _integer_range(dtype):
     return lo, hi
 
 
-def encode_integer(x, dtype, mode, sat):
+def encode_integer(x: jax.Array, dtype: jax.Array, mode: jax.Array, sat: jax.Array
+                   ) -> tuple[jax.Array, jax.Array]:
     """ReferenceMatrixIntegerEncoding: round, clamp only when saturating, wrap;
     flags OF|NX out of range (saturating or not), else NX when inexact."""
     r = to_integer(x, mode)
@@ -213,12 +219,13 @@ _BINARY = {"FP32": (23, 127, 0x7F7FFFFF, 0x7F800000, 0x80000000),
            "BF16": (7, 127, 0x7F7F, 0x7F80, 0x8000)}
 
 
-def _binary_field(dtype, k):
+def _binary_field(dtype: jax.Array, k: int) -> jax.Array:
     return jnp.select([dtype == DT["FP32"], dtype == DT["FP16"]],
                       [_BINARY["FP32"][k], _BINARY["FP16"][k]], _BINARY["BF16"][k])
 
 
-def encode_binary(x, dtype, mode, sat):
+def encode_binary(x: jax.Array, dtype: jax.Array, mode: jax.Array, sat: jax.Array
+                  ) -> tuple[jax.Array, jax.Array]:
     """ReferenceFP32FiniteEncoding / ReferenceBinary16Encoding of an exact
     float64: normal or subnormal rounding with a carry into the exponent;
     past the largest exponent infinity (the largest finite when saturating),
@@ -247,7 +254,7 @@ def encode_binary(x, dtype, mode, sat):
 
 
 @functools.lru_cache(maxsize=None)
-def _fp8_tables():
+def _fp8_tables() -> tuple[NDArray[np.float64], NDArray[np.int32]]:
     """Per format (row 0 E4M3, row 1 HiF8): the distinct finite values ascending
     (padded with +inf) and for each the first code holding it."""
     from .. import numerics                # imported when a matrix program is traced
@@ -255,7 +262,7 @@ def _fp8_tables():
     values = np.full((2, n), np.inf)
     codes = np.zeros((2, n), np.int32)
     for f, name in enumerate(("E4M3", "HiF8")):
-        finite = {}
+        finite: dict[float, int] = {}
         for code, v in enumerate(numerics.value_table(name)):
             if np.isfinite(v):
                 finite.setdefault(float(v) + 0.0, code)        # first code of a value (-0: 0)
@@ -264,7 +271,8 @@ def _fp8_tables():
     return values, codes
 
 
-def encode_fp8(x, dtype, mode, sat):
+def encode_fp8(x: jax.Array, dtype: jax.Array, mode: jax.Array, sat: jax.Array
+               ) -> tuple[jax.Array, jax.Array]:
     """ReferenceFP8Encoding for E4M3 / HiF8: of the neighbours below and above
     x in the value table the closer, a midpoint by the mode's rule (RNE the
     even code, or the first code when both are even or odd; RHB the larger
@@ -297,12 +305,13 @@ def encode_fp8(x, dtype, mode, sat):
     return jnp.where(x == 0, 0, code).astype(U64), _flag(x != 0, flags)
 
 
-def _is_integer(dtype):
+def _is_integer(dtype: jax.Array) -> jax.Array:
     return (dtype == DT["S4X2"]) | (dtype == DT["S8"]) | (dtype == DT["S16"]) \
         | (dtype == DT["S32"]) | (dtype == DT["U32"])
 
 
-def encode(x, dtype, mode, sat):
+def encode(x: jax.Array, dtype: jax.Array, mode: jax.Array, sat: jax.Array
+           ) -> tuple[jax.Array, jax.Array]:
     """MatrixEncodeReal for every output type of the mode table: (Words, flags)."""
     fp8 = (dtype == DT["E4M3"]) | (dtype == DT["HiF8"])
     (iw, i_f), (fw, f_f), (bw, b_f) = (encode_integer(x, dtype, mode, sat),
@@ -320,11 +329,11 @@ _NEGATIVE_ZERO = {"FP32": 0x80000000, "FP16": 0x8000, "BF16": 0x8000, "E4M3": 0x
 _CANONICAL_NAN = {"FP32": 0x7FC00000, "FP16": 0x7E00, "BF16": 0x7FC0, "E4M3": 0x7F, "HiF8": 0x80}
 
 
-def _by_type(dtype, table):
+def _by_type(dtype: jax.Array, table: Mapping[str, int]) -> jax.Array:
     return jnp.select([dtype == DT[k] for k in table], [U64(v) for v in table.values()], U64(0))
 
 
-def _special(nan, neg_inf, dtype, sat):
+def _special(nan: jax.Array, neg_inf: jax.Array, dtype: jax.Array, sat: jax.Array) -> jax.Array:
     """MatrixPostQuantSpecialValue for a NaN or infinite FP32 source (its Words;
     _special_flags their flags)."""
     integer = _is_integer(dtype)
@@ -343,7 +352,7 @@ def _special(nan, neg_inf, dtype, sat):
     return jnp.where(integer, int_word, float_word)
 
 
-def _special_flags(nan, signaling, dtype, sat):
+def _special_flags(nan: jax.Array, signaling: jax.Array, dtype: jax.Array, sat: jax.Array) -> jax.Array:
     """A NaN: NV into an integer type, else NV when signaling. An infinity: OF|NX
     when saturated, NV into a wrapping integer type, OF|NX into E4M3 (which has
     no infinity), nothing into a binary infinity."""
@@ -352,7 +361,8 @@ def _special_flags(nan, signaling, dtype, sat):
     return jnp.where(nan, _flag(integer | signaling, NV), inf_flags)
 
 
-def element(word, mode, relu, acc_type, quant, relu_param, rnd, sat):
+def element(word: jax.Array, mode: jax.Array, relu: jax.Array, acc_type: jax.Array, quant: jax.Array,
+            relu_param: jax.Array, rnd: jax.Array, sat: jax.Array) -> tuple[jax.Array, jax.Array]:
     """TileProfileMatrixPostProcess of raw accumulator Words (any shape) under
     PreQuantMode `mode`, ReluMode `relu`, parameter Words `quant` and
     `relu_param`, rounding mode `rnd` (rounding()) and saturation `sat`:
@@ -411,13 +421,13 @@ def element(word, mode, relu, acc_type, quant, relu_param, rnd, sat):
 # ---------------------------------------------------------------- RowMax / GroupMax
 
 
-def _normalized(word, acc_type):
+def _normalized(word: jax.Array, acc_type: jax.Array) -> jax.Array:
     lo = word & U64(0xFFFFFFFF)
     return jnp.where(acc_type == DT["S32"],
                      lo.astype(jnp.uint32).astype(jnp.int32).astype(jnp.int64).astype(U64), lo)
 
 
-def maximum(left, right, acc_type):
+def maximum(left: jax.Array, right: jax.Array, acc_type: jax.Array) -> tuple[jax.Array, jax.Array]:
     """TileProfileBinaryWithFlags(MAX): S32/U32 compare bits 31:0 and return the
     larger normalized (left on a tie); FP32 returns a source Word unchanged
     (both NaN: the canonical NaN; one NaN: the other; two zeros: the left
@@ -428,20 +438,21 @@ def maximum(left, right, acc_type):
     int_left = jnp.where(signed, lv.astype(jnp.int64) >= rv.astype(jnp.int64), lv >= rv)
     int_max = jnp.where(int_left, lv, rv)
     l32, r32 = left & U64(0xFFFFFFFF), right & U64(0xFFFFFFFF)
-    nan = lambda w: ((w >> U64(23)) & U64(0xFF) == 0xFF) & (w & U64(0x7FFFFF) != 0)
-    zero = lambda w: (w & U64(0x7FFFFFFF)) == 0
-    key = lambda w: jnp.where(w >> U64(31) == 1, ~w & U64(0xFFFFFFFF), w ^ U64(0x80000000))
+    nan: Callable[[jax.Array], jax.Array] = lambda w: ((w >> U64(23)) & U64(0xFF) == 0xFF) & (w & U64(0x7FFFFF) != 0)
+    zero: Callable[[jax.Array], jax.Array] = lambda w: (w & U64(0x7FFFFFFF)) == 0
+    key: Callable[[jax.Array], jax.Array] = lambda w: jnp.where(w >> U64(31) == 1, ~w & U64(0xFFFFFFFF),
+                                                                 w ^ U64(0x80000000))
     both_neg_zero = (l32 == 0x80000000) & (r32 == 0x80000000)
     fp_max = jnp.select(
         [nan(l32) & nan(r32), nan(l32), nan(r32), zero(l32) & zero(r32)],
         [U64(binary32.CANONICAL_NAN), right, left, jnp.where(both_neg_zero, left, U64(0))],
         jnp.where(key(l32) >= key(r32), left, right))
     fp32 = acc_type == DT["FP32"]
-    signaling = lambda w: nan(w) & ((w >> U64(22)) & U64(1) == 0)
+    signaling: Callable[[jax.Array], jax.Array] = lambda w: nan(w) & ((w >> U64(22)) & U64(1) == 0)
     return jnp.where(fp32, fp_max, int_max), _flag(fp32 & (signaling(l32) | signaling(r32)), NV)
 
 
-def absolute(word, acc_type):
+def absolute(word: jax.Array, acc_type: jax.Array) -> tuple[jax.Array, jax.Array]:
     """MatrixReductionAbsoluteWithFlags: U32 bits 31:0; S32 the magnitude
     (-2^31 gives 0x7FFFFFFF and OF); FP32 bits 30:0. (Word, flags)."""
     lo = word & U64(0xFFFFFFFF)
@@ -453,7 +464,8 @@ def absolute(word, acc_type):
             _flag(s32 & (lo == 0x80000000), OF))
 
 
-def reduction_step(current, candidate, max_abs, acc_type):
+def reduction_step(current: jax.Array, candidate: jax.Array, max_abs: ArrayLike, acc_type: jax.Array
+                   ) -> tuple[jax.Array, jax.Array]:
     """TileProfileMatrixReductionStepWithFlags: MAX, of the absolute values with
     MaxAbsEn; (Word, the flags of both absolutes and the MAX)."""
     (c_abs, f1), (d_abs, f2) = absolute(current, acc_type), absolute(candidate, acc_type)

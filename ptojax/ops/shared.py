@@ -8,17 +8,22 @@ ordinary shape rules the Shared paths share (DerivedTileRows and friends).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .. import tables
 from ..indexing import row
+from ..state import SharedTiles
 from .common import DT_BITS, ORDINARY_LAYOUTS, U64, capacity_register, div, fractal_ok, mod, take
 
 ROW_MAJOR = tables.TILE_LAYOUT_CODE["RowMajor"]
 MAX_SHARED_BYTES = 262144
 
 
-def derived_rows(capacity, cols, bits):
+def derived_rows(capacity: jax.Array, cols: jax.Array, bits: jax.Array) -> jax.Array:
     """DerivedTileRows: whole rows of a power-of-two column count, else 0."""
     cap_bits = capacity.astype(jnp.int64) * 8
     unit = jnp.maximum(cols.astype(jnp.int64) * bits, 1)
@@ -28,21 +33,21 @@ def derived_rows(capacity, cols, bits):
     return jnp.where(ok, rows, 0).astype(jnp.int32)
 
 
-def shape_legal(capacity, cols, vr, vc, bits):
+def shape_legal(capacity: jax.Array, cols: jax.Array, vr: jax.Array, vc: jax.Array, bits: jax.Array) -> jax.Array:
     """TileDescriptorShapeLegal for an ordinary tile of `capacity` bytes."""
     rows = derived_rows(capacity, cols, bits)
     elems = div(capacity.astype(jnp.int64) * 8, bits)
     return (rows != 0) & (vr <= rows) & (vc <= cols) & (vr.astype(jnp.int64) * vc <= elems)
 
 
-def minimum_capacity(cols, vr, vc, bits):
+def minimum_capacity(cols: jax.Array, vr: jax.Array, vc: jax.Array, bits: jax.Array) -> jax.Array:
     """MinimumTileCapacityBytesForShape: the smallest TSize admitting the shape, else 0."""
     sizes = jnp.int32(128) << jnp.arange(12, dtype=jnp.int32)
     ok = shape_legal(sizes, cols, vr, vc, bits)
     return jnp.where(jnp.any(ok), sizes[jnp.argmax(ok)], 0)
 
 
-def lookup(shared, sid):
+def lookup(shared: SharedTiles, sid: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(record index, exists, free record available) for SharedTileID `sid`.
 
     An existing record is returned when there is one, else the lowest free
@@ -54,20 +59,20 @@ def lookup(shared, sid):
     return jnp.where(exists, jnp.argmax(hit), jnp.argmax(free)).astype(jnp.int32), exists, jnp.any(free)
 
 
-def record(shared, i):
+def record(shared: SharedTiles, i: ArrayLike) -> dict[str, jax.Array]:
     """Descriptor fields of record `i` as a dict of scalars."""
     return {k: getattr(shared, k)[i] for k in (
         "allocation_mask", "initialized_mask", "published", "contents_defined", "dtype", "layout",
         "capacity", "rows", "cols", "valid_rows", "valid_cols")}
 
 
-def capacity_legal(capacity, tile_capacity):
+def capacity_legal(capacity: jax.Array, tile_capacity: jax.Array) -> jax.Array:
     """SharedTileCapacityIsLegal: whole CELLs, 128 B .. 256 KiB, within TILE_CAPACITY."""
     return (capacity >= 128) & ((capacity & 127) == 0) & (capacity <= MAX_SHARED_BYTES) \
         & (capacity.astype(jnp.int64) <= capacity_register(tile_capacity))
 
 
-def descriptor_legal(r, exists, tile_capacity):
+def descriptor_legal(r: Mapping[str, jax.Array], exists: jax.Array, tile_capacity: jax.Array) -> jax.Array:
     """SharedTileDescriptorLegal of an existing record's fields `r`."""
     bits = take(DT_BITS, r["dtype"])
     elems = div(r["capacity"].astype(jnp.int64) * 8, bits)
@@ -82,18 +87,18 @@ def descriptor_legal(r, exists, tile_capacity):
         & fractal_ok(r["layout"], r["rows"], r["cols"], bits)
 
 
-def quarter(e, bits, capacity):
+def quarter(e: jax.Array, bits: ArrayLike, capacity: jax.Array) -> jax.Array:
     """PE owning element e of a Shared tile: floor(4 * byte offset / capacity)."""
     byte = (e.astype(jnp.int64) * bits) >> 3
     return jnp.clip(div(byte * 4, capacity.astype(jnp.int64)), 0, 3).astype(jnp.int32)
 
 
-def in_mask(mask, pe):
+def in_mask(mask: jax.Array, pe: ArrayLike) -> jax.Array:
     """Whether PE `pe`'s bit (PE0 = bit 3) is set in a 4-bit mask."""
     return ((mask >> (3 - pe)) & 1) == 1
 
 
-def read_words(shared, i, exists, sid, e):
+def read_words(shared: SharedTiles, i: jax.Array, exists: jax.Array, sid: jax.Array, e: jax.Array) -> jax.Array:
     """ReadSharedTileWord for elements e (int32[...]) of SharedTileID `sid` in record i:
     the payload Word of an initialized quarter, else the undefined-register Word sid XOR e."""
     r = record(shared, i)
@@ -104,7 +109,7 @@ def read_words(shared, i, exists, sid, e):
     return jnp.where(init, words, undefined)
 
 
-def cooperative_ready(r, exists, tile_capacity):
+def cooperative_ready(r: Mapping[str, jax.Array], exists: jax.Array, tile_capacity: jax.Array) -> jax.Array:
     """SharedTileCooperativeMatrixReady: legal, all four quarters allocated,
     initialized and published, contents defined."""
     return descriptor_legal(r, exists, tile_capacity) & (r["allocation_mask"] == 0xF) \

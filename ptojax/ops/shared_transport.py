@@ -10,13 +10,15 @@ effects happen only when `enable` holds and nothing failed.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 
 from .. import families, tables
 from ..indexing import row
+from ..state import MachineConfig, SharedTiles, State
+from ..storage import PeFile
 from . import memory, shared as sh
 from .family import Completion, Context, Family
 from .header import Header, is_tlsu
@@ -28,10 +30,11 @@ from .lowering import settle
 OP = tables.OP_ID
 
 
-def _last_writer(key, order, active):
+def _last_writer(key: jax.Array, order: jax.Array, active: jax.Array) -> jax.Array:
     """Where several active lanes hit one location, True only for the last in `order`."""
     n = key.shape[0]
-    big = jnp.iinfo(jnp.uint64).max
+    # ml_dtypes' iinfo (jnp.iinfo) has an unannotated __init__
+    big = jnp.iinfo(jnp.uint64).max  # type: ignore[no-untyped-call]
     k = jnp.where(active, key, U64(big))
     idx = jnp.lexsort((order, k))
     ks = k[idx]
@@ -43,16 +46,17 @@ class RowWrite(NamedTuple):
     """A Shared TLOAD's write of one record's Words (row `index` of
     SharedTiles.words, when `do`), applied after the completion (apply_row_write):
     the completion's conditionals then carry one row, not the whole file."""
-    index: jax.Array
+    # the field shadows tuple.index, a method in typeshed's tuple: mypy calls that an override
+    index: jax.Array  # type: ignore[assignment]
     do: jax.Array
     words: jax.Array            # uint64[shared_words]
 
 
-def no_row_write(shared) -> RowWrite:
+def no_row_write(shared: SharedTiles) -> RowWrite:
     return RowWrite(jnp.int32(0), jnp.bool_(False), jnp.zeros(shared.words.shape[-1], U64))
 
 
-def merge_row_writes(a, b):
+def merge_row_writes(a: RowWrite | None, b: RowWrite | None) -> RowWrite | None:
     """The RowWrite of two families (None: a family without one): b's where it
     writes, else a's; at most one family's enable holds for a block."""
     if a is None or b is None:
@@ -60,7 +64,7 @@ def merge_row_writes(a, b):
     return RowWrite(*(jnp.where(b.do, x, y) for x, y in zip(b, a)))
 
 
-def apply_row_write(shared, w: RowWrite):
+def apply_row_write(shared: SharedTiles, w: RowWrite) -> SharedTiles:
     """`shared` with the RowWrite done (in place: one row)."""
     return shared.replace(words=shared.words.at[w.index].set(
         jnp.where(w.do, w.words, shared.words[w.index])))
@@ -74,7 +78,7 @@ class _Register(NamedTuple):
     i: jax.Array
     exists: jax.Array
     has_free: jax.Array
-    rec: dict
+    rec: dict[str, jax.Array]
     size: jax.Array
     bits: jax.Array
     lay: jax.Array
@@ -105,11 +109,12 @@ class _Store(NamedTuple):
     bound_bad: jax.Array
 
 
-def _load_checks(state, h: Header, cfg, reg: _Register, cap_reg) -> _Load:
+def _load_checks(state: State, h: Header, cfg: MachineConfig, reg: _Register, cap_reg: jax.Array) -> _Load:
     """TLOAD steps 4-7: schema, shape, a compatible update or a new record, bounds.
     A ZN/NZ shape off the fractal grid is a shape fault: the model has no index
     for it (it stops on an assertion; docs/spec-notes.md)."""
     shared, WS = state.shared, cfg.shared_words
+    assert WS is not None       # MachineConfig.__post_init__ sets it
     size, rec, exists, bits, lay = reg.size, reg.rec, reg.exists, reg.bits, reg.lay
     mask, lb, lbp, edt = h.shared_mask, h.lb, h.lb_present, h.dtype
     vc_l, vr_l, cols_l = lb[0], lb[1], lb[2]
@@ -124,7 +129,7 @@ def _load_checks(state, h: Header, cfg, reg: _Register, cap_reg) -> _Load:
         & (rec["valid_cols"] == vc_l) & (rec["dtype"] == edt) & (rec["layout"] == lay)
     pool = shared_charge(shared) + pe_count(mask) * tsz
     if cfg.semantics == "0.58.3":
-        pool = pool + core_charge(state.tiles)
+        pool = pool + core_charge(cast(PeFile, state.tiles))     # the view's tiles (dispatch._complete)
     update_bad = ~sh.capacity_legal(tsz, state.tile_capacity) \
         | jnp.where(exists, ~compatible, pool > cap_reg)
     load_bound_bad = (rows_l.astype(jnp.int64) * cols_l > WS) | (~exists & ~reg.has_free)
@@ -132,7 +137,7 @@ def _load_checks(state, h: Header, cfg, reg: _Register, cap_reg) -> _Load:
                  load_bound_bad)
 
 
-def _store_checks(state, h: Header, cfg, reg: _Register, spart) -> _Store:
+def _store_checks(state: State, h: Header, cfg: MachineConfig, reg: _Register, spart: jax.Array) -> _Store:
     """TSTORE steps 4-5: bindings, the shape (defaults from the record) and bounds.
     The register is read in the layout the code names: a record's own must be
     it; without a record, a temporary descriptor in it must be indexable."""
@@ -154,12 +159,14 @@ def _store_checks(state, h: Header, cfg, reg: _Register, spart) -> _Store:
     rows_s = jnp.where(exists, rec["rows"], rows_new)
     # the last valid element has the largest index of the region in every layout
     last = ordinary_index(lay, rows_s, cols_s, bits, vr_s - 1, vc_s - 1)
+    assert cfg.shared_words is not None     # MachineConfig.__post_init__ sets it
     store_bound_bad = last.astype(jnp.int64) >= cfg.shared_words
     return _Store(rows_s, vr_s, vc_s, cols_s, min_cap, store_bind_bad, store_schema_bad,
                   store_bound_bad)
 
 
-def _load_effect(state, h: Header, reg: _Register, ld: _Load, lane, loaded, do_load):
+def _load_effect(state: State, h: Header, reg: _Register, ld: _Load, lane: jax.Array, loaded: jax.Array,
+                 do_load: jax.Array) -> tuple[SharedTiles, jax.Array, RowWrite]:
     """TLOAD effect: a new record or a compatible update of the selected quarters.
     Returns (the Shared file with the record's fields, the settled record
     index, the write of its Words)."""
@@ -180,17 +187,19 @@ def _load_effect(state, h: Header, reg: _Register, ld: _Load, lane, loaded, do_l
     return shared.replace(**upd), i, RowWrite(i, do_load, new_words)
 
 
-def selects(h: Header):
+def selects(h: Header) -> jax.Array:
     """A TLOAD/TSTORE/TSTORE.SPART block on the Shared path (shared-decisions 3):
     one with a B.IOS, and TSTORE.SPART always; CUBE codes stay on the CUBE path."""
     spart = h.op == OP["TSTORE.SPART"]
     return is_tlsu(h) & ~h.cube & ((h.ios_count > 0) | spart)
 
 
-def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
+             ctx: Context) -> Completion:
     """Complete a Shared TLSU block with header `h` (the Core's registers: `pe`
     is not read); its `write` is the RowWrite of its Words still to apply."""
     shared, WS = state.shared, cfg.shared_words
+    assert WS is not None       # MachineConfig.__post_init__ sets it
     is_load = h.op == OP["TLOAD"]
     spart = h.op == OP["TSTORE.SPART"]
     sid, size, mask = h.shared_id[0], h.shared_size[0], h.shared_mask

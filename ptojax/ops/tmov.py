@@ -10,11 +10,17 @@ record's fields in place and its Words as the family's RowWrite.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import cast
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import families, tables
 from ..indexing import row
+from ..state import MachineConfig, State
+from ..storage import PeFile
 from . import shared as sh
 from .common import (DEST_LAYOUT, DT_BITS, U64, capacity_register, core_charge, destination,
                      fractal_ok, install, ordered_fault, ordinary_shape, ordinary_source_legal,
@@ -32,23 +38,23 @@ FP64 = tables.DTYPE_BY_NAME["FP64"].code
 ANY = tables.TILE_LOCATION_CODE["Any"]
 
 
-def function(h: Header):
+def function(h: Header) -> jax.Array:
     """The block's TMOV Function (2, 9..12), 0 for any other operation."""
     return take(_FUNCTION, h.op)
 
 
-def scalar_schema_legal(h: Header):
+def scalar_schema_legal(h: Header) -> jax.Array:
     """TMOV reads no GPR: a B.IOR is legal only with every field zero."""
     fields = (h.reg_dst != 0) | (h.reg_src0 != 0) | (h.reg_src1 != 0) | (h.reg_src2 != 0)
     return ~h.ior_present | ~fields
 
 
-def datr_legal(h: Header):
+def datr_legal(h: Header) -> jax.Array:
     """TMOV's B.DATR contract: only Layout may be nonzero (DataType 0 is FP64)."""
     return ~h.datr_present | ((h.datr_dtype == 0) & (h.pad == 0) & ~h.conversion_attrs)
 
 
-def configured(s: dict, allocated, tile_capacity):
+def configured(s: Mapping[str, jax.Array], allocated: jax.Array, tile_capacity: jax.Array) -> jax.Array:
     """TileDescriptorConfigured: allocated, a legal capacity, rows derived from
     (capacity, columns), the valid region inside (any layout, CUBE included)."""
     bits = take(DT_BITS, s["dtype"])
@@ -61,16 +67,17 @@ def configured(s: dict, allocated, tile_capacity):
         & (s["valid_cols"] >= 0) & (s["valid_cols"] <= s["cols"])
 
 
-def _lb(h: Header, n: int):
+def _lb(h: Header, n: int) -> tuple[jax.Array, jax.Array]:
     """LB<n> when 1..65535 (B.DIM 0 inherits), else None-like: (value, usable)."""
     return h.lb[n], (h.lb[n] >= 1) & (h.lb[n] <= 65535)
 
 
-def destination_shape(h: Header, src_ok, src: dict, rec_ok, rec: dict):
+def destination_shape(h: Header, src_ok: jax.Array, src: Mapping[str, jax.Array], rec_ok: jax.Array,
+                      rec: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(valid rows, valid columns, columns) of a new destination: LB1/LB0/LB2
     when 1..65535, else the configured tile source's, else the legal Shared
     record's, else 1 / 1 / the valid columns."""
-    def pick(n, field, default):
+    def pick(n: int, field: str, default: jax.Array | int) -> jax.Array:
         v, given = _lb(h, n)
         return jnp.where(given, v, jnp.where(src_ok, src[field], jnp.where(rec_ok, rec[field],
                                                                            default)))
@@ -79,16 +86,20 @@ def destination_shape(h: Header, src_ok, src: dict, rec_ok, rec: dict):
     return vr, vc, pick(2, "cols", vc)
 
 
-def _descriptor(dtype, layout, tsize, rows, cols, vr, vc, mask, defined_valid) -> dict:
+def _descriptor(dtype: jax.Array, layout: jax.Array, tsize: jax.Array, rows: jax.Array, cols: jax.Array,
+                vr: jax.Array, vc: jax.Array, mask: jax.Array, defined_valid: jax.Array) -> dict[str, jax.Array | int]:
     zero = jnp.int32(0)
     return dict(dtype=dtype, layout=layout, location=ANY, capacity=tsize, rows=rows, cols=cols,
                 valid_rows=vr, valid_cols=vc, k_repeat=zero, n_repeat=zero, cell_count=zero,
                 storage_bytes=zero, mask=mask, defined_valid=defined_valid)
 
 
-def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
+             ctx: Context) -> Completion:
     """Complete a TMOV block with header `h` on PE `pe`'s view."""
-    tiles, shared, W, WS = state.tiles, state.shared, cfg.tile_words, cfg.shared_words
+    # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
+    tiles, shared, W, WS = cast(PeFile, state.tiles), state.shared, cfg.tile_words, cfg.shared_words
+    assert WS is not None       # MachineConfig.__post_init__ sets it
     fn = function(h)
     local, l2s, s2l = fn == 2, (fn == 9) | (fn == 10), (fn == 11) | (fn == 12)
     publish, broadcast = fn == 10, fn == 11
@@ -209,7 +220,8 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
     # 9/10: the record's fields and Words
     e = jnp.arange(WS, dtype=jnp.int32)
     L = lane.shape[0]
-    pad = lambda a, fill: jnp.concatenate([a, jnp.full(max(WS - L, 0), fill, a.dtype)])[:WS]
+    pad: Callable[[jax.Array, jax.Array | bool], jax.Array] = \
+        lambda a, fill: jnp.concatenate([a, jnp.full(max(WS - L, 0), fill, a.dtype)])[:WS]
     sw, sd = pad(src_words, U64(0)), pad(src_def, False)
     in_src = e.astype(jnp.int64) < n_src
     sbits = take(DT_BITS, s["dtype"])
@@ -234,7 +246,7 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
                       RowWrite(i, do_shared, rec_words))
 
 
-def selects(h: Header):
+def selects(h: Header) -> jax.Array:
     """Every BSTART.TMOV block (Functions 2 and 9..12), a B.IOS or not."""
     return function(h) != 0
 

@@ -9,18 +9,21 @@ of the valid elements, so a batch step stays O(tile + GM), not O(state).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import families, tables
+from ..indexing import row
+from ..state import MachineConfig, State
+from ..storage import PeFile
 from . import memory
 from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CLASS, DT_SIGNED,
                      PAD_WORDS, U64, capacity_register, cube_descriptor, cube_geometry, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, payload, ordered_fault,
-                     ordinary_shape, ordinary_slot, ordinary_source_legal, packed_carrier, row,
+                     ordinary_shape, ordinary_slot, ordinary_source_legal, packed_carrier,
                      source, take,
                      tile_coords, valid_lanes)
 from .family import Completion, Context, Family
@@ -38,13 +41,13 @@ _TLSU_DECODABLE = np.array([engine == "TLSU" or 0 <= fn <= 8 or fn == 13
                             for _, engine, fn in tables.OPS])
 
 
-def tlsu_decodable(h: Header):
+def tlsu_decodable(h: Header) -> jax.Array:
     """C.5 step 2: the CUBE path decodes the block's Function as a TLSU
     selector; the TGEMV* Functions (16..22) have none."""
     return take(_TLSU_DECODABLE, h.op)
 
 
-def cube_schema_legal(h: Header, is_load, is_store):
+def cube_schema_legal(h: Header, is_load: jax.Array, is_store: jax.Array) -> jax.Array:
     """C.5 step 3 / C.6 steps 1-4: dimensions LB0, LB1 given and nonzero, LB2
     absent; B.DATR DataType none and no conversion attributes; the direction
     matches the code; one terminated B.IOT (TLOAD: a destination; TSTORE: SrcTile0
@@ -59,14 +62,14 @@ def cube_schema_legal(h: Header, is_load, is_store):
         & (h.ios_count == 0) & binding & ~h.ior_surplus
 
 
-def ordinary_bindings_complete(h: Header, is_load):
+def ordinary_bindings_complete(h: Header, is_load: jax.Array) -> jax.Array:
     """C.7/C.8 step 2: TLOAD one destination and no source, TSTORE no destination
     and one source; terminated; no B.IOR surplus."""
     counts = jnp.where(is_load, (h.n_dst == 1) & (h.n_src == 0), (h.n_dst == 0) & (h.n_src == 1))
     return h.iot_closed & counts & ~h.ior_surplus
 
 
-def ordinary_datr_legal(h: Header):
+def ordinary_datr_legal(h: Header) -> jax.Array:
     """C.7 step 3: only Layout may be nonzero (DataType raw 0, PadValue 0)."""
     return ~h.datr_present | ((h.datr_dtype == 0) & (h.pad == 0) & ~h.conversion_attrs)
 
@@ -77,7 +80,7 @@ class _Destination(NamedTuple):
     tsize: jax.Array
     cr: jax.Array                  # CUBE: CELL rows, columns and geometry
     cc: jax.Array
-    g: dict
+    g: dict[str, jax.Array]
     vr_c: jax.Array
     vc_c: jax.Array
     edt: jax.Array                 # ordinary: effective dtype, layout, dims, storage rows
@@ -92,7 +95,7 @@ class _Destination(NamedTuple):
 class _Source(NamedTuple):
     """The TSTORE source: its slot, descriptor and the verdicts of both paths."""
     sslot: jax.Array
-    s: dict
+    s: dict[str, jax.Array]
     s_lay: jax.Array
     scr: jax.Array
     scc: jax.Array
@@ -138,7 +141,7 @@ class _MapParams(NamedTuple):
     rows_o: jax.Array
     vr: jax.Array
     vc: jax.Array
-    src: dict                      # the ordinary TSTORE source's layout, rows, cols, dtype
+    src: dict[str, jax.Array]      # the ordinary TSTORE source's layout, rows, cols, dtype
     base: jax.Array
     stride: jax.Array
 
@@ -154,7 +157,8 @@ class _WriteParams(NamedTuple):
     signed: jax.Array
 
 
-def _tload_destination(state, h: Header, cfg, cube_lay, cls) -> _Destination:
+def _tload_destination(state: State, h: Header, cfg: MachineConfig, cube_lay: jax.Array,
+                       cls: jax.Array) -> _Destination:
     """TLOAD destination (both paths): the allocation, CUBE geometry (C.5) and the
     ordinary shape (C.7)."""
     W = cfg.tile_words
@@ -181,12 +185,13 @@ def _tload_destination(state, h: Header, cfg, cube_lay, cls) -> _Destination:
                         rows_o, load_alloc_bad)
 
 
-def _tstore_source(state, h: Header, cfg, cube_lay) -> _Source:
+def _tstore_source(state: State, h: Header, cfg: MachineConfig, cube_lay: jax.Array) -> _Source:
     """TSTORE source: a CUBE tile of the block's shape and layout (C.6), or an
     ordinary one (C.8 step 4)."""
     W = cfg.tile_words
     lb, bdt, bind_mask = h.lb, h.dtype, h.mask
-    sslot, s_alloc, s, s_defined = source(state.tiles, h.src0[0], cfg.hand_slots)
+    # the view's tiles: a storage.PeFile
+    sslot, s_alloc, s, s_defined = source(cast(PeFile, state.tiles), h.src0[0], cfg.hand_slots)
     s_cube_legal, s_lay, scr, scc = cube_descriptor(s, state.tile_capacity, W)
     cube_src_bad = ~(s_alloc & s_cube_legal & s_defined & (s["dtype"] == bdt)
                      & (s_lay == cube_lay) & (s["valid_rows"] == lb[1])
@@ -197,7 +202,8 @@ def _tstore_source(state, h: Header, cfg, cube_lay) -> _Source:
     return _Source(sslot, s, s_lay, scr, scc, cube_src_bad, ord_src_bad)
 
 
-def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source):
+def _check_list(h: Header, is_load: jax.Array, is_store: jax.Array, cls: jax.Array, d: _Destination,
+                src: _Source) -> jax.Array:
     """The ordered check list of C.5-C.8 up to the memory checks: the settled fault code."""
     cube = h.cube
     tl_op = is_load | is_store
@@ -224,7 +230,7 @@ def _check_list(h: Header, is_load, is_store, cls, d: _Destination, src: _Source
     ))
 
 
-def _element_map(h: Header, W: int, t: _Transfer, legal, base, stride_reg,
+def _element_map(h: Header, W: int, t: _Transfer, legal: jax.Array, base: jax.Array, stride_reg: jax.Array,
                  stores: bool) -> tuple[_MapParams, _Lanes]:
     """Element map of the tile filled (TLOAD) or read (TSTORE) over W lanes
     (common.lane_count): (its settled scalar parameters, the lanes). `stores`
@@ -277,11 +283,11 @@ def _element_map(h: Header, W: int, t: _Transfer, legal, base, stride_reg,
     return p, _Lanes(r, c, valid, storage, value_slot, nbytes, four, addr, order)
 
 
-def _effects(state, h: Header, tile_words: int, effects, ok, t: _Transfer, p: _MapParams,
-             lanes: _Lanes):
+def _effects(state: State, h: Header, tile_words: int, effects: frozenset[str], ok: jax.Array,
+             t: _Transfer, p: _MapParams, lanes: _Lanes) -> tuple[PeFile, jax.Array]:
     """The TLOAD destination installed, the TSTORE elements written: (tiles, gm)."""
     is_load, is_store, cube_lay, d, src = t
-    tiles = state.tiles
+    tiles = cast(PeFile, state.tiles)      # the view's: a storage.PeFile
     cube, bdt, edt = h.cube, h.dtype, d.edt
     r, c, valid, four, nbytes = lanes.r, lanes.c, lanes.valid, lanes.four, lanes.nbytes
     # their scalar parameters settled too
@@ -312,7 +318,7 @@ def _effects(state, h: Header, tile_words: int, effects, ok, t: _Transfer, p: _M
     if "TSTORE" not in effects:
         return tiles, state.gm
 
-    def store(gm):
+    def store(gm: jax.Array) -> jax.Array:
         src_words = payload(tiles, e.sslot, tile_words)[lanes.value_slot]
         return memory.write_elements(gm, lanes.addr, src_words, nbytes, (c & 1) == 1, four,
                                      memory.overwritten_later(r, c, p.vr, p.vc, p.stride,
@@ -325,7 +331,8 @@ def _effects(state, h: Header, tile_words: int, effects, ok, t: _Transfer, p: _M
     return tiles, jax.lax.cond(stores, branch(store), lambda gm: gm, state.gm)
 
 
-def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
+def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
+             ctx: Context) -> Completion:
     """Complete the TLOAD/TSTORE block with header `h` on `state`.
 
     `ctx.effects` (static) names the operations whose effects can occur in
@@ -355,7 +362,7 @@ def complete(state, h: Header, pe, cfg, enable, ctx: Context) -> Completion:
         return Completion(fault, U64(0), state)
 
     t = _Transfer(is_load, is_store, cube_lay, d, src)
-    p, lanes = _element_map(h, lane_count(state.tiles), t, legal, base, stride_reg,
+    p, lanes = _element_map(h, lane_count(cast(PeFile, state.tiles)), t, legal, base, stride_reg,
                             "TSTORE" in effects)
     probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
     mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p.legal)

@@ -33,8 +33,9 @@ such a stream is reported undecided).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -45,13 +46,16 @@ from .decode import decode
 from .state import Machine
 from .run import check_args, run_machine, word_list
 
+if TYPE_CHECKING:
+    from .mgather_cas import CasRecord, Lane
+
 DEFAULT_MAX_NODES = 200_000
 
 
 @dataclass
 class CheckResult:
     ok: bool
-    order: Optional[list]          # a lane order (row-major lane indices) reproducing the state
+    order: Optional[list[int]]     # a lane order (row-major lane indices) reproducing the state
     reason: str
     undecided: bool = False        # the search gave up (bound) or the stream is unsupported
 
@@ -76,7 +80,8 @@ class _Budget:
 # ----------------------------------------------------------------- running
 
 
-def _execute(state: State, stream: list, pe: int, on_fault: str, cfg, order, trace: bool):
+def _execute(state: State, stream: Sequence[int], pe: int, on_fault: str, cfg: Optional[MachineConfig],
+             order: Optional[list[int]], trace: bool) -> tuple[RunResult, Optional[list[CasRecord]]]:
     m = Machine(state, cfg)
     m.cas_lane_order = "row-major"
     m.cas_forced_order = order
@@ -85,7 +90,8 @@ def _execute(state: State, stream: list, pe: int, on_fault: str, cfg, order, tra
     return RunResult.from_state(m.to_state(), executed), m.cas_trace
 
 
-def run_in_order(state: State, words, order, pe: int = 0, *, on_fault: str = "abandon",
+def run_in_order(state: State, words: int | np.integer[Any] | Iterable[int | np.integer[Any]],
+                 order: Iterable[int], pe: int = 0, *, on_fault: str = "abandon",
                  cfg: Optional[MachineConfig] = None) -> RunResult:
     """reference.run with the MGATHER.CAS lanes executed in the explicit `order`
     (a permutation of the row-major lane indices 0..n-1)."""
@@ -93,7 +99,7 @@ def run_in_order(state: State, words, order, pe: int = 0, *, on_fault: str = "ab
     return _execute(state, word_list(words), pe, on_fault, cfg, list(order), False)[0]
 
 
-def _cas_bundles(state: State, stream: list) -> int:
+def _cas_bundles(state: State, stream: Sequence[int]) -> int:
     """MGATHER.CAS bundles the stream can complete: its BSTART.MGATHER.CAS words,
     plus an MGATHER.CAS block already open in `state`."""
     n = sum(1 for w in stream if (c := decode(w)) is not None and c.mnemonic == "BSTART.MGATHER.CAS")
@@ -109,7 +115,8 @@ def _cas_bundles(state: State, stream: list) -> int:
 # ----------------------------------------------------------------- one address group
 
 
-def serialize_group(initial: int, final: int, lanes: list, budget: _Budget) -> Optional[list]:
+def serialize_group(initial: int, final: int, lanes: Iterable[tuple[int, int, int, int]],
+                    budget: _Budget) -> Optional[list[int]]:
     """Order the lanes of one address so each reads its observed value and the
     memory ends at `final`; None if no order does. `lanes` holds
     (lane, observed, expected, replacement) with raw low element bits.
@@ -122,13 +129,13 @@ def serialize_group(initial: int, final: int, lanes: list, budget: _Budget) -> O
     lane's view, so if any completion exists, one with that move first does.
     The search therefore branches only on lanes that change memory.
     """
-    classes: dict = {}
+    classes: dict[tuple[int, int, int], list[int]] = {}
     for lane, obs, exp, rep in lanes:
         classes.setdefault((obs, exp, rep), []).append(lane)
     kinds = list(classes)                     # (observed, expected, replacement)
     members = [sorted(classes[k]) for k in kinds]
 
-    def successors(counts, cur):
+    def successors(counts: tuple[int, ...], cur: int) -> Iterator[tuple[int, int, tuple[int, ...], int]]:
         """(class, lanes taken, new counts, new value) moves from a state."""
         writes = []
         for ci, (obs, exp, rep) in enumerate(kinds):
@@ -144,7 +151,7 @@ def serialize_group(initial: int, final: int, lanes: list, budget: _Budget) -> O
     start = tuple(len(m) for m in members)
     dead = set()                              # (counts, value) with no completion
     stack = [(start, initial, successors(start, initial))]
-    path = []                                 # (class, lanes taken) per depth
+    path: list[tuple[int, int]] = []          # (class, lanes taken) per depth
     while stack:
         counts, cur, it = stack[-1]
         if not any(counts):
@@ -177,8 +184,8 @@ def serialize_group(initial: int, final: int, lanes: list, budget: _Budget) -> O
 # ----------------------------------------------------------------- the checker
 
 
-def explains(initial_state: State, words, observed_state: State, pe: int = 0, *,
-             cfg: Optional[MachineConfig] = None, on_fault: str = "abandon",
+def explains(initial_state: State, words: int | np.integer[Any] | Iterable[int | np.integer[Any]],
+             observed_state: State, pe: int = 0, *, cfg: Optional[MachineConfig] = None, on_fault: str = "abandon",
              max_nodes: int = DEFAULT_MAX_NODES) -> CheckResult:
     """Does some legal serialization of the stream's MGATHER.CAS lanes produce
     exactly `observed_state`? See the module docstring for the algorithm."""
@@ -214,7 +221,7 @@ def explains(initial_state: State, words, observed_state: State, pe: int = 0, *,
             or rec.slot >= np.shape(obs.base)[1] or len(obs_gm) != len(rec.gm_before)):
         return CheckResult(False, None, "the observed State has other sizes than the initial one")
     dest, _ = tile_words(obs, rec.pe, rec.slot)
-    groups: dict = {}
+    groups: dict[int, list[Lane]] = {}
     for lane in rec.lanes:
         groups.setdefault(lane.address, []).append(lane)
     budget = _Budget(max_nodes)

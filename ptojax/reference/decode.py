@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Optional
 
 _FORMS_PATH = Path(__file__).resolve().parent.parent / "isa" / "data" / "command-forms.json"
@@ -22,8 +23,9 @@ class Form:
     form_id: str
     mnemonic: str
     handler: str                     # catalog semantic_handler
-    fields: tuple                    # ((name, ((instruction_lsb, value_lsb, width), ...)), ...)
-    constraints: tuple               # ((field, allowed values frozenset), ...)
+    # ((name, ((instruction_lsb, value_lsb, width), ...)), ...)
+    fields: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]
+    constraints: tuple[tuple[str, frozenset[int]], ...]   # ((field, allowed values frozenset), ...)
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Decoded:
     """A decoded command: its form, the encoding variant and the field values."""
     form: Form
     variant: Optional[str]
-    values: dict = field(default_factory=dict)
+    values: dict[str, int] = field(default_factory=dict)
 
     @property
     def mnemonic(self) -> str:
@@ -52,7 +54,7 @@ class Decoded:
         return self.values[name]
 
 
-def _field_value(word: int, pieces) -> int:
+def _field_value(word: int, pieces: Iterable[tuple[int, int, int]]) -> int:
     v = 0
     for lsb, value_lsb, width in pieces:
         v |= ((word >> lsb) & ((1 << width) - 1)) << value_lsb
@@ -87,7 +89,7 @@ def _load_encodings(path: Path = _FORMS_PATH) -> tuple[Encoding, ...]:
 ENCODINGS: tuple[Encoding, ...] = _load_encodings()
 
 
-def decode(word: int):
+def decode(word: int) -> Optional[Decoded]:
     """Decode one 32-bit word: a Decoded, or None for Fault_IllegalInstruction
     (no form matches, or a constraint of the matching form fails)."""
     word &= 0xFFFFFFFF

@@ -10,9 +10,14 @@ family (transport).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Optional
 
 from .. import families
+
+if TYPE_CHECKING:
+    from .state import Block, Machine
+    from .transport import Fault
 
 
 @dataclass(frozen=True)
@@ -24,8 +29,8 @@ class Family:
     selects(b, op) -> bool: the blocks it completes (None: the default family).
     """
     spec: families.Family
-    complete: Callable
-    selects: Optional[Callable] = None
+    complete: Callable[[Machine, Block, tuple[str, str, int], int], Optional[Fault]]
+    selects: Optional[Callable[[Block, tuple[str, str, int]], bool]] = None
 
     @property
     def name(self) -> str:

@@ -8,6 +8,8 @@ B.6 descriptor legality. One function per rule; no JAX, no numpy.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from .. import tables
 
 CUBE_LAYOUTS = ("CUBE_M16", "CUBE_M32", "CUBE_N8")
@@ -35,7 +37,7 @@ _M16_B4_POSITION = (0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15)
 # ----------------------------------------------------------------- argument checks
 
 
-def layout_name(layout) -> str:
+def layout_name(layout: object) -> str:
     """Validate a CUBE layout name ("CUBE_M16", "CUBE_M32", "CUBE_N8")."""
     if not isinstance(layout, str):
         raise ValueError(f"CUBE layout must be a name such as 'CUBE_M16', got {layout!r}")
@@ -45,20 +47,20 @@ def layout_name(layout) -> str:
     return name
 
 
-def _lookup_dtype(dtype) -> tables.DataType:
+def _lookup_dtype(dtype: tables.DataType | int | str) -> tables.DataType:
     try:
         return tables.dtype(dtype)
     except TypeError as e:
         raise ValueError(str(e)) from None
 
 
-def cube_dtype_supported(dtype) -> bool:
+def cube_dtype_supported(dtype: tables.DataType | int | str) -> bool:
     """B.1: every 4/8/16/32-bit dtype except HiF4X2 has a CELL mapping."""
     d = _lookup_dtype(dtype)
     return d.bits != 64 and d.name != "HiF4X2"
 
 
-def cube_dtype(dtype) -> tables.DataType:
+def cube_dtype(dtype: tables.DataType | int | str) -> tables.DataType:
     """The DataType of a CUBE-legal dtype; HiF4X2 and 64-bit types raise."""
     d = _lookup_dtype(dtype)
     if not cube_dtype_supported(d):
@@ -66,13 +68,13 @@ def cube_dtype(dtype) -> tables.DataType:
     return d
 
 
-def _dim(name, v) -> int:
+def _dim(name: str, v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"{name} must be an int, got {v!r}")
     return v
 
 
-def _positive(name, v) -> int:
+def _positive(name: str, v: object) -> int:
     v = _dim(name, v)
     if v <= 0:
         raise ValueError(f"{name}={v} must be positive")
@@ -87,14 +89,14 @@ def align(value: int, quantum: int) -> int:
 # ----------------------------------------------------------------- B.1 / B.2
 
 
-def cell_shape(layout, dtype) -> tuple[int, int]:
+def cell_shape(layout: str, dtype: tables.DataType | int | str) -> tuple[int, int]:
     """B.1: (cell rows, cell columns) of one 128-byte CELL."""
     name = layout_name(layout)
     d = cube_dtype(dtype)
     return _CELL_SHAPE[(name, d.bits)]
 
 
-def geometry(layout, dtype, valid_rows, valid_cols) -> dict:
+def geometry(layout: str, dtype: tables.DataType | int | str, valid_rows: int, valid_cols: int) -> dict[str, int]:
     """B.2: derived storage geometry of a CUBE tile with the given valid shape.
 
     Raises ValueError for a non-CUBE layout/dtype, non-positive dimensions, or
@@ -132,8 +134,8 @@ def capacity_legal(tsize: int, tile_capacity: int = tables.TILE_CAPACITY_RESET) 
             and tsize <= MAX_ALLOCATION_BYTES and tsize <= tile_capacity)
 
 
-def legal(layout, dtype, vr, vc, tsize, tile_capacity=tables.TILE_CAPACITY_RESET,
-          tile_elements=MODEL_TILE_ELEMENTS) -> bool:
+def legal(layout: str, dtype: tables.DataType | int | str, vr: int, vc: int, tsize: int,
+          tile_capacity: int = tables.TILE_CAPACITY_RESET, tile_elements: int = MODEL_TILE_ELEMENTS) -> bool:
     """B.6: can a CUBE descriptor of this shape live in a tile of `tsize` bytes?
 
     Unknown layout/dtype names raise ValueError; a known dtype without a CELL
@@ -179,7 +181,7 @@ def cell_index(layout: str, cr: int, cc: int, k_repeat: int, row: int, col: int)
     return col // cc
 
 
-def index_function(layout, dtype, vr, vc):
+def index_function(layout: str, dtype: tables.DataType | int | str, vr: int, vc: int) -> Callable[[int, int], int]:
     """A closure (row, col) -> payload slot for one tile geometry (no argument checks)."""
     name = layout_name(layout)
     d = cube_dtype(dtype)
@@ -194,7 +196,7 @@ def index_function(layout, dtype, vr, vc):
     return index
 
 
-def payload_index(layout, dtype, vr, vc, row, col) -> int:
+def payload_index(layout: str, dtype: tables.DataType | int | str, vr: int, vc: int, row: int, col: int) -> int:
     """B.3: payload Word slot of logical (row, col), a valid or padding position."""
     g = geometry(layout, dtype, vr, vc)
     row, col = _dim("row", row), _dim("col", col)
@@ -207,7 +209,8 @@ def payload_index(layout, dtype, vr, vc, row, col) -> int:
 # ----------------------------------------------------------------- conversions
 
 
-def nd_to_cube(matrix, layout, dtype, vr, vc, pad):
+def nd_to_cube(matrix: Sequence[Sequence[int]], layout: str, dtype: tables.DataType | int | str, vr: int, vc: int,
+               pad: int | str) -> tuple[list[int], list[bool]]:
     """ND matrix -> (words, defined) of the CUBE storage region (B.3, B.5).
 
     `matrix` is a list of rows (at least vr x vc) of carrier ints; each valid
@@ -235,7 +238,8 @@ def nd_to_cube(matrix, layout, dtype, vr, vc, pad):
     return words, defined
 
 
-def cube_to_nd(words, layout, dtype, vr, vc):
+def cube_to_nd(words: Sequence[int], layout: str, dtype: tables.DataType | int | str, vr: int,
+               vc: int) -> list[list[int]]:
     """CUBE payload words -> the valid region as a list of rows (B.3)."""
     index = index_function(layout, dtype, vr, vc)
     g = geometry(layout, dtype, vr, vc)
@@ -244,7 +248,7 @@ def cube_to_nd(words, layout, dtype, vr, vc):
     return [[int(words[index(r, c)]) for c in range(vc)] for r in range(vr)]
 
 
-def _pad_code(pad) -> int:
+def _pad_code(pad: int | str) -> int:
     try:
         return tables.padvalue(pad)
     except TypeError as e:

@@ -20,8 +20,9 @@ Plain Python per-element loops: clarity over speed.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from .. import families, numerics, tables
 from . import layouts, minifloat
 from .family import Family
 from . import postprocess as pp
-from .state import MASK64, Block, Machine, Tile
+from .state import MASK64, Binding, Block, Machine, Tile
 from .shared import ALL_PES, ROW_MAJOR, cooperative_ready, ios_well_formed, read_word
 from .transport import (BUNDLE_CONTROL, TILE_ALLOCATION, TILE_LEGALITY, Fault,
                         allocate, binding_well_formed, cube_descriptor_legal, derived_rows, gpr,
@@ -98,7 +99,7 @@ def source_stream(b: Block) -> list[int]:
     return out
 
 
-def destinations(b: Block) -> list:
+def destinations(b: Block) -> list[Binding]:
     """Bindings carrying a destination, in stream order."""
     return [x for x in b.iots if x.dst_valid]
 
@@ -219,6 +220,7 @@ def gate_legal(m: Machine, f: Form, b: Block, p: Fpatr, pe: int) -> bool:
     a, bt = operand_types(b)
     if not types_legal(f, a, bt):
         return False
+    assert a is not None and bt is not None     # types_legal
     return (stream_legal(f, b, p, a, bt) and ior_legal(m, b, p, pe) and datr_legal(b)
             and dimensions(b) is not None and masks_legal(b))
 
@@ -238,7 +240,7 @@ def post_source_legal(m: Machine, index: int, vr: int, vc: int, d: tables.DataTy
 
 def vector_words(m: Machine, index: int, n: int) -> list[int]:
     """Row 0's n Words of a RowMajor vector source."""
-    words, _ = m.payload(m.slot_of(index))
+    words, _ = m.payload(cast(int, m.slot_of(index)))      # a legal source: materialized
     return words[:n]
 
 
@@ -349,31 +351,32 @@ def sources_legal(m: Machine, ops: Operands, p: Fpatr, a: tables.DataType, bt: t
 # ----------------------------------------------------------------- operand reads
 
 
-def cube_reader(m: Machine, index: int):
+def cube_reader(m: Machine, index: int) -> Callable[[int, int], int]:
     """(row, col) -> the raw 64-bit Word of a CUBE source at logical (row, col)."""
     t = m.tile_at(index)
-    words, _ = m.payload(m.slot_of(index))
+    # a legal CUBE source: materialized, with a CUBE layout
+    words, _ = m.payload(cast(int, m.slot_of(index)))
     # cached: a product reads each (row, col) once per output row or column
-    at = functools.cache(layouts.index_function(t.layout_name, tables.DTYPE_BY_CODE[t.dtype],
+    at = functools.cache(layouts.index_function(cast(str, t.layout_name), tables.DTYPE_BY_CODE[t.dtype],
                                                 t.valid_rows, t.valid_cols))
     return lambda r, c: words[at(r, c)]
 
 
-def row_major_reader(m: Machine, index: int):
+def row_major_reader(m: Machine, index: int) -> Callable[[int, int], int]:
     """(row, col) -> the raw Word of an ordinary RowMajor source."""
     t = m.tile_at(index)
-    words, _ = m.payload(m.slot_of(index))
+    words, _ = m.payload(cast(int, m.slot_of(index)))      # a legal source: materialized
     return lambda r, c: words[r * t.cols + c]
 
 
 @dataclass
 class Readers:
-    a: object
-    b: object
-    c: object = None
-    sa: object = None
-    sb: object = None
-    bias: object = None
+    a: Callable[[int, int], int]
+    b: Callable[[int, int], int]
+    c: Optional[Callable[[int, int], int]] = None
+    sa: Optional[Callable[[int, int], int]] = None
+    sb: Optional[Callable[[int, int], int]] = None
+    bias: Optional[Callable[[int, int], int]] = None
 
 
 def readers_of(m: Machine, ops: Operands) -> Readers:
@@ -486,7 +489,8 @@ def compute(m: Machine, rd: Readers, dims: tuple[int, int, int], a: tables.DataT
 # ----------------------------------------------------------------- post-processing
 
 
-def post_parameters(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, N: int):
+def post_parameters(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int,
+                    N: int) -> Callable[[int], tuple[int, int]]:
     """column -> (quant, LReLU/PReLU) parameter Words: a vector source's Word of
     that column, else the B.IOR scalar (zero without a B.IOR)."""
     quant, relu = scalar_parameters(m, b, p, pe)
@@ -521,12 +525,12 @@ def publish_group(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, slots: l
     """CommitMatrixResult: D from the post-processed Words; RowMaxOut and
     GroupMaxOut from the raw accumulator Words (RowMaxIn read before any write);
     the flags of all three ORed into the sticky numeric status."""
-    outputs = []
+    outputs: list[list[list[int]]] = []
     flags = 0
     if p.row_max:
         initial = None
         if p.row_max_init:
-            words, _ = m.payload(m.slot_of(source_stream(b)[n_math]))
+            words, _ = m.payload(cast(int, m.slot_of(source_stream(b)[n_math])))     # RowMaxIn: legal (step 6)
             initial = [words[i] for i in range(M)]          # M x 1 RowMajor: row i is Word i
         row_words, f = pp.row_max(result, initial, p.max_abs, acc.name)
         outputs.append([[w] for w in row_words])
@@ -539,8 +543,8 @@ def publish_group(m: Machine, b: Block, p: Fpatr, n_math: int, pe: int, slots: l
     m.numeric_flags |= flags | f
     sizes = [tables.size_code_bytes(x.size_code) for x in destinations(b)]
     publish(m, slots[0], layout, out, M, N, sizes[0], mask, d_words)
-    for slot, tsize, words in zip(slots[1:], sizes[1:], outputs):
-        publish_row_major(m, slot, acc, tsize, mask, words)
+    for slot, tsize, aux_words in zip(slots[1:], sizes[1:], outputs):
+        publish_row_major(m, slot, acc, tsize, mask, aux_words)
 
 
 def publish_row_major(m: Machine, slot: int, d: tables.DataType, tsize: int, mask: int,
@@ -562,7 +566,7 @@ def publish_row_major(m: Machine, slot: int, d: tables.DataType, tsize: int, mas
 # ----------------------------------------------------------------- destination group
 
 
-def destination_group(m: Machine, b: Block, p: Fpatr, layout: Optional[str], out: tables.DataType,
+def destination_group(m: Machine, b: Block, p: Fpatr, layout: str, out: tables.DataType,
                       acc: tables.DataType, M: int, N: int,
                       charge_pes: Optional[int] = None) -> Optional[list[int]]:
     """Step 10 (ResolveBundleTMATMULCubeDestinationGroup): D, [RowMaxOut,]
@@ -621,6 +625,7 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
         return TILE_LEGALITY
     a, bt = operand_types(b)
     dims = dimensions(b)
+    assert a is not None and bt is not None and dims is not None     # gate_legal
     M, N, K = dims
     # MM.4 gemv_rows: TGEMV is M = 1
     if f.gemv and M != 1:
@@ -644,6 +649,7 @@ def matmul(m: Machine, b: Block, op_name: str, pe: int) -> Optional[Fault]:
         return TILE_LEGALITY
     # (9. D's M layout = A's layout, legal for M: established by step 7)
     layout = m.tile_at(ops.a).layout_name
+    assert layout is not None
     # MM.10 destination: the group's slots, Core budget, D's geometry for its element type
     out = tables.DTYPE_BY_NAME[pp.output_type(p.pre_quant, acc.name)]
     slots = destination_group(m, b, p, layout, out, acc, M, N)
@@ -734,6 +740,7 @@ def cooperative_gate_legal(m: Machine, f: Form, b: Block, p: Fpatr) -> bool:
     a, bt = operand_types(b)
     if not types_legal(f, a, bt):
         return False
+    assert a is not None and bt is not None     # types_legal
     g = Groups(f, a, bt, len(b.ios))
     dims = dimensions(b)
     if dims is None:
@@ -789,7 +796,7 @@ def shared_primary_legal(m: Machine, sid: int, rows: int, cols: int, d: tables.D
 
 
 def shared_sources_legal(m: Machine, f: Form, b: Block, p: Fpatr, g: Groups,
-                         a: tables.DataType, bt: tables.DataType, dims) -> bool:
+                         a: tables.DataType, bt: tables.DataType, dims: tuple[int, int, int]) -> bool:
     """Step 7s, in B.IOS order: [A, sA,] B, sB (scales never transposed)."""
     G, N, K = dims
     kb = -(-K // SCALE_BLOCK)
@@ -824,8 +831,10 @@ def d_layout(m: Machine, f: Form, g: Groups, ops: LocalOperands, G: int) -> Opti
     """D's layout on PE cur: right-only: its A's; both Shared + ACC: its C's;
     both Shared: adr0100 M16/M32 by M_per_PE, 0.58.3 M16/M32 by G (None above 32)."""
     if g.right_only:
+        assert ops.a is not None                # right-only: a Local A
         return m.tile_at(ops.a).layout_name
     if f.acc:
+        assert ops.c is not None                # ACC: a Local C
         return m.tile_at(ops.c).layout_name
     if m.semantics == "adr0100":
         return "CUBE_M16" if rows_per_pe(G) == 16 else "CUBE_M32"
@@ -859,10 +868,10 @@ def local_sources_legal(m: Machine, f: Form, ops: LocalOperands, p: Fpatr,
 # ----------------------------------------------------------------- Shared operands: readers
 
 
-def shared_reader(m: Machine, sid: int, row0: int = 0, transpose: bool = False):
+def shared_reader(m: Machine, sid: int, row0: int = 0, transpose: bool = False) -> Callable[[int, int], int]:
     """(row, col) -> the Word of logical (row0 + row, col) of a Shared source;
     transposed: stored[col][row0 + row]."""
-    cols = m.shared[m.record_of(sid)].cols
+    cols = m.shared[cast(int, m.record_of(sid))].cols        # a legal source has a record
     if transpose:
         return lambda r, c: read_word(m, sid, c * cols + row0 + r)
     return lambda r, c: read_word(m, sid, (row0 + r) * cols + c)
@@ -877,6 +886,7 @@ def readers(m: Machine, f: Form, b: Block, p: Fpatr, g: Groups, ops: LocalOperan
         a_rd = shared_reader(m, next(sids), row0, p.trans_a)
         sa_rd = shared_reader(m, next(sids), row0) if scaled(f, a) else None
     else:
+        assert ops.a is not None                # right-only: a Local A
         a_rd = cube_reader(m, ops.a)
         sa_rd = row_major_reader(m, ops.sa) if ops.sa is not None else None
     b_rd = shared_reader(m, next(sids), 0, p.trans_b)
@@ -896,8 +906,9 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     if f.gemv or not cooperative_gate_legal(m, f, b, p):
         return TILE_LEGALITY
     a, bt = operand_types(b)
+    assert a is not None and bt is not None     # cooperative_gate_legal
     g = Groups(f, a, bt, len(b.ios))
-    G, N, K = dimensions(b)
+    G, N, K = cast(tuple[int, int, int], dimensions(b))     # cooperative_gate_legal
     # MM.5 transpose: TransA needs a Shared A (B is always Shared here)
     if p.trans_a and not g.both:
         return TILE_LEGALITY
@@ -933,6 +944,7 @@ def cooperative_matmul(m: Machine, b: Block, f: Form) -> Optional[Fault]:
     # executor checks it with the Local sources, the same TileLegality)
     if not m_layout_legal(layout, M):
         return TILE_LEGALITY
+    assert layout is not None                   # m_layout_legal
     # MM.10 destination: the group in PE cur's file: slots, pool, geometry
     # (adr0100: a private fragment, its own mask bit, charged once)
     out = tables.DTYPE_BY_NAME[pp.output_type(p.pre_quant, acc.name)]

@@ -11,8 +11,9 @@ The order in which lanes execute is MachineConfig.cas_lane_order
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 from .. import families, tables
 from ..cas_order import lane_order
@@ -42,8 +43,8 @@ class CasRecord:
     slot: int                  # materialized destination slot
     tile_index: int            # its TileIndex
     dtype: tables.DataType     # transfer dtype
-    lanes: list                # [Lane], row-major
-    order: list                # lane indices in the order they executed
+    lanes: list[Lane]          # row-major
+    order: list[int]           # lane indices in the order they executed
     gm_before: bytes           # GM just before the first lane
     gm_after: bytes            # GM just after the last lane
     pe: int = 0                # the executing PE (whose Local file holds the slot)
@@ -167,33 +168,34 @@ def displacement(word: int, index_dtype: tables.DataType) -> int:
 
 
 def lanes_of(m: Machine, b: Block, base: int, vr: int, vc: int, dest_layout: str, rows: int,
-             cols: int, d: tables.DataType) -> list:
+             cols: int, d: tables.DataType) -> list[Lane]:
     """D.3/D.5: one Lane per valid (r, c), row-major."""
     first, second = b.iots
     slots = [m.slot_of(i) for i in (first.src0, first.src1, second.src0)]
     tiles = [m.tile_at(i) for i in (first.src0, first.src1, second.src0)]
-    words = [m.payload(s)[0] for s in slots]
+    words = [m.payload(cast(int, s))[0] for s in slots]       # materialized (sources_legal)
     dtypes = [tables.DTYPE_BY_CODE[t.dtype] for t in tiles]
     mask = (1 << d.bits) - 1
     dest = _layout_probe(dest_layout, rows, cols, d)
     out = []
     for r in range(vr):
         for c in range(vc):
-            idx, exp, rep = (w[linear_index(t, dt, r, c)] for w, t, dt in zip(words, tiles, dtypes))
+            # legal sources and destination are generically indexable: every index is an int
+            idx, exp, rep = (w[cast(int, linear_index(t, dt, r, c))] for w, t, dt in zip(words, tiles, dtypes))
             out.append(Lane(lane=r * vc + c,
                             address=(base + displacement(idx, dtypes[0])) & MASK64,
                             expected=exp & mask, replacement=rep & mask,
-                            slot_word=linear_index(dest, d, r, c)))
+                            slot_word=cast(int, linear_index(dest, d, r, c))))
     return out
 
 
-def _layout_probe(layout: str, rows: int, cols: int, d: tables.DataType):
+def _layout_probe(layout: str, rows: int, cols: int, d: tables.DataType) -> Tile:
     """A descriptor stand-in for linear_index over the destination."""
     return Tile(allocated=True, dtype=d.code, layout=tables.TILE_LAYOUT_CODE[layout],
                 rows=rows, cols=cols)
 
 
-def lane_preflight(m: Machine, lanes: list, d: tables.DataType) -> Optional[Fault]:
+def lane_preflight(m: Machine, lanes: Sequence[Lane], d: tables.DataType) -> Optional[Fault]:
     """D.4 step 8: row-major over the lanes, probe the read then the write of
     each lane (A.8: alignment, then range); the first failure is the fault."""
     size = d.element_bytes
@@ -208,7 +210,7 @@ def lane_preflight(m: Machine, lanes: list, d: tables.DataType) -> Optional[Faul
 # ----------------------------------------------------------------- D.5
 
 
-def execution_order(m: Machine, n: int) -> list:
+def execution_order(m: Machine, n: int) -> list[int]:
     """D.5 lane order: forced by the checker, else MachineConfig.cas_lane_order."""
     if m.cas_forced_order is not None:
         order = [int(i) for i in m.cas_forced_order]
@@ -218,7 +220,7 @@ def execution_order(m: Machine, n: int) -> list:
     return lane_order(n, m.cas_lane_order, m.cas_seed)
 
 
-def compare_and_swap(m: Machine, lane: Lane, d: tables.DataType, words: list) -> None:
+def compare_and_swap(m: Machine, lane: Lane, d: tables.DataType, words: list[int]) -> None:
     """D.5, one lane, atomically: read the old element; its carrier (S8/S16/S32
     sign-extended, A.4) goes to the lane's destination Word; raw low-bit
     equality with Expected stores Replacement's low element bytes."""

@@ -35,6 +35,7 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import cast
 
 FORMATS: tuple[str, ...] = ("HiF8", "E4M3", "E5M2", "E3M2", "E2M3", "E2M1X2", "E1M2X2", "E8M0")
 
@@ -59,7 +60,7 @@ class Decoded:
         """The exact rational value of a finite code (a zero loses its sign here)."""
         assert self.kind == FINITE, self
         scale = Fraction(2) ** self.exponent
-        return (-1) ** self.sign * self.significand * scale
+        return cast(Fraction, (-1) ** self.sign * self.significand * scale)   # int ** int is Any to mypy
 
 
 def _finite(sign: int, significand: int, exponent: int) -> Decoded:

@@ -15,6 +15,7 @@ commit ORs into the State's sticky status (CORE_STATE[36:32]).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
@@ -100,7 +101,7 @@ def fp19_activation_legal(code: int) -> bool:
 
 def quant_parameter_legal(mode: int, word: int) -> bool:
     """BundleFPATRQuantParameterWordLegal: the mode's payload bits, all others zero."""
-    bits = lambda hi, lo: word >> lo & ((1 << (hi - lo + 1)) - 1)
+    bits: Callable[[int, int], int] = lambda hi, lo: word >> lo & ((1 << (hi - lo + 1)) - 1)
     if mode in SHIFT_MODES:
         return bits(31, 0) == 0 and bits(63, 36) == 0
     scale_ok = bits(12, 0) == 0 and fp19_positive_normal(bits(31, 13))
@@ -303,6 +304,7 @@ def encode_fp8(value: Fraction, name: str, control: Control) -> tuple[int, int]:
             continue
         if best is None or better(value, code, candidate, *best, mode, negative):
             best = (code, candidate)
+    assert best is not None         # a finite value within the maximum has a candidate
     code, chosen = best
     if mode == "RTO" and chosen != value and code % 2 == 0:
         away = [(c, v) for c, v in fp8_candidates(name) if c % 2 == 1
@@ -487,7 +489,7 @@ def maximum(left: int, right: int, accumulator: str) -> tuple[int, int]:
     either Word is a signaling NaN."""
     if accumulator in ("S32", "U32"):
         lv, rv = (normalize_integer(w & MASK32, accumulator) for w in (left, right))
-        signed = lambda w: w - (1 << 64) if accumulator == "S32" and w >> 63 else w
+        signed: Callable[[int], int] = lambda w: w - (1 << 64) if accumulator == "S32" and w >> 63 else w
         return (lv if signed(lv) >= signed(rv) else rv), 0
     flags = NV if fp32_signaling(left) or fp32_signaling(right) else 0
     lc, rc = fp32_class(left), fp32_class(right)

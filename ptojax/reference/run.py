@@ -18,9 +18,11 @@ function per spec rule.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Iterable, Sequence
+from typing import Any, Optional
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import families, tables
 from ..result import RunResult
@@ -41,8 +43,8 @@ POST_COMMIT = Fault("Fault_BundlePostCommit")
 ON_FAULT = ("abandon", "hold")
 
 
-def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
-        cfg: Optional[MachineConfig] = None) -> RunResult:
+def run(state: State, words: int | np.integer[Any] | Iterable[int | np.integer[Any]], pe: int = 0, *,
+        on_fault: str = "abandon", cfg: Optional[MachineConfig] = None) -> RunResult:
     """Execute `words` from state.pc on PE `pe`; return the new State and the fault."""
     check_args(state, pe, on_fault)
     stream = word_list(words)
@@ -51,7 +53,7 @@ def run(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     return RunResult.from_state(m.to_state(), executed)
 
 
-def run_core(state: State, words, *, on_fault: str = "abandon",
+def run_core(state: State, words: int | np.integer[Any] | Iterable[int | np.integer[Any]], *, on_fault: str = "abandon",
              cfg: Optional[MachineConfig] = None) -> RunResult:
     """Execute `words` from state.pc on the Core's four PEs together: each block
     completes as one collective (shared-decisions.md section 2)."""
@@ -62,8 +64,9 @@ def run_core(state: State, words, *, on_fault: str = "abandon",
     return RunResult.from_state(m.to_state(), executed)
 
 
-def run_leaves(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
-               cfg: Optional[MachineConfig] = None, core: bool = False) -> tuple[dict, int]:
+def run_leaves(state: State, words: int | np.integer[Any] | Iterable[int | np.integer[Any]], pe: int = 0, *,
+               on_fault: str = "abandon", cfg: Optional[MachineConfig] = None,
+               core: bool = False) -> tuple[dict[str, NDArray[Any]], int]:
     """`run` (core=True: `run_core`) returning the final State as numpy leaves
     (state.state_leaves' keys and order) and the executed count, never touching
     JAX: a campaign's oracle, whose input State may hold numpy leaves."""
@@ -73,7 +76,7 @@ def run_leaves(state: State, words, pe: int = 0, *, on_fault: str = "abandon",
     return m.to_leaves(), executed
 
 
-def run_machine(m: Machine, stream: list, pe: int, on_fault: str, core: bool = False) -> int:
+def run_machine(m: Machine, stream: Sequence[int], pe: int, on_fault: str, core: bool = False) -> int:
     """Execute the word list on `m` in place; return the count of completed words.
     core=False: PE `pe`'s view; core=True: the four PEs (header phase on PE0)."""
     # Each run clears the fault register (it resumes like a trap handler would).
@@ -92,7 +95,7 @@ def run_machine(m: Machine, stream: list, pe: int, on_fault: str, core: bool = F
     return len(stream)
 
 
-def check_args(state, pe, on_fault) -> None:
+def check_args(state: object, pe: object, on_fault: object) -> None:
     """API misuse is a clear TypeError/ValueError, never a fault."""
     if not isinstance(state, State):
         raise TypeError(f"expected a ptojax State, got {type(state).__name__}")
@@ -104,7 +107,7 @@ def check_args(state, pe, on_fault) -> None:
     check_pool(state)
 
 
-def word_list(words) -> list[int]:
+def word_list(words: int | np.integer[Any] | Iterable[int | np.integer[Any]]) -> list[int]:
     if isinstance(words, (int, np.integer)):
         words = [words]
     elif hasattr(words, "shape"):
@@ -206,12 +209,12 @@ def block_mask(b: Block) -> int:
     return 0
 
 
-def shared_tlsu_block(b: Block, op: tuple) -> bool:
+def shared_tlsu_block(b: Block, op: tuple[str, str, int]) -> bool:
     """A TLSU block with a B.IOS: one collective action of the Core."""
     return op[1] == "TLSU" and bool(b.ios)
 
 
-def participants(b: Block, op: tuple) -> list:
+def participants(b: Block, op: tuple[str, str, int]) -> list[int]:
     """PEs that complete the block under run_core: the mask bits in order 0..3,
     PE0 alone for a zero mask; a Shared TLSU block runs once (its lowest PE)."""
     mask = block_mask(b)
@@ -219,7 +222,7 @@ def participants(b: Block, op: tuple) -> list:
     return pes[:1] if shared_tlsu_block(b, op) else pes
 
 
-def collective(m: Machine, b: Block, op: tuple) -> Optional[Fault]:
+def collective(m: Machine, b: Block, op: tuple[str, str, int]) -> Optional[Fault]:
     """shared-decisions.md 2: every participating PE completes the block on its
     own view, in PE order, on the state its predecessors left; the first
     (lowest-numbered) fault is the collective's, and then no PE's effects stay."""
@@ -241,13 +244,14 @@ def zero_mask(b: Block) -> bool:
     return b.zero_seen and not b.iots and not b.ios
 
 
-def tile_operation(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
+def tile_operation(m: Machine, b: Block, op: tuple[str, str, int], pe: int) -> Optional[Fault]:
     """Dispatch of the completed block (execution-model.md "Completion"): the
     zero-mask no-op, then the family that takes it (ptojax/families.py)."""
     if zero_mask(b):
         return None                             # C5.1 zero_mask (every family's step 0/1)
     if not transport.cube_selected(b):
         for family in ROUTED:
+            assert family.selects is not None      # every routed family has one
             if family.selects(b, op):
                 return family.complete(m, b, op, pe)
     return DEFAULT.complete(m, b, op, pe)

@@ -8,7 +8,8 @@ changes nothing before its last check passed.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Sequence
+from typing import Optional, cast
 
 from .. import families, tables
 from .family import Family
@@ -44,7 +45,8 @@ def pe_base_stride(m: Machine, b: Block, pe: int, default_stride: int) -> tuple[
 
 
 def selected_elements(m: Machine, b: Block, mask: int, vr: int, vc: int, layout: str,
-                      rows: int, cols: int, capacity: int, d: tables.DataType) -> list:
+                      rows: int, cols: int, capacity: int,
+                      d: tables.DataType) -> list[tuple[int, int, int, int]]:
     """(r, c, e, address) of every valid element whose quarter PE is in the mask,
     row-major; e is its index in the register's layout (which sets its quarter),
     the address uses that PE's base and stride."""
@@ -54,6 +56,7 @@ def selected_elements(m: Machine, b: Block, mask: int, vr: int, vc: int, layout:
     for r in range(vr):
         for c in range(vc):
             e = layout_index(layout, rows, cols, d, r, c)
+            assert e is not None                # the callers checked the layout indexes the shape
             q = quarter(e, d, capacity)
             if mask & tables.pe_bit(q):
                 base, stride = regs[q]
@@ -61,7 +64,7 @@ def selected_elements(m: Machine, b: Block, mask: int, vr: int, vc: int, layout:
     return out
 
 
-def preflight(m: Machine, elements: list, d: tables.DataType) -> Optional[Fault]:
+def preflight(m: Machine, elements: Sequence[tuple[int, int, int, int]], d: tables.DataType) -> Optional[Fault]:
     """Alignment then range of every selected access, in order; the first failure."""
     for _, _, _, address in elements:
         f = probe(len(m.gm), address, d.element_bytes)
@@ -146,6 +149,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
     # 9. effect
     if i is None:
         i = m.free_record()
+        assert i is not None                    # SH3.7 found one
         m.shared[i] = SharedRecord(sid=sid, allocation_mask=mask, initialized_mask=mask,
                                    published=True, contents_defined=True, dtype=d.code,
                                    layout=tables.TILE_LAYOUT_CODE[layout], capacity=tsize,
@@ -203,7 +207,8 @@ def shared_tstore(m: Machine, b: Block, function: int, sid: int, size_code: int,
         if not generic_indexable(layout, rows, cols, d):
             return TILE_LEGALITY
     # SH4.5 model_bound: the stored elements lie within shared_words (as a record's payload)
-    if layout_index(layout, rows, cols, d, vr - 1, vc - 1) >= m.shared_words:
+    # (the layout indexes the shape: descriptor_legal or generic_indexable above)
+    if cast(int, layout_index(layout, rows, cols, d, vr - 1, vc - 1)) >= m.shared_words:
         return TILE_ALLOCATION
     # 6. preflight, then store each selected element's Word (undefined Words included)
     elements = selected_elements(m, b, mask, vr, vc, layout, rows, cols, capacity, d)
@@ -215,7 +220,7 @@ def shared_tstore(m: Machine, b: Block, function: int, sid: int, size_code: int,
     return None
 
 
-def selects(b: Block, op: tuple) -> bool:
+def selects(b: Block, op: tuple[str, str, int]) -> bool:
     """A TLOAD/TSTORE with a B.IOS binding, and TSTORE.SPART always (section 3)."""
     return op[0] in FUNCTION and (bool(b.ios) or op[0] == "TSTORE.SPART")
 

@@ -24,14 +24,23 @@ from __future__ import annotations
 import copy
 import functools
 import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import NDArray
 
 from .. import tables
 from ..state import (MAX_IOS, MAX_IOT, WIDE_CODES, MachineConfig, State, decode_window,
                      encode_window, full_window, max_tile_words, pool_extent)
+
+if TYPE_CHECKING:
+    import jax
+
+    from ..state import Block as StateBlock, SharedTiles, Tiles
+    from .mgather_cas import CasRecord
 
 MASK64 = (1 << 64) - 1
 DATR_ABSENT = [0, tables.DTYPE_NONE, tables.PAD_NULL, 0, 0, 0, 0]   # block reset value
@@ -122,14 +131,14 @@ class Block:
     op: int = -1
     dtype: int = 0
     datr_present: bool = False
-    datr: list = field(default_factory=lambda: list(DATR_ABSENT))
-    lb: list = field(default_factory=lambda: [0, 0, 0])
-    lb_present: list = field(default_factory=lambda: [False, False, False])
+    datr: list[int] = field(default_factory=lambda: list(DATR_ABSENT))
+    lb: list[int] = field(default_factory=lambda: [0, 0, 0])
+    lb_present: list[bool] = field(default_factory=lambda: [False, False, False])
     ior_present: bool = False
-    ior: list = field(default_factory=lambda: [0, 0, 0, 0])     # RegDst, RegSrc0..2
-    iots: list = field(default_factory=list)                    # [Binding]
+    ior: list[int] = field(default_factory=lambda: [0, 0, 0, 0])     # RegDst, RegSrc0..2
+    iots: list[Binding] = field(default_factory=list)
     iot_closed: bool = False
-    ios: list = field(default_factory=list)                     # [[sid, size_code, mask]]
+    ios: list[list[int]] = field(default_factory=list)          # [[sid, size_code, mask]]
     zero_seen: bool = False
     fpatr_present: bool = False
     fpatr: int = 0
@@ -148,11 +157,17 @@ class Block:
                      catr_present=self.catr_present, catr=self.catr)
 
 
+# what Machine.snapshot keeps: GM, the Local files, the payload caches, the Shared
+# records and rows, numeric_flags
+Snapshot = tuple[bytes, list[list[Tile]], list[dict[int, tuple[int, list[int], list[bool]]]],
+                 list[SharedRecord], dict[int, list[int]], int]
+
+
 class Machine:
     """GM bytes, per-PE GPRs, per-PE Local tiles, Shared records, fault register,
     PC and the open block."""
 
-    def __init__(self, state: State, cfg: Optional[MachineConfig] = None):
+    def __init__(self, state: State, cfg: Optional[MachineConfig] = None) -> None:
         leaves = {k: np.asarray(v) for k, v in state.items()
                   if k not in ("tiles", "shared", "block", "rules")}
         if leaves["gm"].ndim != 1:
@@ -179,6 +194,7 @@ class Machine:
                                  "(hand_slots, gm_bytes, shared_slots)")
             if cfg.tile_words > W:
                 raise ValueError(f"cfg.tile_words={cfg.tile_words} exceeds the State's {W} Words")
+            assert cfg.shared_words is not None       # MachineConfig.__post_init__ sets it
             if cfg.shared_words > WS:
                 raise ValueError(f"cfg.shared_words={cfg.shared_words} exceeds the State's "
                                  f"{WS} Shared Words")
@@ -197,8 +213,8 @@ class Machine:
         rules = state.rules if cfg is None else cfg
         self.profile = rules.profile
         self.semantics = rules.semantics
-        self.cas_forced_order: Optional[list] = None
-        self.cas_trace: Optional[list] = None
+        self.cas_forced_order: Optional[list[int]] = None
+        self.cas_trace: Optional[list[CasRecord]] = None
         self.gm = bytearray(leaves["gm"].astype(np.uint8).tobytes())
         self.gpr = [[int(x) & MASK64 for x in row] for row in leaves["gpr"].astype(np.uint64).tolist()]
         self.pc = int(leaves["pc"]) & MASK64
@@ -211,16 +227,18 @@ class Machine:
         self.files = [[Tile(bool(allocated), *map(int, rest))     # TILE_FIELDS order
                        for allocated, *rest in zip(*(v[p] for v in t))] for p in range(P)]
         sh = {k: np.asarray(getattr(state.shared, k)).tolist() for k in SHARED_FIELDS}
-        self.shared = [SharedRecord(**{k: (bool(v[i]) if k in ("published", "contents_defined")
-                                           else int(v[i])) for k, v in sh.items()})
+        # (a dict of int and bool values: mypy cannot match ** of it to the fields)
+        self.shared = [SharedRecord(**cast(dict[str, Any],
+                                           {k: (bool(v[i]) if k in ("published", "contents_defined")
+                                                else int(v[i])) for k, v in sh.items()}))
                        for i in range(R)]
         # per PE: slot -> (window start, words, defined) as the run has them
-        self._payloads: list[dict] = [{} for _ in range(P)]
-        self._shared_payload: dict[int, list] = {}
+        self._payloads: list[dict[int, tuple[int, list[int], list[bool]]]] = [{} for _ in range(P)]
+        self._shared_payload: dict[int, list[int]] = {}
         # (pe, window start) -> the State's (words, defined) there: to_state writes
         # back only a tile's own Words that differ
-        self._loaded: dict[tuple, tuple] = {}
-        self._shared_loaded: dict[int, list] = {}
+        self._loaded: dict[tuple[int, int], tuple[NDArray[Any], NDArray[Any]]] = {}
+        self._shared_loaded: dict[int, list[int]] = {}
         self.cur = 0                 # the executing PE
         self.core = False            # run_core: completions are collectives
         self.block = self._block_from_state(state.block)
@@ -228,7 +246,7 @@ class Machine:
     # ------------------------------------------------------------- Local tiles (PE cur)
 
     @property
-    def tiles(self) -> list:
+    def tiles(self) -> list[Tile]:
         """The executing PE's Local file (one Tile per materialized slot)."""
         return self.files[self.cur]
 
@@ -286,7 +304,7 @@ class Machine:
         tile.allocated = True
         self._payloads[self.cur].pop(slot, None)
 
-    def payload(self, slot: int, pe: Optional[int] = None) -> tuple[list, list]:
+    def payload(self, slot: int, pe: Optional[int] = None) -> tuple[list[int], list[bool]]:
         """(words, defined) lists of one slot of PE `pe` (default cur): its Words,
         tile_words or as many as its own slots hold (a packed tile's logical
         elements fit them), decoded from its window on first use."""
@@ -296,9 +314,9 @@ class Machine:
             tile = self.files[pe][slot]
             at = self.window(pe, tile)
             if (pe, at) not in self._loaded:
-                self._loaded[pe, at] = tuple(
+                self._loaded[pe, at] = cast(tuple[NDArray[Any], NDArray[Any]], tuple(
                     np.asarray(leaf)[pe].reshape(-1)[at:at + self.window_slots].copy()
-                    for leaf in (self._state.tiles.words, self._state.tiles.defined))
+                    for leaf in (self._state.tiles.words, self._state.tiles.defined)))
             n = max(self.tile_words, self.held(tile))
             words, defined = decode_window(*self._loaded[pe, at], self.wide(tile), n, np)
             cache[slot] = (at, words.tolist(), defined.tolist())
@@ -339,7 +357,7 @@ class Machine:
                 return i
         return None
 
-    def shared_payload(self, record: int) -> list:
+    def shared_payload(self, record: int) -> list[int]:
         """Payload Words of one record, converted on first use."""
         if record not in self._shared_payload:
             if record not in self._shared_loaded:
@@ -349,7 +367,7 @@ class Machine:
 
     # ------------------------------------------------------------- collective rollback
 
-    def snapshot(self):
+    def snapshot(self) -> Snapshot:
         """Everything a completing block can change (run_core's all-or-none). Tiles,
         records and payload rows hold only ints and bools: one level of copying is a
         full copy (deepcopy of 32,768-Word rows would cost more than the block)."""
@@ -359,7 +377,7 @@ class Machine:
                 [copy.copy(r) for r in self.shared],
                 {r: list(w) for r, w in self._shared_payload.items()}, self.numeric_flags)
 
-    def restore(self, snap) -> None:
+    def restore(self, snap: Snapshot) -> None:
         gm, files, payloads, shared, shared_payload, self.numeric_flags = snap
         self.gm = bytearray(gm)
         self.files, self._payloads = files, payloads
@@ -368,7 +386,7 @@ class Machine:
     # ------------------------------------------------------------- block
 
     @staticmethod
-    def _block_from_state(b) -> Block:
+    def _block_from_state(b: StateBlock) -> Block:
         # the fields are in their domains (block_domain.check_block, on entry to run)
         g = {k: np.asarray(v) for k, v in b.items()}
         iot_count, ios_count = int(g["iot_count"]), int(g["ios_count"])
@@ -391,10 +409,12 @@ class Machine:
 
     # ------------------------------------------------------------- write back
 
-    def _descriptors(self) -> tuple[dict, dict, dict, dict]:
+    def _descriptors(self) -> tuple[dict[str, NDArray[Any] | np.generic], dict[str, NDArray[Any]],
+                                    dict[str, NDArray[Any]], dict[str, NDArray[Any]]]:
         """The machine's small leaves as numpy: (the State's own scalars, GM and
         GPRs; the Local descriptor columns; the Shared record columns; the block)."""
-        top = {"gm": np.frombuffer(self.gm, np.uint8).copy(),
+        top: dict[str, NDArray[Any] | np.generic] = {
+               "gm": np.frombuffer(self.gm, np.uint8).copy(),
                "gpr": np.array(self.gpr, np.uint64), "pc": np.uint64(self.pc),
                "fault": np.int32(self.fault), "fault_address": np.uint64(self.fault_address),
                "numeric_flags": np.int32(self.numeric_flags),
@@ -406,7 +426,7 @@ class Machine:
                                      ("published", "contents_defined"))
         return top, local, records, self._block_leaves()
 
-    def _shared_written(self) -> dict:
+    def _shared_written(self) -> dict[tuple[int, ...], list[int]]:
         """(record,) -> Words of the Shared rows the run changed."""
         return {(r,): w for r, w in self._shared_payload.items() if w != self._shared_loaded[r]}
 
@@ -431,7 +451,7 @@ class Machine:
                                block=old.block.replace(**kept_or_put(old.block, block)),
                                **kept_or_put(old, top))
 
-    def to_leaves(self) -> dict:
+    def to_leaves(self) -> dict[str, NDArray[Any]]:
         """The machine as numpy leaves keyed and ordered as state.state_leaves
         gives them, never touching JAX: what a campaign compares. A payload
         leaf the run did not write is the input State's own array (read only)."""
@@ -453,10 +473,10 @@ class Machine:
                 out[f".{name}{k}"] = np.asarray(v)
         return {k: out[k] for k in leaf_order(old)}
 
-    def _written(self) -> tuple[dict, dict]:
+    def _written(self) -> tuple[dict[tuple[int, int], object], dict[tuple[int, int], object]]:
         """(pe, pool slot) -> value of the allocated tiles' own slots that differ
         from the input State's: (words, defined)."""
-        out = ({}, {})
+        out: tuple[dict[tuple[int, int], object], dict[tuple[int, int], object]] = ({}, {})
         for pe, cache in enumerate(self._payloads):
             for slot, (at, words, defined) in cache.items():
                 tile = self.files[pe][slot]
@@ -479,7 +499,7 @@ class Machine:
                                     for j in np.flatnonzero(now != was).tolist()})
         return out
 
-    def _block_leaves(self) -> dict:
+    def _block_leaves(self) -> dict[str, NDArray[Any]]:
         b = self.block
         iot = np.zeros((MAX_IOT, 8), np.int32)
         for i, binding in enumerate(b.iots):
@@ -502,16 +522,16 @@ class Machine:
 
 
 @functools.lru_cache(maxsize=8)
-def _leaf_order(treedef) -> tuple:
+def _leaf_order(treedef: jax.tree_util.PyTreeDef) -> tuple[str, ...]:
     import jax
     leaves = jax.tree_util.tree_unflatten(treedef, range(treedef.num_leaves))
     return tuple(jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(leaves))
 
 
-_LEAF_ORDER: list = []
+_LEAF_ORDER: list[tuple[str, ...]] = []
 
 
-def leaf_order(state) -> tuple:
+def leaf_order(state: State) -> tuple[str, ...]:
     """The leaf paths of a State in state.state_leaves' order (every State has
     the same: found once)."""
     if not _LEAF_ORDER:
@@ -520,7 +540,7 @@ def leaf_order(state) -> tuple:
     return _LEAF_ORDER[0]
 
 
-def np_with_words(leaf, words: dict) -> np.ndarray:
+def np_with_words(leaf: npt.ArrayLike, words: Mapping[tuple[int, int], object]) -> NDArray[Any]:
     """A [4, K, W] numpy pool leaf with `words` ((pe, slot of the PE's pool) ->
     value) written into a copy; the leaf itself (as numpy) when there are none."""
     a = np.asarray(leaf)
@@ -533,13 +553,14 @@ def np_with_words(leaf, words: dict) -> np.ndarray:
     return a
 
 
-def _row(leaf, index: tuple, dtype) -> list:
+def _row(leaf: npt.ArrayLike, index: tuple[int, ...], dtype: npt.DTypeLike) -> list[int]:
     """One payload row of a State leaf as Python values. np.asarray of a CPU jax
     array is a view, so only this row is converted."""
-    return np.asarray(leaf)[index].astype(dtype).tolist()
+    return cast(list[int], np.asarray(leaf)[index].astype(dtype).tolist())
 
 
-def descriptor_columns(items: list, shape: tuple, names: tuple, flags: tuple) -> dict:
+def descriptor_columns(items: Sequence[object], shape: tuple[int, ...], names: tuple[str, ...],
+                       flags: tuple[str, ...]) -> dict[str, NDArray[Any]]:
     """{field: numpy array of `shape`} of descriptor objects (Tiles or SharedRecords,
     in row-major order): bool for the `flags`, int32 for the other fields."""
     get = operator.attrgetter(*names)
@@ -547,7 +568,8 @@ def descriptor_columns(items: list, shape: tuple, names: tuple, flags: tuple) ->
     return {k: a[..., i].astype(bool if k in flags else np.int32) for i, k in enumerate(names)}
 
 
-def kept_or_put(old, new: dict) -> dict:
+def kept_or_put(old: Tiles | SharedTiles | StateBlock | State,
+                new: Mapping[str, NDArray[Any] | np.generic]) -> dict[str, jax.Array]:
     """{name: leaf}: old[name] where it is a jax array equal to new[name] (same dtype
     and shape; sharing an immutable array is safe), else new[name] (an array this
     module built and drops) on the device, all in one device_put."""
@@ -565,25 +587,27 @@ def kept_or_put(old, new: dict) -> dict:
 
 
 @functools.cache
-def _scatter():
+def _scatter() -> Callable[..., jax.Array]:
     import jax
     return jax.jit(lambda leaf, index, rows: leaf.at[index].set(rows))
 
 
-def with_words(leaf, dtype, words: dict):
+def with_words(leaf: jax.Array | NDArray[Any], dtype: npt.DTypeLike,
+               words: Mapping[tuple[int, int], object]) -> jax.Array:
     """A [4, K, W] pool leaf with `words` ((pe, slot of the PE's pool) -> value)
     written: with_rows at [pe, slot // W, slot % W]."""
     import jax
 
     W = leaf.shape[2]
     # [pe, page, column] indices: reshaping a jax leaf would copy it
-    at3 = {(pe, at // W, at % W): v for (pe, at), v in words.items()}
+    at3: dict[tuple[int, ...], object] = {(pe, at // W, at % W): v for (pe, at), v in words.items()}
     if not at3 and isinstance(leaf, jax.Array) and leaf.dtype == dtype:
         return leaf
     return with_rows(leaf, dtype, at3)
 
 
-def with_rows(leaf, dtype, rows: dict):
+def with_rows(leaf: jax.Array | NDArray[Any], dtype: npt.DTypeLike,
+              rows: Mapping[tuple[int, ...], object]) -> jax.Array:
     """`leaf` as a jax array of `dtype` with `rows` (index tuple -> list) written.
     A jax leaf of that dtype is returned as is when there are no rows, else
     through one scatter, which copies it once whatever the number of rows. Any
@@ -596,7 +620,7 @@ def with_rows(leaf, dtype, rows: dict):
         new = np.array(leaf, dtype)
         for k, v in rows.items():
             new[k] = np.array(v, dtype)
-        return jax.device_put(new)
+        return cast(jax.Array, jax.device_put(new))
     if not rows:
         return leaf
     keys = list(rows)

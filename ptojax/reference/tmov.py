@@ -12,7 +12,8 @@ a failing check is released again (the model's rollback).
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, cast
 
 from .. import families, tables
 from .family import Family
@@ -67,17 +68,17 @@ def legal_record(m: Machine, sid: int) -> Optional[SharedRecord]:
     return m.shared[i] if i is not None and descriptor_legal(m, i) else None
 
 
-def destination_shape(b: Block, src: Optional[Tile], rec: Optional[SharedRecord]):
+def destination_shape(b: Block, src: Optional[Tile], rec: Optional[SharedRecord]) -> tuple[int, int, int]:
     """(valid rows, valid columns, columns) of a new destination: LB1/LB0/LB2
     when 1..65535, else the configured tile source's, else the legal Shared
     record's, else 1 / 1 / the valid columns (B.DIM 0 inherits)."""
-    def pick(n, field, default):
+    def pick(n: int, field: str, default: int) -> int:
         if lb_in_range(b, n):
             return b.lb[n]
         if src is not None:
-            return getattr(src, field)
+            return cast(int, getattr(src, field))
         if rec is not None:
-            return getattr(rec, field)
+            return cast(int, getattr(rec, field))
         return default
     vr = pick(1, "valid_rows", 1)
     vc = pick(0, "valid_cols", 1)
@@ -85,7 +86,7 @@ def destination_shape(b: Block, src: Optional[Tile], rec: Optional[SharedRecord]
 
 
 def new_destination(m: Machine, b: Block, d: tables.DataType, layout: str,
-                    shape) -> tuple[Optional[Fault], Optional[int], dict]:
+                    shape: tuple[int, int, int]) -> tuple[Optional[Fault], Optional[int], dict[str, Any]]:
     """ResolveBundleTileDestinations after the type: the lowest free slot of
     the destination hand, the budget, the shape (every failure
     Fault_TileAllocation); then the allocation. Returns (fault, slot, the
@@ -104,15 +105,16 @@ def new_destination(m: Machine, b: Block, d: tables.DataType, layout: str,
     if generic_indexable(layout, rows, cols, d) and \
             words_needed(layout, rows, cols, d, vr, vc) > m.ordinary_words:
         return TILE_ALLOCATION, None, {}
-    fields = dict(dtype=d.code, layout=tables.TILE_LAYOUT_CODE[layout], location=ANY,
-                  capacity=tsize, rows=rows, cols=cols, valid_rows=vr, valid_cols=vc,
-                  mask=bind.mask & 0xF, defined_valid=0)
+    # the descriptor's int fields, and the slot's Tile as it was under "free"
+    fields: dict[str, Any] = dict(dtype=d.code, layout=tables.TILE_LAYOUT_CODE[layout], location=ANY,
+                                  capacity=tsize, rows=rows, cols=cols, valid_rows=vr, valid_cols=vc,
+                                  mask=bind.mask & 0xF, defined_valid=0)
     fields["free"] = copy.copy(m.tiles[slot])
     allocate(m, slot, **{k: v for k, v in fields.items() if k != "free"})
     return None, slot, fields
 
 
-def release(m: Machine, slot: int, fields: dict) -> None:
+def release(m: Machine, slot: int, fields: Mapping[str, Any]) -> None:
     """RollBackBundleTileDestinations: the slot as free as before (a free
     slot owns no payload Words, so none is written back)."""
     m.tiles[slot] = fields["free"]
@@ -139,6 +141,7 @@ def local_tmov(m: Machine, b: Block) -> Optional[Fault]:
     src = m.tile_at(src_index)
     src_ok = m.slot_of(src_index) is not None and configured(m, src)
     # ResolveBundleEffectiveDataType: B.DATR's (0 = FP64), the BSTART's, the source's
+    code: Optional[int]
     if b.datr_present:
         code = b.datr[1]
     elif b.dtype != tables.DTYPE_NONE:
@@ -153,6 +156,7 @@ def local_tmov(m: Machine, b: Block) -> Optional[Fault]:
     fault, slot, fields = new_destination(m, b, d, layout, shape)
     if fault is not None:
         return TILE_ALLOCATION                  # MV.7 destination
+    assert slot is not None                     # no fault: a slot
     # read after the allocation, which may have taken the source's own slot
     src_slot = m.slot_of(src_index)
     src = m.tile_at(src_index)
@@ -233,9 +237,10 @@ def local_to_shared(m: Machine, b: Block, publish: bool) -> Optional[Fault]:
         return TILE_LEGALITY                    # MS.8 prospective_init
     # the source's Words up to tile_words, the executor's lanes (0 past them)
     src_words, src_defined = m.payload(src_slot)
-    value = lambda e: src_words[e] if e < m.tile_words else 0
+    value: Callable[[int], int] = lambda e: src_words[e] if e < m.tile_words else 0
     if i is None:                               # a fresh record: the whole source
         i = m.free_record()
+        assert i is not None                    # MS.7 found one
         m.shared[i] = SharedRecord(sid=sid, allocation_mask=mask, initialized_mask=mask,
                                    published=publish, contents_defined=True, dtype=src.dtype,
                                    layout=src.layout, capacity=tsize, rows=src.rows,
@@ -274,6 +279,7 @@ def shared_to_local(m: Machine, b: Block, broadcast: bool) -> Optional[Fault]:
     if d is None or vr < 1 or vc < 1 or cols < 1 or vc > cols:
         return TILE_LEGALITY                    # MS.9 read_schema
     i = m.record_of(sid)
+    r: Optional[SharedRecord]
     if i is not None:
         r = m.shared[i]
         readable = (descriptor_legal(m, i) and r.capacity == tsize and r.cols == cols
@@ -298,6 +304,7 @@ def shared_to_local(m: Machine, b: Block, broadcast: bool) -> Optional[Fault]:
     fault, slot, fields = new_destination(m, b, edt, layout, (vr, vc, cols))
     if fault is not None:
         return TILE_ALLOCATION                  # MS.11 destination
+    assert slot is not None                     # no fault: a slot
     rows = derived_rows(tsize, cols, d)
     if (fields["rows"], fields["dtype"]) != (rows, d.code):
         release(m, slot, fields)
@@ -312,14 +319,14 @@ def shared_to_local(m: Machine, b: Block, broadcast: bool) -> Optional[Fault]:
     return None
 
 
-def complete(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
+def complete(m: Machine, b: Block, op: tuple[str, str, int], pe: int) -> Optional[Fault]:
     function = FUNCTION[op[0]]
     if function == 2:
         return local_tmov(m, b)
     return shared_tmov(m, b, function)
 
 
-def selects(b: Block, op: tuple) -> bool:
+def selects(b: Block, op: tuple[str, str, int]) -> bool:
     """Every BSTART.TMOV block (Functions 2 and 9..12)."""
     return op[0] in FUNCTION
 

@@ -11,12 +11,12 @@ memory preflight succeeded).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 from .. import families, tables
 from . import layouts
 from .family import Family
-from .state import MASK64, Block, Machine, Tile
+from .state import MASK64, Binding, Block, Machine, Tile
 
 CUBE_LOAD_CODES = {21: "CUBE_M32", 22: "CUBE_M16", 23: "CUBE_N8"}    # B.DATR Layout (ADR 0070)
 CUBE_STORE_CODES = {24: "CUBE_M32", 25: "CUBE_M16", 26: "CUBE_N8"}
@@ -124,7 +124,7 @@ def base_and_stride(m: Machine, b: Block, pe: int, default_stride: int) -> tuple
     return 0, default_stride
 
 
-def binding_well_formed(x) -> bool:
+def binding_well_formed(x: Binding) -> bool:
     """Fields a decoded B.IOT can hold (a hand-made block state may hold others)."""
     return (x.mask in tables.PEMODE_MASK[1:] and 0 <= x.dst_hand <= 3
             and (not x.dst_valid or 1 <= x.size_code <= 10)
@@ -148,7 +148,7 @@ def budget_ok(m: Machine, mask: int, tsize: int, charge_pes: Optional[int] = Non
     return m.capacity_in_use() + n * tsize <= m.tile_capacity
 
 
-def allocate(m: Machine, slot: int, **descriptor) -> Tile:
+def allocate(m: Machine, slot: int, **descriptor: int) -> Tile:
     """B.7: install a fresh descriptor; definedness cleared, payload Words kept."""
     tile = Tile(allocated=True, **descriptor)
     m.tiles[slot] = tile
@@ -161,7 +161,7 @@ def allocate(m: Machine, slot: int, **descriptor) -> Tile:
 # ----------------------------------------------------------------- C.5 / C.6 CUBE
 
 
-def cube_transport(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
+def cube_transport(m: Machine, b: Block, op: tuple[str, str, int], pe: int) -> Optional[Fault]:
     """C.5 (TLOAD, Layout 21..23) and C.6 (TSTORE, Layout 24..26); taken for any
     BSTART whose block carries a B.DATR with a CUBE conversion Layout.
 
@@ -384,6 +384,7 @@ def ordinary_tload(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     for r in range(vr):
         for c in range(vc):
             i = layout_index(layout, rows, cols, d, r, c)
+            assert i is not None                # a generically indexable layout (checked above)
             words[i] = load_element(m.gm, element_address(base, stride, r, c, d), c, d) & keep
             defined[i] = True
     return None
@@ -529,7 +530,7 @@ def ordinary_tstore(m: Machine, b: Block, pe: int) -> Optional[Fault]:
     for r in range(t.valid_rows):
         for c in range(t.valid_cols):
             store_element(m.gm, element_address(base, stride, r, c, d), c, d,
-                          words[linear_index(t, d, r, c)])
+                          words[cast(int, linear_index(t, d, r, c))])   # a legal source indexes
     return None
 
 
@@ -539,7 +540,7 @@ def cube_selected(b: Block) -> bool:
     return b.datr_present and b.datr[0] in CUBE_LOAD_CODES.keys() | CUBE_STORE_CODES.keys()
 
 
-def complete(m: Machine, b: Block, op: tuple, pe: int) -> Optional[Fault]:
+def complete(m: Machine, b: Block, op: tuple[str, str, int], pe: int) -> Optional[Fault]:
     """The default family: the CUBE transport, else an ordinary Local TLOAD or
     TSTORE; any other operation no family selects is outside the slice."""
     if cube_selected(b):

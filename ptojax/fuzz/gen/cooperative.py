@@ -254,6 +254,7 @@ def _coop_shared(rng, plan: _CoopPlan, Wsh: int) -> Optional[dict]:
         return None
     sids = [int(x) for x in rng.choice(256, size=len(sh), replace=False)]
     for t, sid in zip(sh.values(), sids):
+        assert t is not None            # none is (returned above)
         t.sid = sid
     return sh
 
@@ -263,7 +264,7 @@ def _coop_local(rng, plan: _CoopPlan, W: int) -> Optional[dict]:
     sa, bias (C with D's size; A and sA when B alone is Shared), or None."""
     f, vm, N, K, acc = plan.f, plan.vm, plan.N, plan.K, plan.acc
     kb = -(-K // 32)
-    loc = {}
+    loc: dict[str, dict[int, MmTile]] = {}
     for i in plan.active:
         tiles = {}
         if f["acc"]:
@@ -277,6 +278,7 @@ def _coop_local(rng, plan: _CoopPlan, W: int) -> Optional[dict]:
         if any(t is None for t in tiles.values()):
             return None
         for role, t in tiles.items():
+            assert t is not None        # none is (returned above)
             t.pemode = i + 1
             loc.setdefault(role, {})[i] = t
     return {r: loc[r] for r in ("c", "a", "sa", "bias") if r in loc}
@@ -285,6 +287,7 @@ def _coop_local(rng, plan: _CoopPlan, W: int) -> Optional[dict]:
 def _coop_draw(b: Builder, kind: str, form: str, muts) -> Optional[_CoopPlan]:
     """A legal cooperative plan for this kind and form."""
     rng, W, Wsh = b.rng, b.m.tile_words, b.m.shared_words
+    assert Wsh is not None          # MachineConfig sets it (tile_words when None)
     for _ in range(60):
         plan = _coop_plan(rng, kind, form, muts)
         if not _coop_layouts(rng, plan, W):
@@ -647,6 +650,7 @@ def _coop_pool(b: Builder, plan: _CoopPlan, d_hand: int, used: dict, charge: lis
     other PE and the Shared records fit while that PE cannot take D); None
     when its hands run out."""
     rng, HS, p = b.rng, b.m.hand_slots, plan.pool_pe
+    assert p is not None            # called for a coop_pool plan only
     active = plan.active
     d_tsize = 128 << (plan.d_size - 1)
     shared_total = sum(4 * (64 << t.size) for t in plan.shared.values())

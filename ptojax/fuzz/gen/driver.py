@@ -214,6 +214,7 @@ def undefine_words(tiles: dict, case: Case, mcfg: MachineConfig) -> None:
                if slot is not None and tile_words(tiles, p, slot)[1][word]]
         if not pes:
             raise RuntimeError(f"undefine ({index}, {word}): no defined Word there")
+        assert slot is not None         # pes is empty when it is None
         for p in pes:
             words, defined = tile_words(tiles, p, slot)
             defined[word] = False
@@ -251,7 +252,7 @@ def core_setup(words, core: bool) -> tuple:
     that under run_core each PE holds every source an All-Local bundle of any
     mask names (a single-PE setup loads into the current PE's file whatever
     the mask)."""
-    out = []
+    out: list[int] = []
     for w in words:
         w = int(w) & 0xFFFFFFFF
         if core and (w & 0x7F) == 0x13 and (w >> 12) & 7 in (4, 5, 6) and (w >> 9) & 7:
@@ -290,7 +291,7 @@ class Bundle:
 
 
 def flatten(bundles) -> list:
-    out = []
+    out: list[int] = []
     for bd in bundles:
         out.extend([w for _, w in bd.items] if bd.info.get("raw") else bd.words())
     return out
@@ -305,12 +306,12 @@ class Builder:
         self.m = g.machine
         self.gm_bytes = g.machine.gm_bytes
         self.pe = g.pe
-        self.gprs = {pe: {} for pe in range(tables.NUM_PES)}
+        self.gprs: dict[int, dict[int, int]] = {pe: {} for pe in range(tables.NUM_PES)}
         self.free_regs = list(range(1, tables.NUM_GPRS))
         rng.shuffle(self.free_regs)
         self.hand_used = [0, 0, 0, 0]
-        self.notes = []
-        self.tile_capacity = None
+        self.notes: list[str] = []
+        self.tile_capacity: Optional[int] = None
         self.pc = 0
 
     # ---- registers
@@ -550,7 +551,7 @@ def draw_mutations(rng, g: GenConfig, fam: Family, kind: str, mutations: Optiona
         if unknown:
             raise ValueError(f"unknown {fam.name} mutations {sorted(unknown)}")
         return mutations
-    drawn = []
+    drawn: list[str] = []
     if kind == fam.quiet or rng.random() >= g.p_mutate:
         return drawn
     ok = fam.ok if ok is None else ok

@@ -685,7 +685,7 @@ def _mm_operands(b: Builder, plan: _MmPlan, loads: list, d_index: int, d1_index)
         free = [x for x in range(64) if x not in allocated]
         index[plan.unallocated_role] = pick_one(rng, free)
         b.notes.append(f"unallocated:{plan.unallocated_role}=T{index[plan.unallocated_role]}")
-    undefine = ()
+    undefine: tuple[tuple[int, int], ...] = ()
     if plan.undefine_role is not None:
         u, (r, c) = _mm_undefine(rng, plan.tiles[plan.undefine_role])
         undefine = (u,)

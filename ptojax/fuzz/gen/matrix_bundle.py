@@ -22,6 +22,7 @@ def _iot_word(srcs: list, dst: Optional[tuple], pemode: int, last: int) -> int:
         return w | DST_TILE.insert(dst[0]) | SIZE_CODE.insert(dst[1]) if dst else w
     if len(srcs) == 1:
         return iot_src_dst(srcs[0], dst[0], dst[1], pemode, last) if dst else iot_src(srcs[0], pemode, last)
+    assert dst is not None          # a B.IOT without sources names a destination
     return iot_dst(dst[0], dst[1], pemode, last)
 
 

@@ -10,6 +10,8 @@ TILE_CAPACITY one byte short of the auxiliary outputs: TileAllocation).
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ... import tables
 from ...isa.encode import FPATR0
 from .matrix_tiles import (FP32, MM_FP32_MODES, MM_S32_MODES, MM_SCALAR_MODES, MM_VECTOR_MODES,
@@ -126,7 +128,8 @@ def draw_post(b, plan, muts) -> bool:
                        f" init{kw.get('row_max_init', 0)} gmax{kw['group_max']}"
                        f" gn{kw.get('group_n', 0)} abs{kw.get('max_abs', 0)}"]
     # the post-process sources, stream order RowMaxIn, quant, PReLU
-    shapes = []
+    # (role, dtype, valid rows, valid columns, values or None)
+    shapes: list[tuple[str, int, int, int, Optional[list[list[int]]]]] = []
     if kw.get("row_max_init"):
         shapes.append(("rin", plan.acc, plan.M, 1, None))
     if vector:

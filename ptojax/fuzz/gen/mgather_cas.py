@@ -402,7 +402,7 @@ def _cas_operands(b: Builder, plan: CasPlan, loads: list, dest_index: int) -> tu
         free = [t for t in range(64) if t not in allocated and t != dest_index]
         src[k] = pick_one(rng, free)
         b.notes.append(f"unallocated:{plan.unallocated_role}=T{src[k]}")
-    undefine = ()
+    undefine: tuple[tuple[int, int], ...] = ()
     if plan.undefine_role is not None:
         s = plan.source(plan.undefine_role)
         r, c = int(rng.integers(0, s.vr)), int(rng.integers(0, s.vc))
@@ -523,6 +523,7 @@ def random_cas_case(rng: np.random.Generator, cfg=None, kind: Optional[str] = No
     if plan is None:                          # no shape for these needs: drop them
         mutations = [m for m in mutations if m not in ("cas_fractal",)]
         plan = cas_draw(b, kind, mutations)
+    assert plan is not None                   # some shape fits without cas_fractal
     applied = cas_plan_mutate(b, plan, mutations)
     bundle_muts = [m for m in mutations if m in CAS_BUNDLE_MUTATIONS]
     if kind == "cas_zero_mask":

@@ -7,7 +7,7 @@ before placement."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Literal, Optional
 
 import numpy as np
 
@@ -539,7 +539,7 @@ def _cp_src_cube(b, plan):
     return True
 
 
-CAS_PLAN_MUTATIONS = {
+CAS_PLAN_MUTATIONS: dict[str, Optional[Callable[[Builder, CasPlan], bool]]] = {
     # satisfied by cas_draw itself
     "cas_packed": None, "cas_index_float": None, "cas_fractal": None,
     "cas_vc_gt_col": _cp_vc_gt_col, "cas_col_not_pow2": _cp_col_not_pow2, "cas_tsize": _cp_tsize,
@@ -555,7 +555,7 @@ def cas_plan_mutate(b: Builder, plan: CasPlan, mutations: list) -> list:
     satisfies when it did)."""
     applied = []
     for m in mutations:
-        f = CAS_PLAN_MUTATIONS.get(m, False)
+        f: Optional[Callable[[Builder, CasPlan], bool]] | Literal[False] = CAS_PLAN_MUTATIONS.get(m, False)
         if f is None:                         # satisfied by the draw
             ok = {"cas_packed": BITS[plan.td] == 4, "cas_index_float": plan.idt not in INT_DTYPES,
                   "cas_fractal": plan.layout in ("ZN", "NZ")}[m]

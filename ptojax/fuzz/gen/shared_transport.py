@@ -138,6 +138,7 @@ def not_pow2(rng, v):
 
 def _sh_draw_tile(b: Builder, role="x", sid=None) -> ShTile:
     rng, Wsh = b.rng, b.m.shared_words
+    assert Wsh is not None      # MachineConfig sets it (tile_words when None)
     while True:
         dt = pick_one(rng, DTYPES)
         cols = 1 << int(rng.integers(0, 7))
@@ -163,7 +164,7 @@ def _sh_addr(b: Builder, gm: "MmGM", t: ShTile, pes, store: bool = False) -> dic
     """{pe: (base, stride)}: every PE its own region (TSTORE) or data (TLOAD)."""
     rng = b.rng
     bits = BITS[t.dt]
-    out = {}
+    out: dict[int, tuple[int, int]] = {}
     shared = rng.random() < 0.4
     for pe in pes:
         if shared and out:
@@ -225,6 +226,7 @@ def _sh_update_mismatch(b: Builder, t: ShTile, prior: ShTile, applied: list):
     """sh_update_mismatch: the reload t differs from the record in its mask
     (outside the allocation), size, dtype or shape."""
     rng, Wsh = b.rng, b.m.shared_words
+    assert Wsh is not None      # MachineConfig sets it (tile_words when None)
     how = pick_one(rng, ["mask", "size", "cols", "vr", "dtype"])
     if how == "mask" and PEMODE_MASK[prior.pemode] != 15:
         t.pemode = pick_one(rng, [p for p in range(1, 8) if PEMODE_MASK[p] & ~PEMODE_MASK[prior.pemode]])
@@ -246,6 +248,7 @@ def _sh_update_mismatch(b: Builder, t: ShTile, prior: ShTile, applied: list):
 def _sh_too_big(b: Builder, t: ShTile, applied: list):
     """sh_too_big (a new register only): a narrow dtype and a SizeCode whose
     rows x columns pass shared_words."""
+    assert b.m.shared_words is not None     # MachineConfig sets it (tile_words when None)
     for dt in (DT_CODE["U8"], DT_CODE["S8"], DT_CODE["U4X2"]):
         s = next((s for s in range(1, 13) if (64 << s) * 8 // BITS[dt] > b.m.shared_words
                   and (64 << s) * 8 // (t.cols * BITS[dt]) <= 65535), None)
@@ -381,7 +384,7 @@ def sh_program(b: Builder, kind: str, muts: list):
     """(setup, words, GM, tile_capacity, applied) of an sh_load / sh_store case."""
     rng, W = b.rng, b.g.max_words
     gm = MmGM(rng, b.gm_bytes)
-    applied = []
+    applied: list[str] = []
     setup = []
     t = _sh_draw_tile(b)
     others = _sh_others(b, t, kind, muts, applied)

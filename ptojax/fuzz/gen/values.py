@@ -5,6 +5,7 @@ row and element sizes, SizeCodes, raw element values and their GM bytes."""
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import numpy as np
 
@@ -26,7 +27,7 @@ FRACTAL_CODES = tuple(c for c in RELAYOUT_CODES if RELAYOUT_TO[c] in ("ZN", "NZ"
 LOAD_CODES = (21, 22, 23)                 # ND2M32, ND2M16, ND2N8
 STORE_CODES = (24, 25, 26)                # M322ND, M162ND, N82ND
 CODE_LAYOUT = {21: "M32", 22: "M16", 23: "N8", 24: "M32", 25: "M16", 26: "N8"}
-STORE_OF = {21: 24, 22: 25, 23: 26}
+STORE_OF: dict[Optional[int], int] = {21: 24, 22: 25, 23: 26}   # looked up with a code or None
 PEMODE_MASK = tables.PEMODE_MASK
 # B.1: (layout, element bits) -> (cell rows, cell columns)
 CELL = {("N8", 32): (4, 8), ("N8", 16): (8, 8), ("N8", 8): (16, 8), ("N8", 4): (32, 8),
