@@ -81,7 +81,7 @@ def _scan_headers(st: State, words: jax.Array, length: jax.Array, gpr_row: jax.A
 
 def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: jax.Array,
                    cfg: MachineConfig, effects: frozenset[str], cas_seed: jax.Array | int,
-                   core: bool) -> _Phase2:
+                   core: bool, uniform: bool = False) -> _Phase2:
     """Phase 2: the recorded blocks committed in order, stopping at the first
     completion fault. Returns (the state, the fault's word index (L: none), the
     fault, its address, the faulting block)."""
@@ -95,7 +95,7 @@ def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: ja
         if core:
             f, addr, s2 = dispatch.complete_core(s, h, cfg, go & ~dr_bad, effects, cas_seed)
         else:
-            f, addr, s2 = dispatch.complete(s, h, pe, cfg, go & ~dr_bad, effects, cas_seed)
+            f, addr, s2 = dispatch.complete(s, h, pe, cfg, go & ~dr_bad, effects, cas_seed, uniform)
         f = jnp.where(dr_bad, F["Fault_BundleControl"], f)
         f = jnp.where((f == 0) & h.catr_trap, F["Fault_BundlePostCommit"], f)
         faulted = go & (f != 0)
@@ -117,7 +117,8 @@ def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: ja
 
 def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: jax.Array,
            cfg: MachineConfig, max_commits: int, effects: frozenset[str] | None = None,
-           cas_seed: jax.Array | int = 0, core: bool = False) -> tuple[State, jax.Array]:
+           cas_seed: jax.Array | int = 0, core: bool = False,
+           uniform: bool = False) -> tuple[State, jax.Array]:
     """Run words[:length] on one State (traceable: `run_stream` jits it, the
     batch path vmaps it inside its own jit).
 
@@ -126,7 +127,9 @@ def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: 
     commits (at most `max_commits`). Phase 2 commits those blocks in order and
     stops at the first completion fault. With `core` (static) every
     completion is a collective of the Core's PEs (dispatch.complete_core) and
-    the header reads PE `pe`'s GPRs (0 for pj.run_core). `pe` (current PE), `hold`
+    the header reads PE `pe`'s GPRs (0 for pj.run_core). With `uniform`
+    (static) every block runs at the machine's tile_words, as under pj.run,
+    even under pj.batch.run (dispatch.complete). `pe` (current PE), `hold`
     (on_fault="hold") and `cas_seed` are traced, so they never cause a
     recompile (callers pass cfg with cas_seed=0 and the seed here).
     Returns (state, executed).
@@ -142,7 +145,7 @@ def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: 
     # blocks travel packed (one int32 vector): selecting or storing one costs one op
     blk, stop_at, hfault, commits, pos = _scan_headers(st, words, length, gpr_row, max_commits)
     st, cstop, cfault, caddr, cblk = _commit_blocks(st, commits, pos, L, pe, cfg, effects, cas_seed,
-                                                    core)
+                                                    core, uniform)
 
     # the first fault in word order stops the stream (commit faults precede
     # the header fault: only commits before it were recorded)
@@ -165,7 +168,7 @@ def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: 
     return st, executed
 
 
-STREAM_STATIC = ("cfg", "max_commits", "effects", "core")
+STREAM_STATIC = ("cfg", "max_commits", "effects", "core", "uniform")
 # pj.run's calls are one State each: their cost is the compile plus one pass
 # over the State. XLA:CPU's older LLVM emitters compile this program about
 # twice as fast as its fusion emitters, whose code runs faster (pj.batch.run

@@ -1,7 +1,8 @@
 """The import graph of ptojax keeps the layering of docs/architecture.md.
 
 Every module is parsed with `ast`; its imports of ptojax modules, at module
-level and inside functions alike, are edges of the graph. `from pkg import x`
+level and inside functions alike, are edges of the graph (except those under
+`if TYPE_CHECKING:`, which only the type checker runs). `from pkg import x`
 is an edge to the module pkg.x when there is one, else to pkg. Importing a
 submodule also runs its package's __init__; that implicit edge is not counted
 (a package __init__ that re-exports its submodules is no cycle), so the rules
@@ -30,10 +31,11 @@ LAYERS = (
     # instruction words; the State's interchange format (it needs only the State)
     ("isa", ("ptojax.isa*", "ptojax.interop*")),
     ("ops", ("ptojax.ops.*",)),
-    # the word-stream executor; pj.ops.matmul runs real bundles through it, and the
-    # pj.ops namespace (ops/__init__.py) names that helper
-    ("run", ("ptojax.machine", "ptojax.golden", "ptojax.ops")),
-    ("batch", ("ptojax.batch*", "ptojax.warmup")),
+    # the word-stream executor
+    ("run", ("ptojax.machine",)),
+    # batches of streams; the golden results run real bundles through both, and the
+    # pj.ops namespace (ops/__init__.py) names pj.golden's helpers by their first names
+    ("batch", ("ptojax.batch*", "ptojax.golden*", "ptojax.ops", "ptojax.warmup")),
     # the public namespace; the oracle, which only the layers above may use
     ("api", ("ptojax", "ptojax.reference*")),
     # campaigns; the report of one run and the guided tour's steps, which the CLI prints
@@ -78,7 +80,14 @@ def _imports(module: str, path: Path) -> list:
     is_package = path.name == "__init__.py"
     package = module if is_package else module.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    # imports under `if TYPE_CHECKING:` name types for the checker only: no edge at run time
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                 and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                 for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name, None) for a in node.names if _matches(a.name, "ptojax*")]
         elif isinstance(node, ast.ImportFrom):

@@ -109,7 +109,7 @@ def test_misuse_is_a_clear_error(call, err):
 def test_bundles_agree_with_the_reference(monkeypatch):
     """pj.ops.matmul's own bundle sequences (TLOADs, the TMATMUL forms, TSTORE)
     run on pj.reference.run too: the same fault, executed count and final GM."""
-    from ptojax import golden
+    from ptojax.golden import bundle as golden
     from ptojax.state import write_gpr, write_memory
 
     seen = []
@@ -228,4 +228,5 @@ def test_golden_is_the_home_and_ops_the_alias():
     # pj.golden.matmul is the golden-result helper's home; pj.ops keeps the first name
     assert pj.golden.matmul is pj.ops.matmul
     assert pj.golden.MatmulFault is MatmulFault and pj.golden.MatmulResult is pj.ops.MatmulResult
-    assert set(pj.golden.__all__) == {"matmul", "MatmulFault", "MatmulResult"}
+    assert set(pj.golden.__all__) == {"matmul", "gemm", "MatmulFault", "MatmulResult"}
+    assert pj.golden.gemm is pj.ops.gemm

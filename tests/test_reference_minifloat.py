@@ -78,7 +78,7 @@ def test_reference_decoder_is_independent_of_the_executor():
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add("." if node.level else node.module.split(".")[0])
-    assert imported == {"__future__", "functools", "math", "dataclasses", "fractions"}
+    assert imported == {"__future__", "functools", "math", "dataclasses", "fractions", "typing"}
 
 
 def test_reference_matmul_does_not_decode_through_numerics(monkeypatch):

@@ -54,10 +54,10 @@ class BatchResult:
         return RunResult.from_state(unstack_state(self.state, i), int(self.executed[i]))
 
 
-def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effects, core):
+def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effects, core, uniform=False):
     # the axis name lets a loop share one trip count across the batch (ops.lowering.trip_count)
     return jax.vmap(lambda s, w, n: stream(s, w, n, pe, hold, cfg, max_commits, effects,
-                                           cas_seed, core), axis_name=BATCH_AXIS)(states, words, lengths)
+                                           cas_seed, core, uniform), axis_name=BATCH_AXIS)(states, words, lengths)
 
 
 _run_kept = jax.jit(_batched, static_argnames=STREAM_STATIC)
@@ -143,7 +143,8 @@ def _shard(x, n_dev):
 
 @x64
 def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "abandon",
-        cfg: MachineConfig | None = None, donate: bool = False, core: bool = False) -> BatchResult:
+        cfg: MachineConfig | None = None, donate: bool = False, core: bool = False,
+        max_commits: int | None = None, uniform: bool = False) -> BatchResult:
     """Run one word stream per State, all at once (vmapped `pj.run`; with
     core=True vmapped `pj.run_core`, every completion a collective of the
     Core's four PEs).
@@ -158,6 +159,15 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     of one power-of-two bucket share one compiled program; the result has
     exactly B rows. A batch that needs padding is copied first and the
     copy donated; with donate=True the given States are freed all the same.
+    max_commits: a bound on the bundles any stream completes, for callers
+    that run many batches of different streams through one compiled
+    program (it is part of the program's key); default, and at least: the
+    words' own bound, as a power of two. uniform=True promises that every
+    block names tiles of about cfg.tile_words (a tiled product's do): the
+    blocks then run at that one size, as under pj.run, instead of at the
+    least of several lane classes (ops.lowering.lane_classes), so the
+    program traces and compiles in about a quarter of the time; smaller
+    tiles cost their full width. Results never depend on it.
     """
     pe, hold, cfg = check_run(states, pe, on_fault, cfg, core, "pj.batch.run")
     w, n = _words_array(words)
@@ -173,6 +183,11 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
         raise ValueError(f"{states.gm.shape[0]} states but {B} word streams")
     Lb = bucket(w.shape[1])
     K = bucket(int(np.max(commit_capable(w, np.asarray(states.block.active)), initial=1)), low=1)
+    if max_commits is not None:
+        if isinstance(max_commits, bool) or not isinstance(max_commits, (int, np.integer)) or max_commits < K:
+            raise ValueError(f"max_commits must be an int of at least {K} (these streams can complete "
+                             f"that many bundles), got {max_commits!r}")
+        K = int(max_commits)
     effects = possible_effects(w, open_block_ops(states))
     n_dev = jax.local_device_count()
     rows = batch_rows(B, n_dev)
@@ -193,7 +208,7 @@ def run(states: State, words, pe: int = 0, *, lengths=None, on_fault: str = "aba
     fn = _run_donated if donate else _run_kept
     st, executed = fn(*args, jnp.int32(pe), jnp.bool_(hold), jnp.int64(cfg.cas_seed & 0xFFFFFFFF),
                       cfg=cfg.replace(cas_seed=0), max_commits=K, effects=effects,
-                      core=bool(core))
+                      core=bool(core), uniform=bool(uniform))
     fault, address, executed = np.asarray(st.fault), np.asarray(st.fault_address), np.asarray(executed)
     if rows != B:
         st = _first_rows(st, B)

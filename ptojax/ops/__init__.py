@@ -1,16 +1,19 @@
-"""Operation families of the JAX executor, and `pj.ops.matmul`, the golden-result
-helper's first name (an alias of `pj.golden.matmul`, kept for the callers of it).
+"""Operation families of the JAX executor, and the golden-result helpers'
+first names: `pj.ops.matmul` and `pj.ops.gemm` are aliases of `pj.golden.matmul`
+and `pj.golden.gemm`, kept for their callers.
 
-`matmul`, `MatmulFault` and `MatmulResult` live in ptojax/golden.py: the helper runs real
-bundles through the word-stream executor (machine.py), which sits above
-these families, so this namespace resolves them on first use instead of
-importing the layer above whenever an operation family is imported.
+The helpers live in ptojax/golden/: they run real bundles through the
+word-stream and batch executors, which sit above these families, so this
+namespace resolves them on first use instead of importing the layers above
+whenever an operation family is imported.
 """
 
-__all__ = ["matmul", "MatmulFault", "MatmulResult"]
+from typing import Any
+
+__all__ = ["matmul", "gemm", "MatmulFault", "MatmulResult"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:      # one of pj.golden's functions or its two classes
     if name in __all__:
         from .. import golden
         return getattr(golden, name)

@@ -84,7 +84,7 @@ def lanes_needed(desc: jax.Array, h: Header, cfg: MachineConfig) -> jax.Array:
 
 
 def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
-             effects: frozenset[str], cas_seed: jax.Array | int = 0) -> _Outcome:
+             effects: frozenset[str], cas_seed: jax.Array | int = 0, uniform: bool = False) -> _Outcome:
     """Complete the block with header `h` as PE `pe`: (fault, fault address, new Core state).
 
     Under pj.batch.run, at the least lane count of lane_classes that holds its
@@ -101,10 +101,15 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
     families inside it read the Core's large arrays (the Local pools, the
     Shared Words) as operands only, since XLA copied them whole into and out
     of every conditional that passed them through, each block; and a switch's
-    branches would each return a write as large as the largest class's."""
+    branches would each return a write as large as the largest class's.
+
+    With `uniform` (the caller's static promise that the blocks' tiles are
+    about the machine's size, as a tiled product's are) a batch runs as
+    pj.run does: one class each copy of the completion is traced for, a
+    quarter of the compile."""
     W = cfg.tile_words
     top = cfg.max_tile_words if effects & PACKED_EFFECTS else W
-    classes = tuple(L for L in lane_classes(W) if L <= top) if under_batch() \
+    classes = tuple(L for L in lane_classes(W) if L <= top) if under_batch() and not uniform \
         else tuple(sorted({W, top}))
 
     def at(lanes: int) -> Callable[[State], _Outcome]:

@@ -149,7 +149,7 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
     # 9. effect
     if i is None:
         i = m.free_record()
-        assert i is not None                    # SH3.7 found one
+        assert i is not None                    # (step SH3.7 found one)
         m.shared[i] = SharedRecord(sid=sid, allocation_mask=mask, initialized_mask=mask,
                                    published=True, contents_defined=True, dtype=d.code,
                                    layout=tables.TILE_LAYOUT_CODE[layout], capacity=tsize,

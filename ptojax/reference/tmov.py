@@ -240,7 +240,7 @@ def local_to_shared(m: Machine, b: Block, publish: bool) -> Optional[Fault]:
     value: Callable[[int], int] = lambda e: src_words[e] if e < m.tile_words else 0
     if i is None:                               # a fresh record: the whole source
         i = m.free_record()
-        assert i is not None                    # MS.7 found one
+        assert i is not None                    # (step MS.7 found one)
         m.shared[i] = SharedRecord(sid=sid, allocation_mask=mask, initialized_mask=mask,
                                    published=publish, contents_defined=True, dtype=src.dtype,
                                    layout=src.layout, capacity=tsize, rows=src.rows,

@@ -25,12 +25,12 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from . import numerics, tables
-from ._x64 import x64
-from .isa.asm import assemble
-from .layouts.geometry import geometry as cube_geometry
-from .machine import run_stream
-from .state import MachineConfig, reset
+from .. import numerics, tables
+from .._x64 import x64
+from ..isa.asm import assemble
+from ..layouts.geometry import geometry as cube_geometry
+from ..machine import run_stream
+from ..state import MachineConfig, reset
 
 __all__ = ["matmul", "MatmulFault", "MatmulResult"]
 
@@ -43,9 +43,9 @@ _SA = _SB = _VEC = "N"
 _D_HAND = "M"
 _ML = {"FP16": np.float16, "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn,
        "E5M2": ml_dtypes.float8_e5m2, "FP32": np.float32}
-_ACC_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32}
+ACC_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32}
 # D's numpy type by its DataType (HiF8 has none: its raw codes as uint8)
-_OUT_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32, "FP16": np.float16,
+OUT_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32, "FP16": np.float16,
            "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn, "HiF8": np.uint8,
            "S8": np.int8, "S16": np.int16, "S4X2": np.int8}
 _ROUNDING = {"RNE": "Default", "RTZ": "RTZ", "RTM": "RTM", "RTP": "RTP", "RNA": "RNA", "RTO": "RTO",
@@ -74,7 +74,7 @@ class MatmulFault(RuntimeError):
         self.fault, self.address, self.bundle = fault, address, bundle
 
 
-def _dtype(name, what):
+def dtype_arg(name, what):
     if not isinstance(name, str):
         raise TypeError(f"{what} must be a DataType name such as 'FP16', got {type(name).__name__}")
     try:
@@ -84,7 +84,7 @@ def _dtype(name, what):
                          f"({', '.join(d.name for d in tables.DATATYPES)})") from None
 
 
-def _matrix(x, what, ndim=2):
+def matrix_arg(x, what, ndim=2):
     arr = np.asarray(x)
     if arr.ndim != ndim or 0 in arr.shape:
         raise ValueError(f"{what} must be a non-empty {ndim}-D array, got shape {arr.shape}")
@@ -141,7 +141,7 @@ def encode(x, dt: tables.DataType, what: str) -> np.ndarray:
     return codes
 
 
-def _pack(codes: np.ndarray, bits: int) -> tuple[bytes, int]:
+def pack_nd(codes: np.ndarray, bits: int) -> tuple[bytes, int]:
     """Row-major ND bytes of a 2-D code array and the row stride in bytes."""
     rows, cols = codes.shape
     if bits == 4:
@@ -156,7 +156,7 @@ def _pack(codes: np.ndarray, bits: int) -> tuple[bytes, int]:
     return raw.astype(raw.dtype.newbyteorder("<")).tobytes(), cols * width
 
 
-def _size_code(nbytes: int, what: str) -> int:
+def size_code(nbytes: int, what: str) -> int:
     code = max(1, math.ceil(math.log2(max(nbytes, 128) / 64)))
     if code > 10:
         raise ValueError(f"{what} needs {nbytes} bytes per PE; one tile holds at most 64 KiB "
@@ -201,37 +201,70 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
     bundle raised, e.g. ["OF", "NX"] for a saturated quantization). Raises MatmulFault on an architectural fault,
     ValueError/TypeError on misuse.
     """
-    at = _dtype(dtype, "dtype")
-    bt = _dtype(b_dtype if b_dtype is not None else dtype, "b_dtype")
     if layout not in ("CUBE_M16", "CUBE_M32"):
         raise ValueError(f"layout must be 'CUBE_M16' or 'CUBE_M32', got {layout!r}")
+    op = operands(a, b, dtype, b_dtype, profile, acc, bias, scales)
+    limit = 16 if layout == "CUBE_M16" else 32
+    if op.M > limit:
+        raise ValueError(f"{layout} holds at most {limit} rows; a has {op.M} "
+                         f"(split the rows or use CUBE_M32, or pj.golden.gemm)")
+    if gemv and op.M != 1:
+        raise ValueError(f"gemv=True needs a single row (M = 1), got M = {op.M}")
+    ep = epilogue(op.acc_t, op.M, op.N, pre_quant, quant_scale, quant_offset, shift, relu, row_max,
+                  row_max_init, group_max, max_abs, rounding, saturate)
+    if not isinstance(flags, bool):
+        raise TypeError(f"flags must be True or False, got {type(flags).__name__}")
+    return _execute(op, layout, profile, gemv, ep, flags)
+
+
+class Operands(NamedTuple):
+    """A product's operands, checked and encoded (raw element codes, uint64)."""
+    at: tables.DataType        # A's type (the matrix bundle's DataType)
+    bt: tables.DataType
+    acc_t: tables.DataType     # FP32 / S32 / U32
+    a: np.ndarray              # M x K
+    b: np.ndarray              # K x N
+    c: np.ndarray | None       # M x N (the ACC form's C)
+    sa: np.ndarray | None      # M x ceil(K/32) E8M0 (MX forms)
+    sb: np.ndarray | None      # ceil(K/32) x N
+    bias: np.ndarray | None    # 1 x N (the BIAS form)
+    mx: bool
+
+    @property
+    def M(self) -> int:
+        return int(self.a.shape[0])
+
+    @property
+    def K(self) -> int:
+        return int(self.a.shape[1])
+
+    @property
+    def N(self) -> int:
+        return int(self.b.shape[1])
+
+
+def operands(a, b, dtype, b_dtype, profile, acc, bias, scales) -> Operands:
+    """Check and encode a product's operands (shared by matmul and gemm)."""
+    at = dtype_arg(dtype, "dtype")
+    bt = dtype_arg(b_dtype if b_dtype is not None else dtype, "b_dtype")
     if profile not in ("ieee", "portable"):
         raise ValueError(f"profile must be 'ieee' or 'portable', got {profile!r}")
     if acc is not None and bias is not None:
         raise ValueError("no matrix form takes both acc (ACC) and bias (BIAS)")
-    A, B = _matrix(a, "a"), _matrix(b, "b")
+    A, B = matrix_arg(a, "a"), matrix_arg(b, "b")
     M, K = A.shape
     if B.shape[0] != K:
         raise ValueError(f"a is {M}x{K} but b is {B.shape[0]}x{B.shape[1]}: inner dimensions differ")
     N = B.shape[1]
-    limit = 16 if layout == "CUBE_M16" else 32
-    if M > limit:
-        raise ValueError(f"{layout} holds at most {limit} rows; a has {M} (split the rows or use CUBE_M32)")
-    if gemv and M != 1:
-        raise ValueError(f"gemv=True needs a single row (M = 1), got M = {M}")
     mx = scales is not None
     cls = "S32" if at.is_integer and at.signed else "U32" if at.is_integer else "FP32"
     acc_t = tables.dtype("FP32" if mx else cls)
-
-    # operand tiles in stream order: (name, TLOAD layout, dtype, codes, hand, kind)
-    loads = []
+    c = None
     if acc is not None:
-        C = _matrix(acc, "acc")
+        C = matrix_arg(acc, "acc")
         if C.shape != (M, N):
             raise ValueError(f"acc must be {M}x{N}, got {C.shape}")
-        loads.append(("C", "ND2M16" if layout == "CUBE_M16" else "ND2M32", acc_t,
-                      encode(C, acc_t, "acc"), _C, "cube"))
-    loads.append(("A", "ND2M16" if layout == "CUBE_M16" else "ND2M32", at, encode(A, at, "a"), _A, "cube"))
+        c = encode(C, acc_t, "acc")
     kb = (K + 31) // 32
     sa = sb = None
     if mx:
@@ -246,32 +279,43 @@ def matmul(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None,
                 raise ValueError(f"{t.name} side {side} {'needs' if needs else 'takes no'} E8M0 scales")
             if s is not None and np.asarray(s).shape != shape:
                 raise ValueError(f"scales for {side} must be {shape[0]}x{shape[1]}, got {np.asarray(s).shape}")
-        if sa is not None:
-            loads.append(("sA", "ordinary", tables.dtype("E8M0"),
-                          encode(np.asarray(sa).astype(np.uint8), tables.dtype("E8M0"), "sa"), _SA, "row"))
-    loads.append(("B", "ND2N8", bt, encode(B, bt, "b"), _B, "cube"))
-    if sb is not None:
-        loads.append(("sB", "ordinary", tables.dtype("E8M0"),
-                      encode(np.asarray(sb).astype(np.uint8), tables.dtype("E8M0"), "sb"), _SB, "row"))
+        e8 = tables.dtype("E8M0")
+        sa = None if sa is None else encode(np.asarray(sa).astype(np.uint8), e8, "sa")
+        sb = None if sb is None else encode(np.asarray(sb).astype(np.uint8), e8, "sb")
+    bias_codes = None
     if bias is not None:
         v = np.asarray(bias)
         if v.ndim != 1 or v.shape[0] != N:
             raise ValueError(f"bias must be a length-{N} vector, got shape {v.shape}")
-        loads.append(("Bias", "ordinary", acc_t, encode(v.reshape(1, N), acc_t, "bias"), _BIAS, "row"))
-    ep = _epilogue(acc_t, M, N, pre_quant, quant_scale, quant_offset, shift, relu, row_max,
-                   row_max_init, group_max, max_abs, rounding, saturate)
-    loads += ep.loads
-    if not isinstance(flags, bool):
-        raise TypeError(f"flags must be True or False, got {type(flags).__name__}")
-    return _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, acc is not None,
-                    bias is not None, gemv, ep, flags)
+        bias_codes = encode(v.reshape(1, N), acc_t, "bias")
+    return Operands(at, bt, acc_t, encode(A, at, "a"), encode(B, bt, "b"), c, sa, sb, bias_codes, mx)
+
+
+def operand_loads(op: Operands, layout: str, ep: "Epilogue") -> list:
+    """The operand tiles' TLOADs in stream order: (name, TLOAD layout, dtype,
+    codes, hand, kind): C, A, sA, B, sB, Bias, then the epilogue's sources."""
+    m_lay = "ND2M16" if layout == "CUBE_M16" else "ND2M32"
+    e8 = tables.dtype("E8M0")
+    loads = []
+    if op.c is not None:
+        loads.append(("C", m_lay, op.acc_t, op.c, _C, "cube"))
+    loads.append(("A", m_lay, op.at, op.a, _A, "cube"))
+    if op.sa is not None:
+        loads.append(("sA", "ordinary", e8, op.sa, _SA, "row"))
+    loads.append(("B", "ND2N8", op.bt, op.b, _B, "cube"))
+    if op.sb is not None:
+        loads.append(("sB", "ordinary", e8, op.sb, _SB, "row"))
+    if op.bias is not None:
+        loads.append(("Bias", "ordinary", op.acc_t, op.bias, _BIAS, "row"))
+    return loads + list(ep.loads)
 
 
 # ---------------------------------------------------------------- the epilogue (B.FPATR)
 
 
-class _Epilogue(NamedTuple):
-    fpatr: str                 # the B.FPATR line
+class Epilogue(NamedTuple):
+    fields: tuple              # B.FPATR's nine fields (PreQuantMode, ReLU, GroupN code, RowMax,
+                               # GroupMax, RowMaxIn, MaxAbs, 0, 0)
     loads: list                # post-process source tiles, stream order
     scalars: list              # B.IOR parameter Words (quant first)
     out: tables.DataType       # D's element type
@@ -279,6 +323,11 @@ class _Epilogue(NamedTuple):
     group_cols: int            # 0, or GroupMaxOut's ceil(N / GroupN)
     rmode: str                 # B.DATR RMode name
     sat: int
+
+    @property
+    def fpatr(self) -> str:
+        """The B.FPATR line."""
+        return "B.FPATR " + ", ".join(str(v) for v in self.fields)
 
 
 def _fp19(x, what: str, zero_ok: bool) -> int:
@@ -308,7 +357,7 @@ def _per_column(x, N: int, what: str) -> list:
 
 def _quant_words(mode: int, N: int, scale, offset, shift, vector: bool) -> list:
     """Quant parameter Words (one, or one per column) for PreQuantMode `mode`."""
-    from .ops.postprocess import OFFSET_WIDTH, SHIFT_MODES
+    from ..ops.postprocess import OFFSET_WIDTH, SHIFT_MODES
     n = N if vector else 1
     if mode in SHIFT_MODES:
         if shift is None or scale is not None or offset is not None:
@@ -340,9 +389,9 @@ def _quant_words(mode: int, N: int, scale, offset, shift, vector: bool) -> list:
     return words
 
 
-def _epilogue(acc_t, M: int, N: int, pre_quant, quant_scale, quant_offset, shift, relu, row_max,
-              row_max_init, group_max, max_abs, rounding, saturate) -> _Epilogue:
-    from .ops.postprocess import OUTPUT_TYPE, SCALAR_MODES, VECTOR_MODES, S32_MODES, FP32_MODES
+def epilogue(acc_t, M: int, N: int, pre_quant, quant_scale, quant_offset, shift, relu, row_max,
+              row_max_init, group_max, max_abs, rounding, saturate) -> Epilogue:
+    from ..ops.postprocess import OUTPUT_TYPE, SCALAR_MODES, VECTOR_MODES, S32_MODES, FP32_MODES
     if not isinstance(pre_quant, (int, np.integer)) or not (
             pre_quant == 0 or pre_quant in S32_MODES or pre_quant in FP32_MODES):
         raise ValueError(f"pre_quant must be a PreQuantMode code (0-5, 12, 13, 16-20, 23-28, "
@@ -369,10 +418,10 @@ def _epilogue(acc_t, M: int, N: int, pre_quant, quant_scale, quant_offset, shift
         loads.append(("RowMaxIn", "ordinary", acc_t, encode(init.reshape(M, 1), acc_t,
                                                             "row_max_init"), _RIN, "row"))
     if pre_quant in VECTOR_MODES:
-        words = _quant_words(pre_quant, N, quant_scale, quant_offset, shift, True)
+        words = _quant_words(int(pre_quant), N, quant_scale, quant_offset, shift, True)
         loads.append(("quant", "ordinary", u64, np.array([words], np.uint64), _VEC, "row"))
     elif pre_quant in SCALAR_MODES:
-        scalars += _quant_words(pre_quant, N, quant_scale, quant_offset, shift, False)
+        scalars += _quant_words(int(pre_quant), N, quant_scale, quant_offset, shift, False)
     relu_mode = 0
     if relu is not None:
         if isinstance(relu, str):
@@ -396,9 +445,9 @@ def _epilogue(acc_t, M: int, N: int, pre_quant, quant_scale, quant_offset, shift
     if max_abs and not (row_max or group_max):
         raise ValueError("max_abs needs row_max or group_max")
     out = acc_t if pre_quant == 0 else tables.DTYPE_BY_CODE[int(OUTPUT_TYPE[pre_quant])]
-    fpatr = (f"B.FPATR {pre_quant}, {relu_mode}, {group_code}, {int(bool(row_max))}, "
-             f"{int(group_code > 0)}, {int(row_max_init is not None)}, {int(bool(max_abs))}, 0, 0")
-    return _Epilogue(fpatr, loads, scalars, out, 1 if row_max else 0,
+    fields = (int(pre_quant), relu_mode, group_code, int(bool(row_max)), int(group_code > 0),
+              int(row_max_init is not None), int(bool(max_abs)), 0, 0)
+    return Epilogue(fields, loads, scalars, out, 1 if row_max else 0,
                      -(-N // group_max) if group_max else 0, _ROUNDING[rounding], int(bool(saturate)))
 
 
@@ -435,7 +484,7 @@ def _machine(words_needed: int, gm_needed: int, profile: str):
     return _CONFIGS[key]
 
 
-def _run(template, cfg, gm: bytes, gprs: dict, words: np.ndarray):
+def _run(template, cfg, gm: bytes, gprs: dict, words):
     """Run `words` from `template` with `gm` at address 0 and the GPRs set;
     returns (fault name, fault address or None, executed, final GM as numpy,
     the numeric flags raised: the template's are clear)."""
@@ -467,7 +516,7 @@ _OPS = {(False, False, False): "TMATMUL", (False, False, True): "TMATMUL.BIAS",
         (True, False, True): "TMATMULMX.BIAS", (True, True, False): "TMATMULMX.ACC"}
 
 
-class _Program:
+class Program:
     """The bundle sequence being built: its assembly text (one list of lines a
     bundle), the GM image its operands and outputs live in, the GPRs its
     B.IORs name, and the payload Words its largest tile needs."""
@@ -480,6 +529,7 @@ class _Program:
         self.steps = []                  # (first word index, bundle name)
         self.words_needed = 1
         self.used = {}                   # hand -> tiles loaded into it
+        self.placed = {}                 # operand name -> (GM address, row stride in bytes)
 
     def place(self, data: bytes) -> int:
         """GM address of `data`, 64-byte aligned after what is there."""
@@ -502,8 +552,10 @@ class _Program:
         """A TLOAD of `codes` into the hand's next tile; its TileIndex name (e.g. 'T#1')."""
         self.used[hand] = self.used.get(hand, 0) + 1
         rows, cols = codes.shape
-        data, stride = _pack(codes, dt.bits)
-        ior = self.gpr_pair(self.place(data), stride)
+        data, stride = pack_nd(codes, dt.bits)
+        at = self.place(data)
+        self.placed[name] = (at, stride)
+        ior = self.gpr_pair(at, stride)
         if kind == "cube":
             g = cube_geometry(tables.cube_layout({"ND2M16": "CUBE_M16", "ND2M32": "CUBE_M32",
                                                        "ND2N8": "CUBE_N8"}[lay]), dt.name, rows, cols)
@@ -517,10 +569,18 @@ class _Program:
             dims = [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1",
                     f"B.DIM zero, {col}, ->LB2"]
         self.words_needed = max(self.words_needed, need)
-        code = _size_code(size, name)
+        code = size_code(size, name)
         self.bundle(f"TLOAD of {name}", [f"BSTART.TLOAD {dt.name}"] + head + dims
                     + [ior, f"B.IOT mask=1000, last, ->{hand}<{code}>"])
         return f"{hand}#{self.used[hand]}"
+
+    def source(self) -> str:
+        """The sequence's assembly text."""
+        return "\n".join(line for t in self.text for line in t)
+
+    def step_at(self, executed: int) -> str:
+        """The name of the bundle that word `executed` belongs to."""
+        return [name for first, name in self.steps if first <= executed][-1]
 
     def store(self, name: str, dt: str, index: str, rows: int, cols: int, row_bytes: int,
               datr=None) -> int:
@@ -532,23 +592,35 @@ class _Program:
         return at
 
 
-def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias, gemv,
-             ep: _Epilogue, with_flags: bool):
-    prog = _Program()
-    tiles = [prog.load(*ld) for ld in loads]
+class Sequence(NamedTuple):
+    """One product's bundle sequence, built: the program and where its outputs land."""
+    prog: "Program"
+    out: tables.DataType       # D's element type
+    d_at: int                  # D's GM address (ND, row_bytes a row)
+    row_bytes: int
+    aux: list                  # (name, columns) of RowMax / GroupMax
+    aux_at: list               # their GM addresses (4 bytes an element)
+
+
+def build_sequence(op: Operands, layout: str, gemv: bool, ep: Epilogue) -> Sequence:
+    """The bundles of one product: TLOADs of the operands, the matrix bundle,
+    TSTOREs of D and the reduction outputs."""
+    M, N, K = op.M, op.N, op.K
+    prog = Program()
+    tiles = [prog.load(*ld) for ld in operand_loads(op, layout, ep)]
     # D: A's M layout, the epilogue's element type; then RowMaxOut, GroupMaxOut (RowMajor)
     out = ep.out
     d_geom = cube_geometry(layout, out.name, M, N)
     aux = [(name, c) for name, c in (("RowMax", ep.row_cols), ("GroupMax", ep.group_cols)) if c]
-    codes = [_size_code(d_geom.required_bytes, "D")] + [
-        _size_code(4 * M * (1 << (c - 1).bit_length()), name) for name, c in aux]
+    codes = [size_code(d_geom.required_bytes, "D")] + [
+        size_code(4 * M * (1 << (c - 1).bit_length()), name) for name, c in aux]
     prog.words_needed = max([prog.words_needed, d_geom.storage_elements] + [M * c for _, c in aux])
-    op = _OPS[(mx, is_acc, is_bias)]
+    name = _OPS[(op.mx, op.c is not None, op.bias is not None)]
     if gemv:
-        op = op.replace("TMATMUL", "TGEMV")
-    lines = [f"BSTART.{op} {at.name}"]
-    if bt.code != at.code or ep.rmode != "Default" or ep.sat:
-        b_name = bt.name if bt.code != at.code else "DTYPE_NONE"
+        name = name.replace("TMATMUL", "TGEMV")
+    lines = [f"BSTART.{name} {op.at.name}"]
+    if op.bt.code != op.at.code or ep.rmode != "Default" or ep.sat:
+        b_name = op.bt.name if op.bt.code != op.at.code else "DTYPE_NONE"
         lines.append(f"B.DATR {{NORM, {b_name}, Zero, EQ, {ep.rmode}, {ep.sat}, 0}}")
     lines += [ep.fpatr, f"B.DIM zero, {M}, ->LB0", f"B.DIM zero, {N}, ->LB1",
               f"B.DIM zero, {K}, ->LB2"]
@@ -560,35 +632,44 @@ def _execute(loads, at, bt, acc_t, M, N, K, layout, profile, mx, is_acc, is_bias
     bindings = [f"B.IOT {', '.join(tiles[i:i + 2])}, mask=1000" for i in range(0, len(tiles), 2)]
     bindings += [f"B.IOT mask=1000, ->{_D_HAND}<{code}>" for code in codes]
     bindings[-1] = bindings[-1].replace("mask=1000", "mask=1000, last")
-    prog.bundle(op, lines + bindings)
+    prog.bundle(name, lines + bindings)
 
     store = "M162ND" if layout == "CUBE_M16" else "M322ND"
     row_bytes = -(-N * out.bits // 8)
-    out_at = prog.store("D", out.name, f"{_D_HAND}#1", M, N, row_bytes,
-                        datr=f"B.DATR {{{store}, DTYPE_NONE, Null}}")
-    aux_at = [prog.store(name, acc_t.name, f"{_D_HAND}#{k + 2}", M, c, c * 4)
+    d_at = prog.store("D", out.name, f"{_D_HAND}#1", M, N, row_bytes,
+                      datr=f"B.DATR {{{store}, DTYPE_NONE, Null}}")
+    aux_at = [prog.store(name, op.acc_t.name, f"{_D_HAND}#{k + 2}", M, c, c * 4)
               for k, (name, c) in enumerate(aux)]
+    return Sequence(prog, out, d_at, row_bytes, aux, aux_at)
 
+
+def _execute(op: Operands, layout: str, profile: str, gemv: bool, ep: Epilogue, with_flags: bool):
+    seq = build_sequence(op, layout, gemv, ep)
+    prog, M, N = seq.prog, op.M, op.N
     cfg, template = _machine(prog.words_needed, len(prog.gm), profile)
-    words = assemble("\n".join(line for t in prog.text for line in t))
+    words = assemble(prog.source())
     fault, address, executed, mem, raised = _run(template, cfg, prog.gm, prog.gprs, words)
     if fault != "Fault_None":
-        step = [name for first, name in prog.steps if first <= executed][-1]
-        raise MatmulFault(fault, address, step)
-    d = _read_d(mem[out_at: out_at + M * row_bytes], out, M, N)
-    if not aux:
+        raise MatmulFault(fault, address, prog.step_at(executed))
+    d = read_d(mem[seq.d_at: seq.d_at + M * seq.row_bytes], seq.out, M, N)
+    if not seq.aux:
         return MatmulResult(d, None, None, tables.flag_names(raised)) if with_flags else d
-    reads = {name: mem[a: a + M * c * 4].view("<u4").reshape(M, c).view(_ACC_NP[acc_t.name]).copy()
-             for (name, c), a in zip(aux, aux_at)}
+    reads = {name: read_acc(mem[a: a + M * c * 4], op.acc_t, M, c)
+             for (name, c), a in zip(seq.aux, seq.aux_at)}
     rmax = reads["RowMax"][:, 0] if "RowMax" in reads else None
     return MatmulResult(d, rmax, reads.get("GroupMax"), tables.flag_names(raised))
 
 
-def _read_d(raw: np.ndarray, out: tables.DataType, M: int, N: int) -> np.ndarray:
+def read_acc(raw: np.ndarray, acc_t: tables.DataType, rows: int, cols: int) -> np.ndarray:
+    """Accumulator-typed ND bytes (4 a Word) as int32 / uint32 / float32."""
+    return raw.view("<u4").reshape(rows, cols).view(ACC_NP[acc_t.name]).copy()
+
+
+def read_d(raw: np.ndarray, out: tables.DataType, M: int, N: int) -> np.ndarray:
     """D's ND bytes as the output type's numpy array (S4X2: nibbles, sign-extended)."""
     if out.bits == 4:
         packed = raw.reshape(M, -1)
         nib = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(M, -1)[:, :N].astype(np.int8)
         return np.where(nib > 7, nib - 16, nib).astype(np.int8)
     view = {8: "<u1", 16: "<u2", 32: "<u4"}[out.bits]
-    return raw.view(view).reshape(M, N).view(_OUT_NP[out.name]).copy()
+    return raw.view(view).reshape(M, N).view(OUT_NP[out.name]).copy()
