@@ -20,37 +20,19 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.isa.encode import FPATR0, fpatr, iot_dst, iot_src, iot_src2, iot_src2_dst, iot_src_dst
+from ptojax.isa.encode import BSTOP, FPATR0, datr, dim, fpatr, ior, ios
 from ptojax.reference import layouts as ref_layouts
 from ptojax.reference import run
-from test_reference_transport import (BSTOP, X2, X3, bstart, datr, dim, ior, ios, poke,
-                                      poke_tiles, same_except, tile)
+import _bundles
+from _bundles import (FP16, SMALL, X2, X3, allocated, bstart, dims, iot, matmul_words, matrix_of, mstart,
+                      poke, poke_tiles, run_ok, same_except, tile)
 
-SMALL = pj.preset("small")
 IEEE = SMALL.replace(profile="ieee")
 MASK64 = (1 << 64) - 1
-LAYOUT_CODE = {"CUBE_M32": 21, "CUBE_M16": 22, "CUBE_N8": 23}     # B.DATR ND2M32/ND2M16/ND2N8
 STORE_CODE = {"CUBE_M32": 24, "CUBE_M16": 25, "CUBE_N8": 26}
 
 
 # ----------------------------------------------------------------- encoders
-
-
-def mstart(op, dt):
-    """BSTART.<matrix op> AType (A.1)."""
-    return bstart(op, dt)
-
-
-def iot(*srcs, hand=None, size=1, pemode=7, last=1):
-    """B.IOT of any form: 0-2 sources and an optional destination hand."""
-    if hand is None:
-        return {1: iot_src, 2: iot_src2}[len(srcs)](*srcs, pemode, last)
-    return {0: iot_dst, 1: iot_src_dst, 2: iot_src2_dst}[len(srcs)](*srcs, hand, size, pemode, last)
-
-
-def dims(m=None, n=None, k=None):
-    """B.DIM LB0 = M, LB1 = N, LB2 = K for the given values."""
-    return [dim(i, v) for i, v in enumerate((m, n, k)) if v is not None]
 
 
 def test_matrix_encoders_match_golden_words():
@@ -70,121 +52,15 @@ def test_matrix_encoders_match_golden_words():
 # ----------------------------------------------------------------- setup from instruction words
 
 
-def pack(matrix, d):
-    """Dense row-major GM bytes of `matrix` (raw element values) in dtype d."""
-    out = bytearray()
-    for row in matrix:
-        if d.bits == 4:
-            b = bytearray((len(row) + 1) // 2)
-            for c, v in enumerate(row):
-                b[c // 2] |= (v & 0xF) << (4 * (c % 2))
-            out += b
-        else:
-            for v in row:
-                out += (v & ((1 << d.bits) - 1)).to_bytes(d.element_bytes, "little")
-    return bytes(out)
-
-
-def row_bytes(cols, d):
-    return (cols * d.bits + 7) // 8
-
-
-class Setup:
-    """Operand tiles loaded by TLOAD blocks of one word stream.
-
-    Each block reads its matrix from its own GM area through B.IOR with its
-    own GPR pair (base, stride). TileIndices follow the allocation rule
-    (lowest free slot of the hand), counted here from a fresh State.
-    """
+class Setup(_bundles.Setup):
+    """_bundles.Setup whose loads run on this module's `run` (tests/_scenarios.py re-binds it)."""
 
     def __init__(self, cfg=SMALL):
-        self.cfg = cfg
-        self.s = pj.reset(cfg)
-        self.words = []
-        self.addr = 0x40
-        self.reg = 2
-        self.used = [0, 0, 0, 0]
-
-    def _place(self, matrix, d):
-        raw = pack(matrix, d)
-        addr = self.addr
-        self.s = pj.write_memory(self.s, addr, raw)
-        self.addr = (addr + len(raw) + 15) // 16 * 16
-        base, stride = self.reg, self.reg + 1
-        self.reg += 2
-        assert self.reg <= tables.NUM_GPRS and self.addr <= self.cfg.gm_bytes
-        self.s = pj.write_gpr(self.s, base, addr)
-        self.s = pj.write_gpr(self.s, stride, row_bytes(len(matrix[0]), d))
-        return base, stride
-
-    def _index(self, hand):
-        index = hand * 16 + self.used[hand]
-        self.used[hand] += 1
-        return index
-
-    def cube(self, layout, dt, matrix, hand=1, size=1, pemode=7, pad=3):
-        """CUBE TLOAD (ND2M16/ND2M32/ND2N8) of `matrix`; returns its TileIndex."""
-        d = tables.dtype(dt)
-        base, stride = self._place(matrix, d)
-        self.words += [bstart("TLOAD", dt), datr(LAYOUT_CODE[layout], 31, pad),
-                       dim(0, len(matrix[0])), dim(1, len(matrix)),
-                       iot(hand=hand, size=size, pemode=pemode), ior(base, stride), BSTOP]
-        return self._index(hand)
-
-    def ordinary(self, dt, matrix, hand=3, size=1, pemode=7, cols=None):
-        """Ordinary RowMajor TLOAD (Bias, E8M0 scales); Col = next power of two."""
-        d = tables.dtype(dt)
-        vc = len(matrix[0])
-        cols = cols or 1 << (vc - 1).bit_length()
-        base, stride = self._place(matrix, d)
-        self.words += [bstart("TLOAD", dt), dim(0, vc), dim(1, len(matrix)), dim(2, cols),
-                       iot(hand=hand, size=size, pemode=pemode), ior(base, stride), BSTOP]
-        return self._index(hand)
-
-    def state(self):
-        s = ok(self.s, self.words) if self.words else self.s
-        assert [int(x) for x in allocated_indices(s)] == sorted(
-            h * 16 + k for h in range(4) for k in range(self.used[h]))
-        return s
-
-
-def allocated_indices(s, pe=0):
-    hs = s.tiles.base.shape[1] // 4
-    return [(slot // hs) * 16 + slot % hs
-            for slot in np.flatnonzero(np.asarray(s.tiles.allocated)[pe])]
+        super().__init__(cfg, run=run)
 
 
 def ok(s, words, cfg=None):
-    r = run(s, words, cfg=cfg)
-    assert r.fault == "Fault_None", r.fault
-    assert r.executed == len(words)
-    return r.state
-
-
-def matmul_words(op, atype, srcs, m=None, n=None, k=None, hand=0, size=1, pemode=7,
-                 fp=FPATR0, extra=(), split=False):
-    """A matrix block: BSTART, [extra header], B.FPATR, B.DIM, B.IOT(s), BSTOP.
-
-    split=False: one B.IOT per pair of sources, D on the first one (E1 style);
-    split=True: D alone on a first destination-and-source B.IOT (E2/E3 style)."""
-    words = [mstart(op, atype), *extra, fp, *dims(m, n, k)]
-    srcs = list(srcs)
-    bindings = []
-    if split:
-        bindings.append(iot(srcs.pop(0), hand=hand, size=size, pemode=pemode, last=0))
-    while srcs:
-        pair, srcs = srcs[:2], srcs[2:]
-        dst = hand if not bindings and not split else None
-        bindings.append(iot(*pair, hand=dst, size=size, pemode=pemode, last=0))
-    bindings[-1] |= 1 << 19
-    return words + bindings + [BSTOP]
-
-
-def matrix_of(s, index, layout, dt, rows, cols):
-    """The valid region of a CUBE tile as raw Words."""
-    words = tile(s, index)["words"]
-    at = ref_layouts.index_function(layout, tables.dtype(dt), rows, cols)
-    return [[int(words[at(r, c)]) for c in range(cols)] for r in range(rows)]
+    return run_ok(run, s, words, cfg=cfg)
 
 
 def check_d(s, index, layout, dt, rows, cols, size, values, mask=0b1111):
@@ -345,7 +221,7 @@ def test_e2_acc_chaining():
     s2 = ok(s1, matmul_words("TMATMUL.ACC", "FP16", [0, a, b], hand=1, split=True))
     check_d(s2, 0, "CUBE_M16", "FP32", 1, 1, 1, [[11]])              # first D unchanged
     check_d(s2, 16 + 2, "CUBE_M16", "FP32", 1, 1, 1, [[17]])         # U#1, U#2 hold A, B
-    assert allocated_indices(s2) == sorted(allocated_indices(s1) + [18])
+    assert allocated(s2) == sorted(allocated(s1) + [18])
 
 
 def test_e2_acc_index_collision_golden_words():
@@ -1153,10 +1029,6 @@ def test_r32_helper():
     assert r32(Fraction(2) ** -149) == 1 and r32(Fraction(3, 2) * Fraction(2) ** -150) == 1
     assert r32(Fraction(2) ** 128) == 0x7F800000
     assert r32(1 + Fraction(2) ** -24) == 0x3F800000 and r32(1 + Fraction(3, 2 ** 25)) == 0x3F800001
-
-
-FP16 = {1.0: 0x3C00, 1.5: 0x3E00, 2.25: 0x4080, 2.0: 0x4000, 3.0: 0x4200, -0.0: 0x8000,
-        2 ** -24: 0x0001, 65504.0: 0x7BFF, "inf": 0x7C00, "-inf": 0xFC00, "nan": 0x7E00}
 
 
 def acc_name(atype):

@@ -11,9 +11,7 @@ JAX executor the way tests/test_transport.py re-runs the transport scenarios.
 """
 
 import functools
-import importlib.util
 import itertools
-import pathlib
 
 import jax
 import numpy as np
@@ -22,23 +20,14 @@ import pytest
 import ptojax as pj
 from ptojax import cas_order, tables
 from ptojax.isa import encode
+from ptojax.isa.encode import BSTOP, datr, dim, ior, ios, iot_dst, iot_src, iot_src2, iot_src_dst
 from ptojax.reference import cas_check, run
 from ptojax.reference.decode import decode
 from ptojax.state import state_differences, tile_words
+import _bundles
+from _bundles import (X2, X3, allocated, bstart, charge, gm, poke, poke_tiles, run_ok, same_except, small, tile,
+                      with_regs, write_gpr, write_memory)
 
-_spec = importlib.util.spec_from_file_location(
-    "_transport_helpers", pathlib.Path(__file__).with_name("test_reference_transport.py"))
-_tr = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_tr)
-
-BSTOP = _tr.BSTOP
-bstart, datr, dim, ior, ios = _tr.bstart, _tr.datr, _tr.dim, _tr.ior, _tr.ios
-iot_dst, iot_src, iot_src_dst, iot_src2 = _tr.iot_dst, _tr.iot_src, _tr.iot_src_dst, _tr.iot_src2
-write_memory, write_gpr, with_regs = _tr.write_memory, _tr.write_gpr, _tr.with_regs
-poke, poke_tiles = _tr.poke, _tr.poke_tiles
-tile, allocated, charge, gm, same_except = (_tr.tile, _tr.allocated, _tr.charge, _tr.gm,
-                                            _tr.same_except)
-X2, X3 = _tr.X2, _tr.X3
 A0 = tables.gpr_index("a0")
 SCRATCH = 0xC00                      # GM scratch area of the source loads (zeroed again)
 
@@ -47,15 +36,8 @@ E7_WORDS = [0xD8811181, 0x08001023, 0x00200043, 0x00201043, 0x04004213, 0x0028D2
             0x00010013, BSTOP]
 
 
-def small():
-    return pj.reset(pj.preset("small"))
-
-
 def ok(s, words, **kw):
-    r = run(s, words, **kw)
-    assert r.fault == "Fault_None", r.fault
-    assert r.executed == len(words)
-    return r.state
+    return run_ok(run, s, words, **kw)      # this module's run: tests/_scenarios.py re-binds it
 
 
 def expect_fault(s, header, fault, addr=None):
@@ -117,7 +99,7 @@ def cube_load(s, dt, values, hand=0):
     raw = encode_rows(dt, values)
     s = write_memory(s, SCRATCH, raw)
     s = with_regs(s, x2=SCRATCH, x3=len(raw) // vr)
-    s = ok(s, _tr.cube_load(22, dt, vr, vc, hand=hand, regs=True))
+    s = ok(s, _bundles.cube_load(22, dt, vr, vc, hand=hand, regs=True))
     s = write_memory(s, SCRATCH, bytes(len(raw)))
     return with_regs(s, x2=0, x3=0)
 

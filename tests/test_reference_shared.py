@@ -20,18 +20,16 @@ import pytest
 
 import ptojax as pj
 from ptojax import tables
+from ptojax.isa.encode import BSTOP, FPATR0, datr, dim, fpatr, ior, ios
 from ptojax.reference import layouts as ref_layouts
 from ptojax.reference import run, run_core
-from ptojax.state import own_words, state_leaves, tile_words, write_tile_words
-from test_reference_matmul import FPATR0, dims, fpatr, iot, mstart, pack, row_bytes
-from test_reference_transport import (BSTOP, X2, X3, bstart, datr, dim, ior, ios, poke,
-                                      same_except)
+from ptojax.state import state_leaves
+import _bundles
+from _bundles import (OLD, PES, SMALL, X2, X3, allocated, bstart, charge, coop, dims, gpr_all, iot, local,
+                      mstart, poke, poke_local, record, run_ok, same_except, sload)
 
-SMALL = pj.preset("small")
-OLD = SMALL.replace(semantics="0.58.3")
 IEEE = SMALL.replace(profile="ieee")
 MASK64 = (1 << 64) - 1
-PES = range(4)
 HS = SMALL.hand_slots
 SPARSE_PEMODES = (1, 2, 3, 4, 5, 6)           # masks 1000 0100 0010 0001 1100 1110
 
@@ -41,37 +39,6 @@ def bit(pe):
 
 
 # ----------------------------------------------------------------- state views (raw arrays)
-
-
-def local(s, index, pe):
-    """Descriptor and payload of TileIndex `index` in PE `pe`'s Local file."""
-    hs = s.tiles.base.shape[1] // 4
-    slot = (index // 16) * hs + index % 16
-    out = {k: np.asarray(v)[pe, slot] for k, v in s.tiles.items() if k not in ("words", "defined")}
-    out["words"], out["defined"] = own_words(s.tiles, pe, slot)     # its own pool Words
-    return out
-
-
-def allocated(s, pe):
-    hs = s.tiles.base.shape[1] // 4
-    return [(slot // hs) * 16 + slot % hs
-            for slot in np.flatnonzero(np.asarray(s.tiles.allocated)[pe])]
-
-
-def charge(s, pe):
-    t = s.tiles
-    return int(sum(bin(int(m)).count("1") * int(c) for a, m, c in
-                   zip(np.asarray(t.allocated)[pe], np.asarray(t.mask)[pe],
-                       np.asarray(t.capacity)[pe]) if a))
-
-
-def record(s, sid):
-    """The Shared record holding `sid` (a dict of its fields), None without one."""
-    hits = np.flatnonzero(np.asarray(s.shared.sid) == sid)
-    if not hits.size:
-        return None
-    assert hits.size == 1
-    return {k: np.asarray(v)[hits[0]] for k, v in s.shared.items()}
 
 
 def shared_charge(s):
@@ -93,23 +60,6 @@ def poke_shared(s, sid, **fields):
         return s.replace(shared=s.shared.replace(**{k: jax.numpy.asarray(v) for k, v in new.items()}))
 
 
-def poke_local(s, pe, index, **fields):
-    """Edit descriptor fields / whole payload rows of one Local slot of PE `pe`."""
-    hs = s.tiles.base.shape[1] // 4
-    slot = (index // 16) * hs + index % 16
-    t = {k: np.asarray(v).copy() for k, v in s.tiles.items()}
-    for k, v in fields.items():
-        if k in ("words", "defined"):      # the slot's W payload Words
-            row = tile_words(t, pe, slot)
-            row[("words", "defined").index(k)][:] = v
-            write_tile_words(t, pe, slot, *row)
-        else:
-            t[k][pe, slot] = v
-    new = {k: t[k] for k in fields}
-    with jax.enable_x64(True):
-        return s.replace(tiles=s.tiles.replace(**{k: jax.numpy.asarray(v) for k, v in new.items()}))
-
-
 def garbage(s, pe, index, seed):
     """A garbage Local descriptor and payload at (pe, index): allocated, with
     nonsense layout/dtype/shape fields and random Words, partly defined."""
@@ -126,21 +76,11 @@ def garbage(s, pe, index, seed):
                       defined=rng.random(W) < 0.5, defined_valid=int(rng.integers(-5, 99)))
 
 
-def gpr_all(s, reg, value):
-    """Write GPR `reg` of all four PEs."""
-    for p in PES:
-        s = pj.write_gpr(s, reg, value, pe=p)
-    return s
-
-
 # ----------------------------------------------------------------- runners
 
 
 def ok(s, words, cfg=SMALL, core=True, pe=0):
-    r = run_core(s, words, cfg=cfg) if core else run(s, words, pe=pe, cfg=cfg)
-    assert r.fault == "Fault_None", r.fault
-    assert r.executed == len(words)
-    return r.state
+    return run_ok(run_core, s, words, cfg=cfg) if core else run_ok(run, s, words, pe=pe, cfg=cfg)
 
 
 def fails(s, words, fault, cfg=SMALL, core=True, pe=0, addr=None):
@@ -161,15 +101,6 @@ def fails(s, words, fault, cfg=SMALL, core=True, pe=0, addr=None):
 # ----------------------------------------------------------------- encoders
 
 
-def sload(dt, sid, vr, vc, cols, size, pemode=7, regs=(X2, X3), extra=()):
-    """A Shared TLOAD block: LB0 valid columns, LB1 valid rows, LB2 columns."""
-    words = [bstart("TLOAD", dt), *extra, dim(0, vc), dim(1, vr), dim(2, cols),
-             ios(sid, pemode, size)]
-    if regs:
-        words.append(ior(*regs))
-    return words + [BSTOP]
-
-
 def sstore(dt, sid, pemode=7, vr=None, vc=None, cols=None, regs=(X2, X3), spart=False,
            extra=()):
     """A Shared TSTORE (or TSTORE.SPART) block; absent dims take the defaults."""
@@ -179,22 +110,6 @@ def sstore(dt, sid, pemode=7, vr=None, vc=None, cols=None, regs=(X2, X3), spart=
     if regs:
         words.append(ior(*regs))
     return words + [BSTOP]
-
-
-def coop(op, atype, sids, srcs=(), G=None, N=None, K=None, hand=0, size=2, pemode=7,
-         fp=FPATR0, extra=(), ios_pemode=None, ios_size=0):
-    """A matrix block with Shared operands: BSTART, [extra], B.FPATR, B.DIM
-    (LB0 = group_M), one B.IOS per Shared id, then D (and Local sources) on B.IOTs."""
-    words = [mstart(op, atype), *extra, fp, *dims(G, N, K)]
-    words += [ios(sid, pemode if ios_pemode is None else ios_pemode, ios_size) for sid in sids]
-    srcs = list(srcs)
-    bindings = [iot(*srcs[:2], hand=hand, size=size, pemode=pemode, last=0)]
-    srcs = srcs[2:]
-    while srcs:
-        bindings.append(iot(*srcs[:2], pemode=pemode, last=0))
-        srcs = srcs[2:]
-    bindings[-1] |= 1 << 19
-    return words + bindings + [BSTOP]
 
 
 def test_shared_encoders_match_golden_words():
@@ -207,71 +122,11 @@ def test_shared_encoders_match_golden_words():
 # ----------------------------------------------------------------- scenario builder
 
 
-class Core:
-    """A State built by one run_core stream: Shared TLOADs (mask 1111 unless
-    told) and per-PE Local loads (each a single-PE block on that PE, with that
-    PE's own GPRs). Every load reads GM through its own GPR pair."""
+class Core(_bundles.Core):
+    """_bundles.Core whose stream runs on this module's `run_core` (tests/_scenarios.py re-binds it)."""
 
     def __init__(self, cfg=SMALL):
-        self.cfg = cfg
-        self.s = pj.reset(cfg)
-        self.words = []
-        self.addr = 0x40
-        self.reg = 2
-        self.used = {p: [0, 0, 0, 0] for p in PES}
-
-    def _regs(self):
-        base, stride = self.reg, self.reg + 1
-        self.reg += 2
-        assert self.reg <= tables.NUM_GPRS
-        return base, stride
-
-    def _place(self, matrix, d):
-        raw = pack(matrix, d)
-        addr = self.addr
-        self.s = pj.write_memory(self.s, addr, raw)
-        self.addr = (addr + len(raw) + 15) // 16 * 16
-        assert self.addr <= self.cfg.gm_bytes
-        return addr
-
-    def shared(self, sid, dt, matrix, size=1, cols=None, pemode=7):
-        """Shared TLOAD of `matrix` into S<sid>: LB2 = cols (default: its width)."""
-        d = tables.dtype(dt)
-        base, stride = self._regs()
-        addr = self._place(matrix, d)
-        self.s = gpr_all(gpr_all(self.s, base, addr), stride, row_bytes(len(matrix[0]), d))
-        self.words += sload(dt, sid, len(matrix), len(matrix[0]), cols or len(matrix[0]), size,
-                            pemode, regs=(base, stride))
-        return sid
-
-    def local(self, kind, dt, per_pe, hand=1, size=1, cols=None, pad=3):
-        """Local load of per_pe[p] on each PE p (kind: a CUBE layout, or
-        "RowMajor" for an ordinary TLOAD); returns the TileIndex (the same on
-        every PE loaded)."""
-        d = tables.dtype(dt)
-        base, stride = self._regs()
-        index = None
-        for p, matrix in per_pe.items():
-            addr = self._place(matrix, d)
-            self.s = pj.write_gpr(pj.write_gpr(self.s, base, addr, pe=p), stride,
-                                  row_bytes(len(matrix[0]), d), pe=p)
-            vr, vc = len(matrix), len(matrix[0])
-            if kind == "RowMajor":
-                c = cols or 1 << (vc - 1).bit_length()
-                self.words += [bstart("TLOAD", dt), dim(0, vc), dim(1, vr), dim(2, c),
-                               iot(hand=hand, size=size, pemode=p + 1), ior(base, stride), BSTOP]
-            else:
-                code = {"CUBE_M32": 21, "CUBE_M16": 22, "CUBE_N8": 23}[kind]
-                self.words += [bstart("TLOAD", dt), datr(code, 31, pad), dim(0, vc), dim(1, vr),
-                               iot(hand=hand, size=size, pemode=p + 1), ior(base, stride), BSTOP]
-            i = hand * 16 + self.used[p][hand]
-            self.used[p][hand] += 1
-            assert index is None or index == i
-            index = i
-        return index
-
-    def state(self):
-        return ok(self.s, self.words, cfg=self.cfg) if self.words else self.s
+        super().__init__(cfg, run_core=run_core)
 
 
 def check_frag(s, pe, index, layout, dt, rows, cols, size, values, mask):
@@ -1130,10 +985,7 @@ def test_e6_shared_pair_mixed_types():
 
 
 def e6_mask_state(cfg):
-    st = Core(cfg)
-    st.shared(40, "U16", [[2]])
-    st.shared(41, "U16", [[3]])
-    return st.state()
+    return _bundles.e6_mask_state(cfg, run_core=run_core)
 
 
 @pytest.mark.parametrize("pemode", [1, 2, 3, 4, 5, 6, 7])

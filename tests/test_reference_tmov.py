@@ -16,19 +16,17 @@ import pytest
 import ptojax as pj
 from ptojax import tables
 from ptojax.isa.decode import decode as decode_word
-from ptojax.reference import run, run_core
-from test_reference_shared import allocated, local, poke_local, record
 from ptojax.isa.encode import (BSTOP, catr, datr, dim, fpatr, ior, ios, iot_dst, iot_src,
                                iot_src2, iot_src_dst)
-from test_reference_transport import bstart, poke, same_except, small, with_regs, write_memory
+from ptojax.reference import run, run_core
+from _bundles import (allocated, bstart, local, poke, poke_local, record, run_ok, same_except, small,
+                      with_regs, write_memory)
 
 HS = pj.preset("small").hand_slots
 
 
 def ok(s, words):
-    r = run(s, words)
-    assert r.fault == "Fault_None", r.fault
-    return r.state
+    return run_ok(run, s, words, all_executed=False)
 
 
 def expect_fault(s, header, fault, completing=BSTOP):

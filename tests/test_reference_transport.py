@@ -5,30 +5,20 @@ words, and one test per check of the ordered lists C.5-C.8. Runs the
 reference model alone.
 """
 
-import jax
 import numpy as np
 import pytest
 
 import ptojax as pj
 from ptojax import tables
-from ptojax.isa import encode
 from ptojax.isa.encode import (BSTOP, FPATR0, catr, datr, dim, ior, ios, iot_dst, iot_src, iot_src2,
                                iot_src_dst)
 from ptojax.reference import run
-from ptojax.state import own_words, slot_window, state_differences, tile_words, write_tile_words
+from ptojax.state import state_differences
+from _bundles import (X2, X3, allocated, bstart, charge, cube_load, cube_store, gm, poke,
+                      poke_tiles, run_ok, same_except, small, tile, with_regs, write_gpr,
+                      write_memory)
 
 # ----------------------------------------------------------------- encoders (ptojax.isa.encode)
-
-X2, X3 = tables.gpr_index("x2"), tables.gpr_index("x3")
-
-
-def code(dt):
-    return tables.dtype(dt).code
-
-
-def bstart(op, dt):
-    """BSTART.<op> of a DataType name or code."""
-    return encode.bstart(op, code(dt))
 
 
 def test_encoders_match_golden_words():
@@ -48,51 +38,6 @@ def test_encoders_match_golden_words():
 # ----------------------------------------------------------------- state helpers
 
 
-def small():
-    return pj.reset(pj.preset("small"))
-
-
-def poke(s, **fields):
-    """Replace top-level State fields (numpy or ints) with 64-bit JAX enabled."""
-    with jax.enable_x64(True):
-        return s.replace(**{k: jax.numpy.asarray(np.asarray(v, np.asarray(getattr(s, k)).dtype))
-                            for k, v in fields.items()})
-
-
-def poke_tiles(s, field, index, value, pe=0):
-    """Set one entry of PE `pe`'s Tiles array (index: a slot, or (slot, word) for
-    words/defined: Word `word` of an allocated slot, or pool slot `word` of the
-    window a free slot would be placed at: stale, it has no dtype yet)."""
-    t = {k: np.asarray(v) for k, v in s.tiles.items()}
-    t["words"], t["defined"] = t["words"].copy(), t["defined"].copy()
-    t[field] = t[field].copy()
-    part = ("words", "defined").index(field) if field in ("words", "defined") else None
-    if part is not None and t["allocated"][pe, index[0]]:
-        slot, word = index
-        row = tile_words(t, pe, slot)
-        row[part][word] = value
-        write_tile_words(t, pe, slot, *row)
-    elif part is not None:
-        slot_window(t, pe, index[0])[part][index[1]] = value
-    else:
-        t[field][pe][index] = value
-    with jax.enable_x64(True):
-        return s.replace(tiles=s.tiles.replace(**{k: jax.numpy.asarray(t[k])
-                                                  for k in {field, "words", "defined"}}))
-
-
-def write_memory(s, addr, data):
-    g = np.asarray(s.gm).copy()
-    g[addr:addr + len(data)] = np.frombuffer(bytes(data), np.uint8)
-    return poke(s, gm=g)
-
-
-def write_gpr(s, name, value, pe=0):
-    r = np.asarray(s.gpr).copy()
-    r[pe, tables.gpr_index(name)] = value & ((1 << 64) - 1)
-    return poke(s, gpr=r)
-
-
 def u16s(*vals):
     return b"".join((v & 0xFFFF).to_bytes(2, "little") for v in vals)
 
@@ -101,53 +46,12 @@ def put_u16(s, addr, *vals):
     return write_memory(s, addr, u16s(*vals))
 
 
-def gm(s, addr, n):
-    return pj.read_memory(s, addr, n)
-
-
 def u16_at(s, addr):
     return int.from_bytes(gm(s, addr, 2), "little")
 
 
-def tile(s, index, pe=0):
-    """Descriptor and payload of TileIndex `index` in PE `pe`'s Local file
-    (own slot mapping, state.py: leaves are [PE, slot, ...])."""
-    hs = s.tiles.base.shape[1] // 4
-    slot = (index // 16) * hs + index % 16
-    out = {k: np.asarray(v)[pe, slot] for k, v in s.tiles.items() if k not in ("words", "defined")}
-    out["words"], out["defined"] = own_words(s.tiles, pe, slot)    # its own pool Words
-    return out
-
-
-def allocated(s, pe=0):
-    hs = s.tiles.base.shape[1] // 4
-    return [(slot // hs) * 16 + slot % hs
-            for slot in np.flatnonzero(np.asarray(s.tiles.allocated)[pe])]
-
-
-def charge(s, pe=0):
-    t = s.tiles
-    return int(sum(bin(int(m)).count("1") * int(c) for a, m, c in
-                   zip(np.asarray(t.allocated)[pe], np.asarray(t.mask)[pe],
-                       np.asarray(t.capacity)[pe]) if a))
-
-
-def same_except(a, b, *names):
-    """Every leaf but the named top-level fields is identical."""
-    return not state_differences(a, b, skip=names)
-
-
 def ok(s, words, **kw):
-    r = run(s, words, **kw)
-    assert r.fault == "Fault_None", r.fault
-    assert r.executed == len(words)
-    return r.state
-
-
-def with_regs(s, pe=0, **regs):
-    for name, v in regs.items():
-        s = write_gpr(s, name, v, pe)
-    return s
+    return run_ok(run, s, words, **kw)      # this module's run: tests/_scenarios.py re-binds it
 
 
 def expect_fault(s, header, fault, addr=None, completing=BSTOP):
@@ -168,22 +72,6 @@ def expect_fault(s, header, fault, addr=None, completing=BSTOP):
     assert not [k for k in state_differences(s1, ra.state)
                 if k.startswith((".gm", ".gpr", ".tiles", ".pc"))]
     return s1
-
-
-def cube_load(layout_code, dt, vr, vc, hand=0, size=1, pemode=1, pad=3, regs=False):
-    words = [bstart("TLOAD", dt), datr(layout_code, 31, pad), dim(0, vc), dim(1, vr),
-             iot_dst(hand, size, pemode)]
-    if regs:
-        words.append(ior(X2, X3))
-    return words + [BSTOP]
-
-
-def cube_store(layout_code, dt, vr, vc, src=0, pemode=1, pad=3, regs=False):
-    words = [bstart("TSTORE", dt), datr(layout_code, 31, pad), dim(0, vc), dim(1, vr),
-             iot_src(src, pemode)]
-    if regs:
-        words.append(ior(X2, X3))
-    return words + [BSTOP]
 
 
 def cube_source(s, layout_code, dt, vr, vc, values, pemode=1, size=1, hand=0):
@@ -630,7 +518,7 @@ def _poke(s, field, value, index=0):
 
 @pytest.mark.parametrize("change", [
     ("allocated", False), ("location", tables.TILE_LOCATION_CODE["Vector"]),
-    ("layout", tables.TILE_LAYOUT_CODE["CUBE_M32"]), ("dtype", code("BF16")),
+    ("layout", tables.TILE_LAYOUT_CODE["CUBE_M32"]), ("dtype", tables.dtype("BF16").code),
     ("valid_cols", 2), ("valid_rows", 1), ("defined_valid", 5), ("mask", 0b1110),
     ("k_repeat", 2), ("n_repeat", 0), ("cell_count", 2), ("storage_bytes", 256),
     ("rows", 32), ("cols", 8), ("capacity", 0), ("capacity", 100),
@@ -1097,7 +985,7 @@ def test_stream_pc_executed_and_block_fields():
     b, st = r.state.block, r.state
     assert int(np.asarray(st.pc)) == 0x40 + 4 * len(words)
     assert bool(b.active) and int(b.pc) == 0x40 and int(b.op) == tables.OP_ID["TSTORE.SPART"]
-    assert int(b.dtype) == code("BF16")
+    assert int(b.dtype) == tables.dtype("BF16").code
     assert np.asarray(b.datr).tolist() == [22, 31, 1, 0, 3, 0, 0] and bool(b.datr_present)
     assert np.asarray(b.lb).tolist() == [12, 0, 0x2345]
     assert np.asarray(b.lb_present).tolist() == [True, False, True]
@@ -1133,7 +1021,7 @@ def test_bstart_completes_the_open_block():
     assert r.fault == "Fault_TileLegality" and r.executed == len(bad) - 1
     assert int(np.asarray(r.state.pc)) == 4 * (len(bad) - 1)
     assert int(np.asarray(r.state.block.op)) == tables.OP_ID["TLOAD"]
-    assert int(np.asarray(r.state.block.dtype)) == code("FP16")
+    assert int(np.asarray(r.state.block.dtype)) == tables.dtype("FP16").code
 
 
 @pytest.mark.parametrize("word", [0x00000000, 0xFFFFFFFF, 0x00000002, 0x007C0043, 0x000DD213,

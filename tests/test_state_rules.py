@@ -19,8 +19,7 @@ import pytest
 
 import ptojax as pj
 from ptojax.state import Rules, config_of
-from test_reference_matmul import FP16, Setup, matmul_words, matrix_of
-from test_reference_shared import OLD, SMALL, coop, e6_mask_state
+from _bundles import FP16, OLD, SMALL, Setup, coop, e6_mask_state, matmul_words, matrix_of
 
 IEEE = SMALL.replace(profile="ieee")
 # a sparse-mask (1100) cooperative TMATMUL on S40 x S41: 0.58.3 completes it,
@@ -30,7 +29,8 @@ SPARSE = coop("TMATMUL", "U16", [40, 41], G=1, N=1, K=1, size=1, pemode=5)
 
 @pytest.fixture(scope="module")
 def states():
-    return {"adr0100": e6_mask_state(SMALL), "0.58.3": e6_mask_state(OLD)}
+    return {"adr0100": e6_mask_state(SMALL, run_core=pj.reference.run_core),
+            "0.58.3": e6_mask_state(OLD, run_core=pj.reference.run_core)}
 
 
 def test_reset_records_the_rules():
@@ -89,7 +89,7 @@ def test_batch_run_uses_the_states_semantics(states):
 def test_run_uses_the_states_profile():
     # 1 + 2^-24 + 2^-24 in ascending k: each ieee add ties to even (1.0)
     def product(reset_for, **kw):
-        st = Setup(reset_for)
+        st = Setup(reset_for, run=pj.reference.run)
         a = st.cube("CUBE_M16", "FP16", [[FP16[1.0]] * 3], size=4)
         b = st.cube("CUBE_N8", "FP16", [[FP16[1.0]], [FP16[2 ** -24]], [FP16[2 ** -24]]], size=4)
         r = pj.run(st.state(), matmul_words("TMATMUL", "FP16", [a, b], 1, 1, 3), **kw)

@@ -12,11 +12,10 @@ import pytest
 import ptojax as pj
 from ptojax import tables
 from ptojax.block_domain import block_domain_errors
+from ptojax.isa.encode import BSTOP, datr, dim, ior, iot_dst, iot_src
+from _bundles import X2, X3, bstart, cube_load, cube_store, poke, poke_tiles, small, with_regs
 from _differential import Outcome, assert_same
 from _scenarios import rebind
-from test_reference_transport import (BSTOP, X2, X3, bstart, cube_load, cube_store, datr, dim,
-                                      iot_dst, iot_src, ior, poke, poke_tiles, small,
-                                      with_regs)
 
 # test_encoders_match_golden_words runs no bundle: it runs once, in the oracle's file
 globals().update(rebind("test_reference_transport.py", pj.run, "_transport_on_jax",
