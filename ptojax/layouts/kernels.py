@@ -9,6 +9,7 @@ gather of whole 128-byte cells. No per-element index gather.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Optional, cast
 
 import jax
@@ -47,6 +48,41 @@ def _m_coords(ncell: int, cr: int, cc: int, swap: bool) -> tuple[NDArray[np.int_
     return r, cell * cc + j
 
 
+# XLA:CPU emits a copy as one loop over its result's shape. When the result is
+# reshaped to [B, W] inside the program, the reshape fuses into that loop and
+# every element pays a div/mod to find its source (2-6x slower at 64 MiB); a
+# result left in its transposed N-d shape loops without them. Large batches
+# therefore return the N-d array and flatten it in a second program that
+# donates it (a zero-copy bitcast); small ones flatten in place, saving the
+# second dispatch (~2.5 us) where the loop costs little.
+_FLATTEN_INSIDE_BYTES = 1 << 20
+
+
+def _flat_inside(x: Any) -> bool:
+    """Whether a kernel on x flattens its result itself (small or traced input)."""
+    return isinstance(x, jax.core.Tracer) or x.size * np.dtype(x.dtype).itemsize < _FLATTEN_INSIDE_BYTES
+
+
+@functools.partial(jax.jit, static_argnames=("shape",), donate_argnums=0)
+def _reshape_owned(a: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    return a.reshape(shape)
+
+
+def _reshaped(a: jax.Array, shape: tuple[int, ...], src: object) -> jax.Array:
+    """a, a kernel's result on input src, reshaped to `shape` without a copy
+    (a is donated: never src itself, which jit may hand back unchanged)."""
+    if a.shape == shape:
+        return a                # no reshape to dispatch (~15 us a call)
+    if isinstance(a, jax.core.Tracer) or a is src:
+        return a.reshape(shape)
+    return _reshape_owned(a, shape)
+
+
+def _rows(a: jax.Array, src: object) -> jax.Array:
+    """A kernel's [B, ...] result as [B, W]."""
+    return _reshaped(a, (a.shape[0], math.prod(a.shape[1:])), src)
+
+
 def _swap_b4(t: jax.Array) -> jax.Array:
     """Exchange inner column groups 4..7 and 8..11 (CUBE_M16 b4); an involution."""
     lead = t.shape[:-1]
@@ -54,9 +90,10 @@ def _swap_b4(t: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "layout", "cr", "cc", "swap", "pad", "pad_defined", "with_defined", "compact"))
+    "layout", "cr", "cc", "swap", "pad", "pad_defined", "with_defined", "compact", "flat"))
 def _nd_to_cube(x: jax.Array, vr: Any, vc: Any, *, layout: str, cr: int, cc: int, swap: bool, pad: int,
-                pad_defined: bool, with_defined: bool, compact: bool) -> jax.Array | tuple[jax.Array, jax.Array]:
+                pad_defined: bool, with_defined: bool, compact: bool, flat: bool = True
+                ) -> jax.Array | tuple[jax.Array, jax.Array]:
     # vr, vc: the tiles' valid extents ([B] int32), or None when every tile is full,
     # then rebound to the bound's ints R, C
     B, R, C = x.shape
@@ -69,9 +106,13 @@ def _nd_to_cube(x: jax.Array, vr: Any, vc: Any, *, layout: str, cr: int, cc: int
     vr, vc = (R, C) if full else (vr, vc)
 
     def fill(valid: jax.Array, inside: jax.Array, data: jax.Array) -> jax.Array:
+        if full and np.all(valid):      # known when tracing: a plain copy, no constant mask array
+            return data
         return jnp.where(valid, data, jnp.where(inside, padw, zero))
 
     def defined(valid: jax.Array, inside: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        if full and np.all(valid):
+            return jnp.ones(shape, bool)
         return jnp.broadcast_to(valid | (inside & pad_defined), shape)
 
     if layout == "CUBE_N8":
@@ -84,9 +125,11 @@ def _nd_to_cube(x: jax.Array, vr: Any, vc: Any, *, layout: str, cr: int, cc: int
         k_rep, n_rep = (per_tile(vr, 1) + cr - 1) // cr, (per_tile(vc, 1) + 7) // 8
         inside = (k < per_tile(k_rep, 4)) & (n < per_tile(n_rep, 4))
         valid = (rows < per_tile(vr, 4)) & (cols < per_tile(vc, 4))
-        words = fill(valid, inside, f).reshape(B, nr * kr, 8 * cr)
-        dfn = defined(valid, inside, f.shape).reshape(B, nr * kr, 8 * cr) if with_defined else None
+        words = fill(valid, inside, f)
+        dfn = defined(valid, inside, f.shape) if with_defined else None
         if compact:
+            words = words.reshape(B, nr * kr, 8 * cr)
+            dfn = None if dfn is None else dfn.reshape(B, nr * kr, 8 * cr)
             # Cell (n, k) of the bound lands at n*K_repeat + k of the tile; slots
             # past the tile's cell count take an outside (all-zero) bound cell.
             j = jnp.arange(nr * kr)[None, :]
@@ -116,36 +159,49 @@ def _nd_to_cube(x: jax.Array, vr: Any, vc: Any, *, layout: str, cr: int, cc: int
         valid = (rows < per_tile(vr, 3)) & (cols < per_tile(vc, 3))
         words = fill(valid, inside, t)
         dfn = defined(valid, inside, t.shape) if with_defined else None
-    words = words.reshape(B, -1)
-    return (words, cast(jax.Array, dfn).reshape(B, -1)) if with_defined else words
+        flat = flat or ncell == 1          # one cell column: a plain copy, fastest flat
+    if flat:
+        words, dfn = words.reshape(B, -1), None if dfn is None else dfn.reshape(B, -1)
+    return (words, cast(jax.Array, dfn)) if with_defined else words
 
 
-@functools.partial(jax.jit, static_argnames=("layout", "cr", "cc", "swap", "R", "C", "compact"))
-def _cube_to_nd(words: jax.Array, vr: jax.Array, vc: jax.Array, *, layout: str, cr: int, cc: int, swap: bool,
-                R: int, C: int, compact: bool) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("layout", "cr", "cc", "swap", "R", "C", "compact", "flat"))
+def _cube_to_nd(words: jax.Array, vr: Any, vc: Any, *, layout: str, cr: int, cc: int, swap: bool,
+                R: int, C: int, compact: bool, flat: bool = True) -> jax.Array:
+    # vr, vc None: every tile is full, no mask. A bound of whole cells needs no
+    # slice, so the mask and the result keep the transposed N-d shape (the
+    # caller flattens it when flat is False, see _FLATTEN_INSIDE_BYTES).
     B = words.shape[0]
-    vr = vr.reshape(B, 1, 1)
-    vc = vc.reshape(B, 1, 1)
     if layout == "CUBE_N8":
         kr, nr = _ceil_div(R, cr), _ceil_div(C, 8)
         cells = words[:, : nr * kr * 8 * cr].reshape(B, nr * kr, 8 * cr)
         if compact:
             i = jnp.arange(nr * kr)[None, :]
-            k_rep = ((vr + cr - 1) // cr).reshape(B, 1)
+            k_rep = ((vr.reshape(B, 1) + cr - 1) // cr)
             n, k = i // kr, i % kr
             dst = jnp.where(k < k_rep, n * k_rep + k, 0)[:, :, None]
             cells = jnp.take_along_axis(cells, dst, axis=1)
-        x = cells.reshape(B, nr, kr, 8, cr).transpose(0, 2, 4, 1, 3).reshape(B, kr * cr, nr * 8)
+        x = cells.reshape(B, nr, kr, 8, cr).transpose(0, 2, 4, 1, 3)         # [B, k, r, n, c8]
+        whole = (kr * cr, nr * 8) == (R, C)
+        rows = (np.arange(kr)[:, None, None, None] * cr + np.arange(cr)[:, None, None])[None]
+        cols = (np.arange(nr)[:, None] * 8 + np.arange(8))[None, None, None]
     else:
         ncell = _ceil_div(C, cc)
         t = words[:, : ncell * cr * cc].reshape(B, ncell, cr, cc)
         if swap:
             t = _swap_b4(t)
-        x = t.transpose(0, 2, 1, 3).reshape(B, cr, ncell * cc)
-    x = x[:, :R, :C]
-    rows = np.arange(R)[None, :, None]
-    cols = np.arange(C)[None, None, :]
-    return jnp.where((rows < vr) & (cols < vc), x, jnp.zeros((), x.dtype))
+        x = t.transpose(0, 2, 1, 3)                                             # [B, r, cell, c]
+        whole = (cr, ncell * cc) == (R, C)
+        flat = flat or ncell == 1
+        rows = np.arange(cr)[None, :, None, None]
+        cols = (np.arange(ncell)[:, None] * cc + np.arange(cc))[None, None]
+    if not whole:
+        x = x.reshape(B, -1, x.shape[-2] * x.shape[-1])[:, :R, :C]
+        rows, cols = np.arange(R)[None, :, None], np.arange(C)[None, None, :]
+    if vr is not None:
+        nd = (B,) + (1,) * (x.ndim - 1)
+        x = jnp.where((rows < vr.reshape(nd)) & (cols < vc.reshape(nd)), x, jnp.zeros((), x.dtype))
+    return x.reshape(B, R, C) if flat else x
 
 
 # ----------------------------------------------------------------- public API
@@ -225,11 +281,25 @@ def nd_to_cube(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType
     compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
     if (vr_static, vc_static) == (R, C):
         vr = vc = None          # every tile full: one program for all, no masks to compute
+    flat = _flat_inside(xb)
+    # Full tiles of whole cells are defined everywhere. With a second result
+    # XLA:CPU no longer fuses the transpose into its output copy (a copy of the
+    # input, then a separate relayout: 3-5x slower), so a large batch builds
+    # the all-true mask in a program of its own.
+    ones = (defined and not flat and vr is None
+            and (R, C) == ((_ceil_div(R, cr) * cr, _ceil_div(C, 8) * 8) if lay == "CUBE_N8"
+                           else (cr, _ceil_div(C, cc) * cc)))
+    # a small batch passes no flat flag (the default): each static argument costs ~1 us a call
     out = _nd_to_cube(xb, vr, vc, layout=lay, cr=cr, cc=cc,
                       swap=(lay == "CUBE_M16" and d.bits == 4),
                       pad=_pad_in(np.dtype(xb.dtype).itemsize * 8, d, p),
-                      pad_defined=p != tables.PAD_NULL, with_defined=defined,
-                      compact=compact)
+                      pad_defined=p != tables.PAD_NULL, with_defined=defined and not ones,
+                      compact=compact, **({} if flat else {"flat": False}))
+    if ones:
+        out = _rows(cast(jax.Array, out), xb)
+        out = (out, jnp.ones(out.shape, bool))
+    elif not flat:
+        out = tuple(_rows(o, xb) for o in out) if defined else _rows(cast(jax.Array, out), xb)
     if single:
         return tuple(o[0] for o in out) if defined else out[0]
     return out
@@ -267,9 +337,16 @@ def cube_to_nd(words: npt.ArrayLike | jax.Array, layout: str, dtype: tables.Data
     if wb.shape[1] < need:
         raise ValueError(f"words has {wb.shape[1]} slots per tile; a {R}x{C} {lay} "
                          f"{d.name} bound needs {need}")
+    vr: NDArray[np.int32] | jax.Array | None
+    vc: NDArray[np.int32] | jax.Array | None
     vr, vr_static = _valid_dims(valid_rows, R, B, "valid_rows")
-    vc, _ = _valid_dims(valid_cols, C, B, "valid_cols")
+    vc, vc_static = _valid_dims(valid_cols, C, B, "valid_cols")
     compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
-    out = _cube_to_nd(wb, vr, vc, layout=lay, cr=cr, cc=cc,
-                      swap=(lay == "CUBE_M16" and d.bits == 4), R=R, C=C, compact=compact)
+    if (vr_static, vc_static) == (R, C):
+        vr = vc = None          # every tile full: no mask
+    flat = _flat_inside(wb)
+    out = _cube_to_nd(wb, vr, vc, layout=lay, cr=cr, cc=cc, swap=(lay == "CUBE_M16" and d.bits == 4),
+                      R=R, C=C, compact=compact, **({} if flat else {"flat": False}))
+    if not flat:
+        out = _reshaped(out, (B, R, C), wb)
     return out[0] if single else out
