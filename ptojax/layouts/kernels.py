@@ -58,7 +58,7 @@ def _m_coords(ncell: int, cr: int, cc: int, swap: bool) -> tuple[NDArray[np.int_
 _FLATTEN_INSIDE_BYTES = 1 << 20
 
 
-def _flat_inside(x: Any) -> bool:
+def flattens_inside(x: Any) -> bool:
     """Whether a kernel on x flattens its result itself (small or traced input)."""
     return isinstance(x, jax.core.Tracer) or x.size * np.dtype(x.dtype).itemsize < _FLATTEN_INSIDE_BYTES
 
@@ -68,7 +68,7 @@ def _reshape_owned(a: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     return a.reshape(shape)
 
 
-def _reshaped(a: jax.Array, shape: tuple[int, ...], src: object) -> jax.Array:
+def reshaped_result(a: jax.Array, shape: tuple[int, ...], src: object) -> jax.Array:
     """a, a kernel's result on input src, reshaped to `shape` without a copy
     (a is donated: never src itself, which jit may hand back unchanged)."""
     if a.shape == shape:
@@ -78,9 +78,9 @@ def _reshaped(a: jax.Array, shape: tuple[int, ...], src: object) -> jax.Array:
     return _reshape_owned(a, shape)
 
 
-def _rows(a: jax.Array, src: object) -> jax.Array:
+def flat_rows(a: jax.Array, src: object) -> jax.Array:
     """A kernel's [B, ...] result as [B, W]."""
-    return _reshaped(a, (a.shape[0], math.prod(a.shape[1:])), src)
+    return reshaped_result(a, (a.shape[0], math.prod(a.shape[1:])), src)
 
 
 def _swap_b4(t: jax.Array) -> jax.Array:
@@ -281,7 +281,7 @@ def nd_to_cube(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType
     compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
     if (vr_static, vc_static) == (R, C):
         vr = vc = None          # every tile full: one program for all, no masks to compute
-    flat = _flat_inside(xb)
+    flat = flattens_inside(xb)
     # Full tiles of whole cells are defined everywhere. With a second result
     # XLA:CPU no longer fuses the transpose into its output copy (a copy of the
     # input, then a separate relayout: 3-5x slower), so a large batch builds
@@ -296,10 +296,10 @@ def nd_to_cube(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType
                       pad_defined=p != tables.PAD_NULL, with_defined=defined and not ones,
                       compact=compact, **({} if flat else {"flat": False}))
     if ones:
-        out = _rows(cast(jax.Array, out), xb)
+        out = flat_rows(cast(jax.Array, out), xb)
         out = (out, jnp.ones(out.shape, bool))
     elif not flat:
-        out = tuple(_rows(o, xb) for o in out) if defined else _rows(cast(jax.Array, out), xb)
+        out = tuple(flat_rows(o, xb) for o in out) if defined else flat_rows(cast(jax.Array, out), xb)
     if single:
         return tuple(o[0] for o in out) if defined else out[0]
     return out
@@ -344,9 +344,9 @@ def cube_to_nd(words: npt.ArrayLike | jax.Array, layout: str, dtype: tables.Data
     compact = lay == "CUBE_N8" and not (vr_static is not None and _ceil_div(vr_static, cr) == _ceil_div(R, cr))
     if (vr_static, vc_static) == (R, C):
         vr = vc = None          # every tile full: no mask
-    flat = _flat_inside(wb)
+    flat = flattens_inside(wb)
     out = _cube_to_nd(wb, vr, vc, layout=lay, cr=cr, cc=cc, swap=(lay == "CUBE_M16" and d.bits == 4),
                       R=R, C=C, compact=compact, **({} if flat else {"flat": False}))
     if not flat:
-        out = _reshaped(out, (B, R, C), wb)
+        out = reshaped_result(out, (B, R, C), wb)
     return out[0] if single else out

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from .. import tables
 from .._x64 import x64
 from .geometry import IntOrArray
-from .kernels import _flat_inside, _reshaped, _rows, as_words
+from .kernels import as_words, flat_rows, flattens_inside, reshaped_result
 
 ORDINARY_LAYOUTS = ("RowMajor", "ColumnMajor", "ZN", "NZ")
 ALIASES = {"ND": "RowMajor", "DN": "ColumnMajor"}
@@ -151,10 +151,10 @@ def nd_to_ordinary(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.Data
     xb = x[None] if x.ndim == 2 else x
     _shape_checked(lay, d, xb.shape[1], xb.shape[2])
     xj = jnp.asarray(xb)
-    if _flat_inside(xb):    # a small batch: one program, no flag to hash (each costs ~1 us a call)
+    if flattens_inside(xb):    # a small batch: one program, no flag to hash (each costs ~1 us a call)
         out = _nd_to_layout(xj, layout=lay, inner=fractal_width(d))
     else:
-        out = _rows(_nd_to_layout(xj, layout=lay, inner=fractal_width(d), flat=False), xj)
+        out = flat_rows(_nd_to_layout(xj, layout=lay, inner=fractal_width(d), flat=False), xj)
     return out[0] if x.ndim == 2 else out
 
 
@@ -176,9 +176,9 @@ def ordinary_to_nd(words: npt.ArrayLike | jax.Array, layout: str, dtype: tables.
                          f"got shape {words.shape}")
     wb = words[None] if words.ndim == 1 else words
     wj = jnp.asarray(wb)
-    if _flat_inside(wb):
+    if flattens_inside(wb):
         out = _layout_to_nd(wj, layout=lay, inner=fractal_width(d), R=R, C=C)
     else:
-        out = _reshaped(_layout_to_nd(wj, layout=lay, inner=fractal_width(d), R=R, C=C, flat=False),
+        out = reshaped_result(_layout_to_nd(wj, layout=lay, inner=fractal_width(d), R=R, C=C, flat=False),
                         (wb.shape[0], R, C), wj)
     return out[0] if words.ndim == 1 else out
