@@ -366,6 +366,20 @@ def test_a_failing_dut_stops_the_campaign_with_what_it_has(capsys, monkeypatch, 
     assert re.search(message, rep["stopped"]), rep["stopped"]
     assert rep["against"]["compared"] == 63 and rep["cases"] >= 63
     assert "the campaign stopped there" in err
+    assert not running(f"dut_harness.py {misbehaviour}"), "the stopped DUT outlived the campaign"
+
+
+def running(fragment: str) -> list:
+    """Pids of live processes whose command line holds `fragment`."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if d.name.isdigit() and fragment in cmd and (d / "stat").read_text().split()[2] != "Z":
+            pids.append(int(d.name))
+    return pids
 
 
 def test_a_wrong_dut_is_caught(capsys, monkeypatch, env, tmp_path):

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import queue
+import signal
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -231,7 +233,12 @@ class Command:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                # the command runs under a shell in its own session: stop the whole
+                # group, or a hung DUT outlives the shell that started it
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 self.proc.wait()
 
     def __enter__(self):
@@ -251,7 +258,7 @@ class External(Command):
         self.n = 0
         try:
             self.proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, bufsize=1)
+                                         start_new_session=True, stdout=subprocess.PIPE, text=True, bufsize=1)
         except OSError as e:
             raise ExternalError(f"cannot start {command!r}: {e}") from None
         self.lines: queue.Queue[Optional[str]] = queue.Queue()

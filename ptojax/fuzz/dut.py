@@ -66,7 +66,7 @@ class BatchedDut(Command):
         self.n = 0
         try:
             self.proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, bufsize=0)
+                                         start_new_session=True, stdout=subprocess.PIPE, bufsize=0)
         except OSError as e:
             raise ExternalError(f"cannot start {command!r}: {e}") from None
         self.answers: queue.Queue = queue.Queue()
