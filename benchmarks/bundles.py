@@ -255,6 +255,13 @@ def matrix_state(pj, cfg, name, rng):
     return s, None
 
 
+def bundle_words(pj, name):
+    """A bundle's instruction words."""
+    op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
+    return pj.asm.assemble(matrix_program(name) if name in MATRIX else coop_program(name)
+                           if name in COOP else program(op, layout, dtype, rows, cols, size, hand))
+
+
 def start_state(pj, cfg, name, rng):
     """The State a bundle runs on: GM holds a random matrix at SRC; a store's
     source tile is loaded from it first (reference model), then a0 = DST."""
@@ -598,12 +605,8 @@ def main(argv=None):
     def start_states(cfgs):
         """Each bundle's (start State, words) on its config: the same data on any preset."""
         rng = np.random.default_rng(0)
-        return {name: (start_state(pj, cfgs[name], name, rng)[0], assemble(name)) for name in names}
-
-    def assemble(name):
-        op, layout, dtype, rows, cols, size, hand = BUNDLES[name]
-        return pj.asm.assemble(matrix_program(name) if name in MATRIX else coop_program(name)
-                               if name in COOP else program(op, layout, dtype, rows, cols, size, hand))
+        return {name: (start_state(pj, cfgs[name], name, rng)[0], bundle_words(pj, name))
+                for name in names}
 
     cfgs = configs(cfg)
     starts = start_states(cfgs)

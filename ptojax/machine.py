@@ -53,10 +53,12 @@ def _scan_headers(st: State, words: jax.Array, length: jax.Array, gpr_row: jax.A
     def phase1(i: jax.Array, carry: _Phase1) -> _Phase1:
         blk, stop_at, hfault, n, commits, pos = carry
         w = words[i]
-        d = decode(w)
+        with jax.named_scope("decode"):
+            d = decode(w)
         go = (i < length) & (stop_at == L)
         pc = st.pc + U64(4) * i.astype(U64)
-        fault, completes, update = header_step(blk, w, d, gpr_row, pc)
+        with jax.named_scope("header"):
+            fault, completes, update = header_step(blk, w, d, gpr_row, pc)
         faulted = go & (fault != 0)
         rec = go & ~faulted & completes & (n < max_commits)
         go, fault, faulted, rec = settle((go, fault, faulted, rec))
@@ -89,7 +91,8 @@ def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: ja
     def phase2(carry: _Phase2, xs: tuple[jax.Array, jax.Array]) -> tuple[_Phase2, None]:
         s, cstop, cfault, caddr, cblk = carry
         packed, p = xs
-        h = header.decode(unpack_block(settle(packed)))
+        with jax.named_scope("block"):
+            h = header.decode(unpack_block(settle(packed)))
         go = (p < L) & (cstop == L)
         dr_bad = h.catr_dr & ~header.is_tlsu_op(h)      # B.CATR DR=1 only in a TLSU block
         if core:

@@ -1,5 +1,6 @@
-"""Smoke tests of benchmarks/layouts.py (--quick runs and reports every row) and of
-benchmarks/compile.py (one child measurement)."""
+"""Smoke tests of benchmarks/layouts.py (--quick runs and reports every row), of
+benchmarks/compile.py (one child measurement) and of benchmarks/profile.py (its
+phase map; one profiled TLOAD batch under -m slow)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,43 @@ def test_bundles_benchmark_baseline_merge():
     by = {g["batch"]: g for g in bench.compare_by_batch(cmp)}
     assert by[16]["bundles"] == 1 and by[16]["min_ratio"] == 2.0
     assert by[256]["geomean_ratio"] == 0.75
+
+
+def _load_profile():
+    spec = importlib.util.spec_from_file_location("ptojax_bench_profile", BENCH.with_name("profile.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_profile_charges_kernels_to_the_executors_scopes():
+    prof = _load_profile()
+    text = "\n".join([
+        '  %fusion.3 = u64[8,256]{1,0} fusion(%p.1), kind=kLoop, calls=%fc, metadata={op_name='
+        '"jit(_batched)/vmap()/while/body/phase2/transport/cond/branch_1_fun/jit(run)/writes/select_n"}',
+        '  ROOT %while.2 = (s32[], u8[8]) while(%t), condition=%c, body=%b',
+        '  %stack.9 = s32[8,1,8,16]{3,2,1,0} concatenate(%a, %b), dimensions={3}, metadata={op_name='
+        '"jit(_batched)/vmap()/stack"}',
+        '  %fusion.4 = s32[8]{0} fusion(%w), kind=kLoop, calls=%f2, metadata={op_name='
+        '"jit(_batched)/vmap()/while/body/phase1/decode/reduce"}'])
+    instr = prof.instructions(text)
+    assert instr["while.2"][0] == "while" and instr["stack.9"][0] == "concatenate"
+    fam = {"transport", "matrix"}
+    assert prof.phase_of(instr["fusion.3"][1], fam) == "transport writes"
+    assert prof.phase_of(instr["stack.9"][1], fam) == "state in/out"
+    assert prof.phase_of(instr["fusion.4"][1], fam) == "decode"
+    assert prof.phase_of("jit(_batched)/vmap()/while/body/phase1/select_n", fam) == "header scan"
+    assert prof.phase_of("jit(_batched)/vmap()/while/body/phase2/block/add", fam) == "block"
+    assert prof.phase_of("jit(_batched)/vmap()/while/body/phase2/cond/add", fam) == "dispatch"
+
+
+@pytest.mark.slow    # compiles a batch program with the cache off (about 20 s)
+def test_profile_benchmark_tload(tmp_path):
+    out = tmp_path / "profile.json"
+    p = subprocess.run([sys.executable, str(BENCH.with_name("profile.py")), "--bundles",
+                        "TLOAD ND2M16 FP16 16x16", "--batch", "16", "--repeats", "1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    row = json.loads(out.read_text())["rows"][0]
+    assert {"transport elements", "transport writes", "decode", "header scan"} <= set(row["phases_ms"])
+    assert abs(sum(row["phases_ms"].values()) - row["kernel_ms"]) < 1e-6 * max(1.0, row["kernel_ms"])

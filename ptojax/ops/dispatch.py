@@ -196,8 +196,9 @@ def _family(family: Family, enable: jax.Array, view: State, h: Header, pe: jax.A
             _split(c.state)[0], c.write
 
     skip = lambda light: (jnp.int32(0), jnp.uint64(0), light, idle)
-    f, a, light, write = jax.lax.cond(trip_count(enable.astype(jnp.int32)) > 0, branch(run), skip,
-                                      light)
+    with jax.named_scope(family.name):      # the kernels' phase in profiles (benchmarks/profile.py)
+        f, a, light, write = jax.lax.cond(trip_count(enable.astype(jnp.int32)) > 0, branch(run), skip,
+                                          light)
     return Completion(f, a, _join(light, big), write)
 
 

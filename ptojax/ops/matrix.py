@@ -649,71 +649,75 @@ def _product(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _S
 def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
              ctx: Context) -> Completion:
     """Complete the matrix block with header `h` (its faults have no data address)."""
-    blk = _decode(h, pe, cfg)
-    gate_legal, (quant, relu) = _binding_stream(h, cfg, blk, row(state.gpr, pe))
-    post = _post_sources(state, cfg, h, blk)
-    indices = _local_indices(h, blk)
-    c_idx = indices[0]
-    dst = _destinations(state, cfg, h, blk, pe)
-    d_hand, dslot, tsize = h.dst_hand[jnp.argmax(h.bound & h.has_dst)], dst.slots[0], dst.tsize[0]
-    loc = _local_sources(state, cfg, blk, indices, h.pre_quant_mode, tsize)
-    shr = _shared_sources(state, h, blk, loc.kb)
+    # the named scopes label the compiled program's kernels by phase (benchmarks/profile.py)
+    with jax.named_scope("checks"):
+        blk = _decode(h, pe, cfg)
+        gate_legal, (quant, relu) = _binding_stream(h, cfg, blk, row(state.gpr, pe))
+        post = _post_sources(state, cfg, h, blk)
+        indices = _local_indices(h, blk)
+        c_idx = indices[0]
+        dst = _destinations(state, cfg, h, blk, pe)
+        d_hand, dslot, tsize = h.dst_hand[jnp.argmax(h.bound & h.has_dst)], dst.slots[0], dst.tsize[0]
+        loc = _local_sources(state, cfg, blk, indices, h.pre_quant_mode, tsize)
+        shr = _shared_sources(state, h, blk, loc.kb)
 
-    # ---- destination (step 10): D's M layout, its element type, valid Mi x N
-    out_type = pp.output_type(h.pre_quant_mode, blk.acc_type)
-    d_cls = take(DT_CLASS, out_type)
-    d_lay = jnp.clip(loc.d_lay, 0, 1)
-    d_cr, d_cc, d_g, d_shape_ok = cube_geometry(d_lay, d_cls, blk.Mi, blk.N, tsize,
-                                                capacity_register(state.tile_capacity), cfg.tile_words)
-    aux_on = (h.row_max == 1) | (h.group_max == 1)
+        # ---- destination (step 10): D's M layout, its element type, valid Mi x N
+        out_type = pp.output_type(h.pre_quant_mode, blk.acc_type)
+        d_cls = take(DT_CLASS, out_type)
+        d_lay = jnp.clip(loc.d_lay, 0, 1)
+        d_cr, d_cc, d_g, d_shape_ok = cube_geometry(d_lay, d_cls, blk.Mi, blk.N, tsize,
+                                                    capacity_register(state.tile_capacity), cfg.tile_words)
+        aux_on = (h.row_max == 1) | (h.group_max == 1)
 
-    fault = settle(ordered_fault(
-        ("MM.1 fpatr_present", ~h.fpatr_present, "Fault_BundleControl"),
-        ("MM.3 gate", ~gate_legal, "Fault_TileLegality"),
-        ("MM.4 gemv_rows", blk.is_gemv & (blk.M != 1), "Fault_TileLegality"),
-        ("MM.5 transpose", (shr.trans_a & blk.a_local) | (shr.trans_b & blk.b_local),
-         "Fault_TileLegality"),
-        ("MM.6 post_sources", ~post.legal, "Fault_TileLegality"),
-        ("MM.7s shared_sources", ~shr.sources_legal, "Fault_TileLegality"),
-        ("MM.7 local_sources", ~loc.sources_legal, "Fault_TileLegality"),
-        ("MM.8 acc_hand", blk.is_acc & (c_idx == d_hand), "Fault_TileLegality"),
-        ("MM.10 destination", blk.active & (~dst.legal | ~d_shape_ok), "Fault_TileAllocation"),
-    ))
-    do = enable & (fault == 0) & blk.active
-    dg = _DGeometry(d_lay, d_cr, d_cc, d_g, take(DT_BITS, out_type) == 4)
-    col, lane_ok, acc_words = _product(state, cfg, blk, loc, shr, dg, do)
-    # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
-    lane_col = jnp.clip(col, 0, lane_count(cast(PeFile, state.tiles)) - 1)
+        fault = settle(ordered_fault(
+            ("MM.1 fpatr_present", ~h.fpatr_present, "Fault_BundleControl"),
+            ("MM.3 gate", ~gate_legal, "Fault_TileLegality"),
+            ("MM.4 gemv_rows", blk.is_gemv & (blk.M != 1), "Fault_TileLegality"),
+            ("MM.5 transpose", (shr.trans_a & blk.a_local) | (shr.trans_b & blk.b_local),
+             "Fault_TileLegality"),
+            ("MM.6 post_sources", ~post.legal, "Fault_TileLegality"),
+            ("MM.7s shared_sources", ~shr.sources_legal, "Fault_TileLegality"),
+            ("MM.7 local_sources", ~loc.sources_legal, "Fault_TileLegality"),
+            ("MM.8 acc_hand", blk.is_acc & (c_idx == d_hand), "Fault_TileLegality"),
+            ("MM.10 destination", blk.active & (~dst.legal | ~d_shape_ok), "Fault_TileAllocation"),
+        ))
+        do = enable & (fault == 0) & blk.active
+    with jax.named_scope("elements"):
+        dg = _DGeometry(d_lay, d_cr, d_cc, d_g, take(DT_BITS, out_type) == 4)
+        col, lane_ok, acc_words = _product(state, cfg, blk, loc, shr, dg, do)
+        # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
+        lane_col = jnp.clip(col, 0, lane_count(cast(PeFile, state.tiles)) - 1)
 
-    def convert() -> tuple[jax.Array, jax.Array]:
-        words, flags = pp.element(
-            acc_words, h.pre_quant_mode, h.relu, blk.acc_type,
-            jnp.where(_member(h.pre_quant_mode, pp.VECTOR_MODES), post.quant_row[lane_col], quant),
-            jnp.where(h.relu == 3, post.relu_row[lane_col], relu),
-            pp.rounding(h.pre_quant_mode, jnp.where(h.datr_present, h.rmode, 0)),
-            h.datr_present & (h.sat != 0))
-        return words, pp.or_all(jnp.where(lane_ok, flags, 0))       # D's valid M x N only
-    # a batch where no State converts or activates keeps its accumulators as they are
-    converts = do & ((h.pre_quant_mode != 0) | (h.relu != 0))
-    d_words, flags = jax.lax.cond(trip_count(converts.astype(jnp.int32)) > 0, branch(convert),
-                                  lambda: (acc_words, jnp.int32(0)))
+        def convert() -> tuple[jax.Array, jax.Array]:
+            words, flags = pp.element(
+                acc_words, h.pre_quant_mode, h.relu, blk.acc_type,
+                jnp.where(_member(h.pre_quant_mode, pp.VECTOR_MODES), post.quant_row[lane_col], quant),
+                jnp.where(h.relu == 3, post.relu_row[lane_col], relu),
+                pp.rounding(h.pre_quant_mode, jnp.where(h.datr_present, h.rmode, 0)),
+                h.datr_present & (h.sat != 0))
+            return words, pp.or_all(jnp.where(lane_ok, flags, 0))       # D's valid M x N only
+        # a batch where no State converts or activates keeps its accumulators as they are
+        converts = do & ((h.pre_quant_mode != 0) | (h.relu != 0))
+        d_words, flags = jax.lax.cond(trip_count(converts.astype(jnp.int32)) > 0, branch(convert),
+                                      lambda: (acc_words, jnp.int32(0)))
 
-    # D's other payload Words keep their old values, undefined (the model configures
-    # the descriptor and writes only the valid M x N Words)
-    tiles = cast(PeFile, state.tiles)
-    Mi, N = blk.Mi, blk.N
-    d_mask = dst.mask
-    vals: dict[str, jax.Array | int]
-    vals = dict(dtype=out_type, layout=take(CUBE_TILE_LAYOUT, d_lay),
-                location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
-                cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
-                n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
-                storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
-    tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok, cfg.tile_words)
-    tiles, aux_flags = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, dg,
-                                           do & aux_on)
-    # CommitMatrixResult: the flags of D and of the reductions, sticky
-    flags = jnp.where(do, flags | aux_flags, 0)
+    with jax.named_scope("writes"):
+        # D's other payload Words keep their old values, undefined (the model configures
+        # the descriptor and writes only the valid M x N Words)
+        tiles = cast(PeFile, state.tiles)
+        Mi, N = blk.Mi, blk.N
+        d_mask = dst.mask
+        vals: dict[str, jax.Array | int]
+        vals = dict(dtype=out_type, layout=take(CUBE_TILE_LAYOUT, d_lay),
+                    location=LOC["Matrix"], capacity=tsize, rows=d_g["storage_rows"],
+                    cols=d_g["storage_cols"], valid_rows=Mi, valid_cols=N, k_repeat=d_g["k_repeat"],
+                    n_repeat=d_g["n_repeat"], cell_count=d_g["cell_count"],
+                    storage_bytes=d_g["required_bytes"], mask=d_mask, defined_valid=Mi * N)
+        tiles = install(tiles, dslot, do, vals, d_words, lane_ok, lane_ok, cfg.tile_words)
+        tiles, aux_flags = _install_reductions(tiles, cfg, h, blk, dst, post, acc_words, dg,
+                                               do & aux_on)
+        # CommitMatrixResult: the flags of D and of the reductions, sticky
+        flags = jnp.where(do, flags | aux_flags, 0)
     return Completion(fault, U64(0), state.replace(tiles=tiles,
                                                    numeric_flags=state.numeric_flags | flags))
 

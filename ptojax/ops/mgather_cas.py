@@ -183,58 +183,62 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
     `ctx.cas_seed` (traced) seeds the "permuted" lane order; cfg.cas_seed is
     not read here, so seeds share one compiled function.
     """
-    cas_seed = ctx.cas_seed
-    W, HS = cfg.tile_words, cfg.hand_slots
-    tiles = cast(PeFile, state.tiles)      # PE `pe`'s storage.PeFile (dispatch._complete)
-    mask = h.mask
-    vc, vr, col = resolved_dimensions(h)
-    tdt = h.dtype
-    tbits = take(DT_BITS, tdt)
+    # the named scopes label the compiled program's kernels by phase (benchmarks/profile.py)
+    with jax.named_scope("checks"):
+        cas_seed = ctx.cas_seed
+        W, HS = cfg.tile_words, cfg.hand_slots
+        tiles = cast(PeFile, state.tiles)      # PE `pe`'s storage.PeFile (dispatch._complete)
+        mask = h.mask
+        vc, vr, col = resolved_dimensions(h)
+        tdt = h.dtype
+        tbits = take(DT_BITS, tdt)
 
-    # D.4 step 5: sources Index, Expected (first B.IOT), Replacement (second)
-    srcs = source(tiles, jnp.stack([h.src0[0], h.src1[0], h.src0[1]]), HS)
-    unstacked = tuple(jax.tree_util.tree_map(lambda v: v[k], srcs) for k in range(3))
+        # D.4 step 5: sources Index, Expected (first B.IOT), Replacement (second)
+        srcs = source(tiles, jnp.stack([h.src0[0], h.src1[0], h.src0[1]]), HS)
+        unstacked = tuple(jax.tree_util.tree_map(lambda v: v[k], srcs) for k in range(3))
 
-    # D.4 step 6: destination as C.7 step 4 with shape (VR, VC, Col); the pad
-    # fill covers the whole physical region, so rows * Col must fit the payload
-    dslot, found, tsize, budget_ok = destination(state, h.dst_hand[1], h.size_code[1], mask, cfg)
-    dshape_ok, drows = ordinary_shape(tsize, col, vr, vc, tbits, W)
-    destination_shape = dshape_ok & (drows * col <= W)
+        # D.4 step 6: destination as C.7 step 4 with shape (VR, VC, Col); the pad
+        # fill covers the whole physical region, so rows * Col must fit the payload
+        dslot, found, tsize, budget_ok = destination(state, h.dst_hand[1], h.size_code[1], mask, cfg)
+        dshape_ok, drows = ordinary_shape(tsize, col, vr, vc, tbits, W)
+        destination_shape = dshape_ok & (drows * col <= W)
 
-    # D.4 step 7: the destination layout comes from the B.DATR Layout (the
-    # model's destination-layout map) and is re-checked on the new descriptor
-    dlay = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
+        # D.4 step 7: the destination layout comes from the B.DATR Layout (the
+        # model's destination-layout map) and is re-checked on the new descriptor
+        dlay = take(DEST_LAYOUT, jnp.where(h.datr_present, h.layout, 0))
 
-    fault = settle(ordered_fault(
-        ("CAS.3 schema", ~schema_legal(h), "Fault_TileLegality"),
-        ("CAS.4 datr", ~datr_legal(h), "Fault_TileLegality"),
-        ("CAS.5 sources", ~sources_legal(srcs, state.tile_capacity, W, tdt, vr, vc),
-         "Fault_TileLegality"),
-        ("CAS.6 destination", ~found | ~budget_ok | ~destination_shape, "Fault_TileAllocation"),
-        ("CAS.7 destination_indexable", ~fractal_ok(dlay, drows, col, tbits),
-         "Fault_TileLegality")))
-    legal = fault == 0
+        fault = settle(ordered_fault(
+            ("CAS.3 schema", ~schema_legal(h), "Fault_TileLegality"),
+            ("CAS.4 datr", ~datr_legal(h), "Fault_TileLegality"),
+            ("CAS.5 sources", ~sources_legal(srcs, state.tile_capacity, W, tdt, vr, vc),
+             "Fault_TileLegality"),
+            ("CAS.6 destination", ~found | ~budget_ok | ~destination_shape, "Fault_TileAllocation"),
+            ("CAS.7 destination_indexable", ~fractal_ok(dlay, drows, col, tbits),
+             "Fault_TileLegality")))
+        legal = fault == 0
 
-    ln = _lane_operands(state, h, pe, cfg, vr, vc, unstacked)
-    nbytes = elem_bytes(tbits)
-    probe = memory.probe(ln.addr, nbytes, cfg.gm_bytes)
-    mfault, maddr = memory.first_fault(probe, ln.addr, ln.order, ln.lane & legal)
-    fault = jnp.where(legal, mfault, fault)
-    fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
-    ok = enable & legal & (mfault == 0)
+    with jax.named_scope("elements"):
+        ln = _lane_operands(state, h, pe, cfg, vr, vc, unstacked)
+        nbytes = elem_bytes(tbits)
+        probe = memory.probe(ln.addr, nbytes, cfg.gm_bytes)
+        mfault, maddr = memory.first_fault(probe, ln.addr, ln.order, ln.lane & legal)
+        fault = jnp.where(legal, mfault, fault)
+        fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
+        ok = enable & legal & (mfault == 0)
 
-    gm, old = _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln, cas_seed)
+        gm, old = _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln, cas_seed)
 
-    # publication: whole physical destination padded and defined (F.5)
-    padw = row(row(PAD_WORDS, tdt), h.pad)
-    physical = ln.j < drows * col
-    slot = jnp.where(ln.lane, ordinary_index(dlay, drows, col, tbits, ln.r, ln.c), ln.j.shape[0])
-    words = jnp.where(physical, padw, U64(0)).at[slot].set(old, mode="drop")
-    fields: dict[str, jax.Array | int] = dict(
-        dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
-        rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
-        cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)
-    tiles = install(tiles, dslot, ok, fields, words, physical, physical, W)
+    with jax.named_scope("writes"):
+        # publication: whole physical destination padded and defined (F.5)
+        padw = row(row(PAD_WORDS, tdt), h.pad)
+        physical = ln.j < drows * col
+        slot = jnp.where(ln.lane, ordinary_index(dlay, drows, col, tbits, ln.r, ln.c), ln.j.shape[0])
+        words = jnp.where(physical, padw, U64(0)).at[slot].set(old, mode="drop")
+        fields: dict[str, jax.Array | int] = dict(
+            dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
+            rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
+            cell_count=0, storage_bytes=0, mask=mask, defined_valid=vr * vc)
+        tiles = install(tiles, dslot, ok, fields, words, physical, physical, W)
     return Completion(fault, fault_addr, state.replace(tiles=tiles, gm=gm))
 
 

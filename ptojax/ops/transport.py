@@ -344,33 +344,37 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
     # name it: elsewhere the op is known not to be one, and its checks fold away
     is_load = (h.op == OP["TLOAD"]) & ("TLOAD" in effects)
     is_store = (h.op == OP["TSTORE"]) & ("TSTORE" in effects)
-    gpr = row(state.gpr, pe)
-    base = jnp.where(h.ior_present, gpr_value(gpr, h.reg_src0), U64(0))
-    stride_reg = gpr_value(gpr, h.reg_src1)
+    # the named scopes label the compiled program's kernels by phase (benchmarks/profile.py)
+    with jax.named_scope("checks"):
+        gpr = row(state.gpr, pe)
+        base = jnp.where(h.ior_present, gpr_value(gpr, h.reg_src0), U64(0))
+        stride_reg = gpr_value(gpr, h.reg_src1)
 
-    # ---------------- CUBE path (C.5 / C.6): the layout and CELL class
-    cube_lay = take(CODE_TO_CUBE, h.layout)
-    cls = take(DT_CLASS, h.dtype)
-    d = _tload_destination(state, h, cfg, cube_lay, cls)
-    src = _tstore_source(state, h, cfg, cube_lay)
+        # ---------------- CUBE path (C.5 / C.6): the layout and CELL class
+        cube_lay = take(CODE_TO_CUBE, h.layout)
+        cls = take(DT_CLASS, h.dtype)
+        d = _tload_destination(state, h, cfg, cube_lay, cls)
+        src = _tstore_source(state, h, cfg, cube_lay)
 
-    fault = _check_list(h, is_load, is_store, cls, d, src)
-    legal = (fault == 0) & ~h.zero_mask     # the zero-mask entry ends the list with no effect
+        fault = _check_list(h, is_load, is_store, cls, d, src)
+        legal = (fault == 0) & ~h.zero_mask     # the zero-mask entry ends the list with no effect
     if not effects & {"TLOAD", "TSTORE"}:
         # no TLOAD/TSTORE can complete in this stream, so no block reaches the
         # memory checks: skip the element map (a matrix-only stream's cost)
         return Completion(fault, U64(0), state)
 
-    t = _Transfer(is_load, is_store, cube_lay, d, src)
-    p, lanes = _element_map(h, lane_count(cast(PeFile, state.tiles)), t, legal, base, stride_reg,
-                            "TSTORE" in effects)
-    probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
-    mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p.legal)
-    fault = jnp.where(legal, mfault, fault)
-    fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
-    ok = enable & legal & (mfault == 0)
+    with jax.named_scope("elements"):
+        t = _Transfer(is_load, is_store, cube_lay, d, src)
+        p, lanes = _element_map(h, lane_count(cast(PeFile, state.tiles)), t, legal, base, stride_reg,
+                                "TSTORE" in effects)
+        probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
+        mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p.legal)
+        fault = jnp.where(legal, mfault, fault)
+        fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
+        ok = enable & legal & (mfault == 0)
 
-    tiles, gm = _effects(state, h, cfg.tile_words, effects, ok, t, p, lanes)
+    with jax.named_scope("writes"):
+        tiles, gm = _effects(state, h, cfg.tile_words, effects, ok, t, p, lanes)
     return Completion(fault, fault_addr, state.replace(tiles=tiles, gm=gm))
 
 
