@@ -6,12 +6,14 @@ else Fault_DataPage when A + s > GM size (no wrap), else succeeds.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .. import tables
-from .lowering import settle
+from .lowering import branch, settle, trip_count
 
 F = tables.FAULT_CODE
 
@@ -92,24 +94,54 @@ def write_elements(gm: jax.Array, addr: jax.Array, value: jax.Array, nbytes: jax
 
     The model stores sequentially, so an element that a later one overwrites
     (`overwritten_later`) is skipped: every remaining location has exactly one
-    writer. 4-bit stores replace one nibble of the containing byte; even and
-    odd columns never share a nibble, so they are written in two passes.
+    writer. Whole elements are one scatter at their width where every State
+    of the batch that stores stores one width (GM viewed as 16/32/64-bit
+    units: a stored element is aligned, A.8), else a scatter of bytes.
+    4-bit stores replace one nibble of the containing byte; even and odd
+    columns never share a nibble, so they are written in two passes, run
+    only where some State stores 4-bit elements. XLA:CPU scatters one index
+    at a time, so these choices are most of a TSTORE's time
+    (benchmarks/profile.py).
     """
     n = gm.shape[0]
     a = _byte_index(addr, n)
     half = nibble_hi.astype(jnp.int32)
     win, a = settle((active & ~overwritten, a))
-    # bytes of whole elements
     plain = win & ~four_bit
-    k = jnp.arange(8)
-    idx = jnp.where(plain[:, None] & (k[None, :] < nbytes), a[:, None] + k[None, :], n)
-    gm = gm.at[idx.reshape(-1)].set(
-        jax.lax.bitcast_convert_type(value, jnp.uint8).reshape(-1), mode="drop")
-    # nibbles: low halves, then high halves (read-modify-write of the byte)
-    nib = (value & jnp.uint64(0xF)).astype(jnp.uint8)
-    for h in (0, 1):
-        sel = win & four_bit & (half == h)
-        old = gm[jnp.minimum(a, n - 1)]
-        new = (old & jnp.uint8(0xF0 if h == 0 else 0x0F)) | (nib << (4 * h))
-        gm = gm.at[jnp.where(sel, a, n)].set(new, mode="drop")
-    return gm
+
+    def by_width(w: int) -> Callable[[jax.Array], jax.Array]:
+        unit = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[w]
+
+        def run(gm: jax.Array) -> jax.Array:
+            units = gm if w == 1 else jax.lax.bitcast_convert_type(gm.reshape(n // w, w), unit)
+            units = units.at[jnp.where(plain, a // w, n // w)].set(value.astype(unit), mode="drop")
+            return units if w == 1 else jax.lax.bitcast_convert_type(units, jnp.uint8).reshape(n)
+        return run
+
+    def by_bytes(gm: jax.Array) -> jax.Array:
+        k = jnp.arange(8)
+        idx = jnp.where(plain[:, None] & (k[None, :] < nbytes), a[:, None] + k[None, :], n)
+        return gm.at[idx.reshape(-1)].set(
+            jax.lax.bitcast_convert_type(value, jnp.uint8).reshape(-1), mode="drop")
+
+    # the widths stored by some State of the batch (batch-uniform, trip_count)
+    widths = [w for w in (1, 2, 4, 8) if n % w == 0]
+    present = jnp.stack([trip_count(jnp.any(plain & (nbytes == w)).astype(jnp.int32)) > 0
+                         for w in widths])
+    only = jnp.sum(present) == 1
+    case = jnp.where(only, jnp.argmax(present), len(widths)).astype(jnp.int32)
+    gm = jax.lax.switch(case, [branch(by_width(w)) for w in widths] + [branch(by_bytes)], gm)
+
+    def nibbles(gm: jax.Array) -> jax.Array:
+        """Low halves, then high halves (read-modify-write of the byte)."""
+        nib = (value & jnp.uint64(0xF)).astype(jnp.uint8)
+        for h in (0, 1):
+            sel = win & four_bit & (half == h)
+            old = gm[jnp.minimum(a, n - 1)]
+            new = (old & jnp.uint8(0xF0 if h == 0 else 0x0F)) | (nib << (4 * h))
+            gm = gm.at[jnp.where(sel, a, n)].set(new, mode="drop")
+        return gm
+
+    some = trip_count(jnp.any(win & four_bit).astype(jnp.int32)) > 0
+    out: jax.Array = jax.lax.cond(some, branch(nibbles), lambda gm: gm, gm)
+    return out
