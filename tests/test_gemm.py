@@ -280,3 +280,15 @@ def test_core_a_fault_names_the_cooperative_bundle():
                                           r"K chunk 0\.\.7 raised Fault_TileLegality") as e:
         pj.golden.gemm(a, b, dtype="S8", b_dtype="FP16", profile="portable", **CORE_TILES)
     assert e.value.fault == "Fault_TileLegality"
+
+
+def test_core_k_pieces_move_the_bias_as_chunks_do():
+    # K = 24 < tile_k = 32 runs as pieces of 16 and 8: Bias is added after the first
+    # piece, as tile_k = 16 would add it, not after all of K (a large Bias, a tail of tiny
+    # products: test_tile_k_moves_the_bias_and_tile_m_changes_nothing)
+    a = np.concatenate([np.ones((4, 1)), np.full((4, 23), 2.0**-12)], axis=1).astype(np.float16)
+    b = np.ones((24, 8), np.float16)
+    bias = np.full(8, 2.0**12, np.float32)
+    d = pj.golden.gemm(a, b, dtype="FP16", bias=bias, **CORE_TILES)
+    assert same_bits(d, replay_fp32(a, b, bias=bias, tile_k=16))
+    assert not np.array_equal(d, replay_fp32(a, b, bias=bias, tile_k=32))
