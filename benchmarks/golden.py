@@ -21,13 +21,16 @@ before and after the further shapes: it must not grow.
     python benchmarks/golden.py --shapes 200 --out r.json
 
 --gemm SIZES (e.g. 64,128,256,512,1024): pj.golden.gemm on N x N x N
-products of three kinds, each size's first call (in this fresh process the
+products of five kinds, each size's first call (in this fresh process the
 kind's first size pays its compile, or its load from JAX's persistent cache)
 and a warm call, and numpy's float32 `a @ b` on the same matrices (the median
 of five) in the same run:
 
 * S8 portable: checked equal to the exact integer product;
+* S8 portable, core=True (cooperative TMATMULs on the Core, default
+  128 x 64 x 64 tiles): the same check;
 * FP16 ieee: checked within binary32 accumulation error of the exact product;
+* FP16 ieee, core=True: the same check;
 * BF16 ieee with an FP32 -> FP16 + ReLU epilogue (pre_quant=1, relu="relu"):
   checked within FP16 rounding of numpy's product.
 
@@ -173,7 +176,9 @@ def print_table(result):
 
 GEMM_KINDS = {
     "S8 portable": dict(dtype="S8", profile="portable"),
+    "S8 portable, core": dict(dtype="S8", profile="portable", core=True),
     "FP16 ieee": dict(dtype="FP16", profile="ieee"),
+    "FP16 ieee, core": dict(dtype="FP16", profile="ieee", core=True),
     "BF16 ieee, FP16+ReLU epilogue": dict(dtype="BF16", profile="ieee", pre_quant=1, relu="relu"),
 }
 
@@ -225,8 +230,8 @@ def gemm_main(sizes, seed, out_path, quiet):
                 af @ bf
                 ts.append(time.perf_counter() - t0)
             np_s = float(np.median(ts))
-            rows.append({"kind": kind, "n": n, "first_s": first, "warm_s": warm, "numpy_f32_s": np_s,
-                         "warm_over_numpy": warm / np_s})
+            rows.append({"kind": kind, "core": kw.get("core", False), "n": n, "first_s": first,
+                         "warm_s": warm, "numpy_f32_s": np_s, "warm_over_numpy": warm / np_s})
             if not quiet:
                 print(f"  {kind:32s} {n:5d}^3  first {first:7.2f} s  warm {warm:8.3f} s  "
                       f"numpy {np_s * 1e3:8.3f} ms  {warm / np_s:8.0f}x", file=sys.stderr, flush=True)

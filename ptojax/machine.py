@@ -96,7 +96,8 @@ def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: ja
         go = (p < L) & (cstop == L)
         dr_bad = h.catr_dr & ~header.is_tlsu_op(h)      # B.CATR DR=1 only in a TLSU block
         if core:
-            f, addr, s2 = dispatch.complete_core(s, h, cfg, go & ~dr_bad, effects, cas_seed)
+            f, addr, s2 = dispatch.complete_core(s, h, cfg, go & ~dr_bad, effects, cas_seed,
+                                                     uniform)
         else:
             f, addr, s2 = dispatch.complete(s, h, pe, cfg, go & ~dr_bad, effects, cas_seed, uniform)
         f = jnp.where(dr_bad, F["Fault_BundleControl"], f)

@@ -1,9 +1,10 @@
 """pj.golden.gemm: products of any size from the real tiled bundle sequence.
 
 The tile shape (tile_n, tile_k) decides the States' sizes, so the calls here
-compile three programs: portable at the default tiles, ieee at the default
-tiles and with tile_k=32 (whatever the matrix sizes, operand types or
-epilogue). Expected values are independent of ptojax: exact
+compile five programs: portable at the default tiles, ieee at the default
+tiles and with tile_k=32, and core=True (cooperative TMATMULs on the Core,
+its own program) portable and ieee at one tile shape, CORE_TILES (whatever
+the matrix sizes, operand types or epilogue). Expected values are independent of ptojax: exact
 integer products, a plain-Python binary32 replay of the documented chunk
 order, and matmul's one bundle where one bundle holds the product.
 """
@@ -184,6 +185,12 @@ def test_a_fault_names_the_tile_and_the_bundle():
     (dict(group_max=16, tile_n=40), ValueError, "multiple of it"),
     (dict(gemv=True), TypeError, "gemv"),
     (dict(flags=1), TypeError, "flags must be True or False"),
+    (dict(core=1), TypeError, "core must be True or False"),
+    (dict(core=True, tile_m=129), ValueError, r"tile_m must be at most 128 \(group_M\)"),
+    (dict(core=True, tile_n=48), ValueError, "tile_n must be a power of two under core=True"),
+    (dict(core=True, tile_k=24), ValueError, "tile_k must be a power of two under core=True"),
+    (dict(core=True, layout="CUBE_M32"), ValueError, "layout does not apply under core=True"),
+    (dict(core=True, group_max=64), ValueError, "every power-of-two piece"),
 ])
 def test_misuse_is_a_clear_error_before_any_work(kw, err, match):
     a, b = np.ones((20, 100), np.int8), np.ones((100, 100), np.int8)
@@ -199,3 +206,89 @@ def test_the_programs_are_shared_by_every_matrix_size():
         a, b = np.ones((m, k), np.int8), np.ones((k, n), np.int8)
         assert np.array_equal(pj.golden.gemm(a, b, dtype="S8", profile="portable"), np.full((m, n), k))
     assert _run_donated._cache_size() == compiled
+
+
+# ----------------------------------------------------------------- core=True (ADR 0100)
+
+# one tile shape for every core=True call: group_M = 40 gives valid_M = [16, 16, 8, 0]
+# (PE2 partial, PE3 idle) and a ragged last group of M % 40 rows
+CORE_TILES = dict(core=True, tile_m=40, tile_n=64, tile_k=32)
+
+
+@pytest.mark.parametrize("m,k,n", [(50, 100, 130), (7, 33, 5), (81, 64, 64)])
+def test_core_integer_products_are_exact(m, k, n):
+    # S8: the exact product; U16: the U32 accumulator wraps mod 2^32. Ragged everywhere:
+    # groups of 40 and m % 40 rows (1 for 81: PE0 alone), N and K past the whole tiles
+    # as powers of two (130 = 64 + 64 + 2, 100 = 3 x 32 + 4, 33 = 32 + 1)
+    from ptojax.batch.execute import _run_donated
+    r = np.random.default_rng(m * k * n)
+    a, b = r.integers(-128, 128, (m, k)), r.integers(-128, 128, (k, n))
+    d = pj.golden.gemm(a, b, dtype="S8", profile="portable", **CORE_TILES)
+    assert d.dtype == np.int32 and np.array_equal(d, (a @ b).astype(np.int32))
+    compiled = _run_donated._cache_size()         # every size and type runs the same program
+    a, b = r.integers(40000, 65536, (m, k)), r.integers(40000, 65536, (k, n))
+    d = pj.golden.gemm(a, b, dtype="U16", profile="portable", **CORE_TILES)
+    assert d.dtype == np.uint32 and np.array_equal(d, ((a @ b) % 2**32).astype(np.uint32))
+    assert _run_donated._cache_size() == compiled
+
+
+def _fp(t, shape):
+    return rng.standard_normal(shape).astype(t)
+
+
+@pytest.mark.parametrize("kind", ["fp16_bias", "bf16_acc", "mx"])
+def test_core_ieee_equals_the_tiled_product_bit_for_bit(kind):
+    # the same K chunks (tile_k = 32 divides K): per row the arithmetic is the same, so the
+    # cooperative product equals the CUBE_M32 tiles' bit for bit, whatever the rows and columns
+    m, k, n = 50, 96, 100
+    kw = dict(tile_k=32)
+    if kind == "fp16_bias":
+        a, b = _fp(np.float16, (m, k)), _fp(np.float16, (k, n))
+        kw.update(dtype="FP16", bias=_fp(np.float32, n))
+    elif kind == "bf16_acc":
+        a, b = _fp(ml_dtypes.bfloat16, (m, k)), _fp(ml_dtypes.bfloat16, (k, n))
+        kw.update(dtype="BF16", acc=_fp(np.float32, (m, n)))
+    else:
+        a = rng.integers(-4, 5, (m, k)).astype(ml_dtypes.float8_e4m3fn)
+        b = rng.integers(-4, 5, (k, n)).astype(ml_dtypes.float8_e5m2)
+        scales = (rng.integers(120, 135, (m, 3)).astype(np.uint8), rng.integers(120, 135, (3, n)).astype(np.uint8))
+        kw.update(dtype="E4M3", b_dtype="E5M2", scales=scales)
+    d = pj.golden.gemm(a, b, **dict(kw, **CORE_TILES))
+    assert same_bits(d, pj.golden.gemm(a, b, **kw))
+
+
+def test_core_epilogue_and_reductions_follow_the_fragments():
+    # every post-process source on the PEs: RowMaxIn cut to each fragment, the vector quant
+    # and PReLU parameters whole on each; RowMax chained over the column tiles (64, 16),
+    # GroupMax over 16-column groups; K = 100 in chunks of 32, 32, 32, 4. The same results
+    # and flags as the CUBE_M32 tiles
+    a, b = rng.integers(-128, 128, (45, 100)), rng.integers(-128, 128, (100, 80))
+    kw = dict(dtype="S8", profile="portable", pre_quant=2, quant_scale=np.full(80, 0.25),
+              quant_offset=np.arange(80) % 7 - 3, relu=np.where(np.arange(80) % 3, 0.5, 0.0),
+              row_max=True, row_max_init=rng.integers(-1000, 1000, 45), group_max=16, max_abs=True,
+              flags=True)
+    c, t = pj.golden.gemm(a, b, **dict(kw, **CORE_TILES)), pj.golden.gemm(a, b, **kw)
+    assert c.d.dtype == np.int8 and same_bits(c.d, t.d) and c.flags == t.flags and c.flags
+    assert same_bits(c.row_max, t.row_max) and same_bits(c.group_max, t.group_max)
+
+
+def test_core_a_fault_names_the_cooperative_bundle():
+    # S8 x FP16 is no matrix type pair: the Shared TLOADs take both, the cooperative bundle
+    # refuses them (Fault_TileLegality), named with its tile and chunk
+    a, b = np.ones((4, 8), np.int8), np.ones((8, 8), np.float16)
+    with pytest.raises(MatmulFault, match=r"^cooperative TMATMUL of tile rows 0\.\.3, columns 0\.\.7, "
+                                          r"K chunk 0\.\.7 raised Fault_TileLegality") as e:
+        pj.golden.gemm(a, b, dtype="S8", b_dtype="FP16", profile="portable", **CORE_TILES)
+    assert e.value.fault == "Fault_TileLegality"
+
+
+def test_core_k_pieces_move_the_bias_as_chunks_do():
+    # K = 24 < tile_k = 32 runs as pieces of 16 and 8: Bias is added after the first
+    # piece, as tile_k = 16 would add it, not after all of K (a large Bias, a tail of tiny
+    # products: test_tile_k_moves_the_bias_and_tile_m_changes_nothing)
+    a = np.concatenate([np.ones((4, 1)), np.full((4, 23), 2.0**-12)], axis=1).astype(np.float16)
+    b = np.ones((24, 8), np.float16)
+    bias = np.full(8, 2.0**12, np.float32)
+    d = pj.golden.gemm(a, b, dtype="FP16", bias=bias, **CORE_TILES)
+    assert same_bits(d, replay_fp32(a, b, bias=bias, tile_k=16))
+    assert not np.array_equal(d, replay_fp32(a, b, bias=bias, tile_k=32))

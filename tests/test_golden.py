@@ -195,6 +195,23 @@ def test_epilogue_reductions():
     assert r.d.dtype == np.int8 and np.array_equal(r.group_max, [[19], [43]])   # raw accumulators
 
 
+def test_every_source_and_output_at_once():
+    # MX with both scales, ACC, RowMaxIn, the vector quant and PReLU parameters, RowMax and
+    # GroupMax: eight TLOADs and three TSTOREs, more B.IOR registers than there are GPRs
+    # unless equal values share one (a bare StopIteration before they did)
+    m, k, n = 4, 32, 16
+    a = ints(-4, 5, (m, k)).astype(ml_dtypes.float8_e4m3fn)
+    b = ints(-4, 5, (k, n)).astype(ml_dtypes.float8_e5m2)
+    c = ints(-8, 9, (m, n)).astype(np.float32)
+    r = pj.golden.matmul(a, b, dtype="E4M3", b_dtype="E5M2", acc=c,
+                         scales=(np.full((m, 1), 127, np.uint8), np.full((1, n), 127, np.uint8)),
+                         pre_quant=23, quant_scale=np.full(n, 0.5), relu=np.full(n, 0.5), row_max=True,
+                         row_max_init=np.zeros(m), group_max=8)
+    acc = c + a.astype(np.float32) @ b.astype(np.float32)
+    assert np.array_equal(r.row_max, np.maximum(acc.max(axis=1), 0))
+    assert np.array_equal(r.group_max, acc.reshape(m, 2, 8).max(axis=2))
+
+
 def test_epilogue_numeric_flags():
     # flags=True: D with the flags the bundle raised; 0.5 x odd values is inexact (NX),
     # 43 x 4 = 172 past S8 saturates (OF NX); the raw product alone raises none

@@ -4,7 +4,8 @@
   of rows);
 - `gemm` (tiling.py): a product of any size, split into the tiles and K
   chunks a compiler would emit, all tiles of a chunk run at once
-  (pj.batch.run).
+  (pj.batch.run); with core=True as ADR 0100's cooperative TMATMULs on the
+  Core's four PEs (cooperative.py: the sequence of one row group).
 
 `pj.ops.matmul` is the first name of `matmul`, kept for its callers.
 """

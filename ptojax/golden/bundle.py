@@ -40,7 +40,7 @@ __all__ = ["matmul", "MatmulFault", "MatmulResult"]
 _A = _B = "T"
 _C = _BIAS = _RIN = "U"
 _SA = _SB = _VEC = "N"
-_D_HAND = "M"
+D_HAND = "M"
 _ML = {"FP16": np.float16, "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn,
        "E5M2": ml_dtypes.float8_e5m2, "FP32": np.float32}
 ACC_NP = {"FP32": np.float32, "S32": np.int32, "U32": np.uint32}
@@ -510,24 +510,51 @@ def _run(template, cfg, gm: bytes, gprs: dict, words):
 
 
 _EFFECTS = frozenset({"TLOAD", "TSTORE", "MATMUL"})
-_REGS = ("a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7")
-_OPS = {(False, False, False): "TMATMUL", (False, False, True): "TMATMUL.BIAS",
-        (False, True, False): "TMATMUL.ACC", (True, False, False): "TMATMULMX",
-        (True, False, True): "TMATMULMX.BIAS", (True, True, False): "TMATMULMX.ACC"}
+# the GPRs a sequence may set (zero, sp and ra stay untouched); a value is given
+# one register, however many B.IORs name it
+_REGS = ("a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "s0", "s1", "s2", "s3", "s4", "s5", "s6",
+         "s7", "s8", "x0", "x1", "x2", "x3")
+MATRIX_OPS = {(False, False, False): "TMATMUL", (False, False, True): "TMATMUL.BIAS",
+              (False, True, False): "TMATMUL.ACC", (True, False, False): "TMATMULMX",
+              (True, False, True): "TMATMULMX.BIAS", (True, True, False): "TMATMULMX.ACC"}
+
+
+class Part(NamedTuple):
+    """One PE's share of a per-PE TLOAD or TSTORE on the Core: rows row0 ..
+    row0 + rows - 1 of the operand, moved by PE `pe` alone (its own mask bit,
+    its own GPRs)."""
+    pe: int
+    row0: int
+    rows: int
+
+
+def pe_mask(pe: int) -> str:
+    """The B.IOT/B.IOS mask that selects PE `pe` alone."""
+    return tables.mask_str(tables.pe_bit(pe))
+
+
+def _bases(at: int, stride: int, parts: list) -> tuple:
+    """Each PE's base address of its rows of an area at `at` (PEs with no part: `at`)."""
+    base = [at] * tables.NUM_PES
+    for p in parts:
+        base[p.pe] = at + p.row0 * stride
+    return tuple(base)
 
 
 class Program:
     """The bundle sequence being built: its assembly text (one list of lines a
     bundle), the GM image its operands and outputs live in, the GPRs its
-    B.IORs name, and the payload Words its largest tile needs."""
+    B.IORs name (a value, the same in every PE's file, or four, one a PE),
+    and the payload Words its largest Local tile (and Shared register) needs."""
 
     def __init__(self):
         self.regs = iter(_REGS)
         self.gm = bytearray()
-        self.gprs = {}
+        self.gprs = {}                   # register name -> int, or a tuple of 4 (PE0..PE3)
         self.text = []
         self.steps = []                  # (first word index, bundle name)
         self.words_needed = 1
+        self.shared_words_needed = 0
         self.used = {}                   # hand -> tiles loaded into it
         self.placed = {}                 # operand name -> (GM address, row stride in bytes)
 
@@ -538,40 +565,64 @@ class Program:
         self.gm.extend(data)
         return base
 
-    def gpr_pair(self, base: int, stride: int) -> str:
-        """'B.IOR base, stride' with two fresh GPRs holding them."""
-        base_r, stride_r = next(self.regs), next(self.regs)
-        self.gprs[base_r], self.gprs[stride_r] = base, stride
-        return f"B.IOR {base_r}, {stride_r}"
+    def reg(self, value) -> str:
+        """A GPR holding `value` (an int, or one int a PE): the one that already
+        holds it, else a fresh one."""
+        if isinstance(value, tuple) and len(set(value)) == 1:
+            value = value[0]
+        for r, v in self.gprs.items():
+            if v == value:
+                return r
+        r = next(self.regs)
+        self.gprs[r] = value
+        return r
+
+    def gpr_pair(self, base, stride: int) -> str:
+        """'B.IOR base, stride' with GPRs holding them (base: an int, or one a PE)."""
+        return f"B.IOR {self.reg(base)}, {self.reg(stride)}"
+
+    def gpr_values(self) -> list:
+        """(GPR index, [PE0's value, .., PE3's]) for every register the sequence sets."""
+        return [(tables.gpr_index(r), list(v) if isinstance(v, tuple) else [v] * tables.NUM_PES)
+                for r, v in self.gprs.items()]
 
     def bundle(self, name: str, lines: list) -> None:
         self.steps.append((sum(len(t) for t in self.text), name))
         self.text.append(lines + ["BSTOP"])
 
-    def load(self, name, lay, dt, codes, hand, kind) -> str:
-        """A TLOAD of `codes` into the hand's next tile; its TileIndex name (e.g. 'T#1')."""
+    def load(self, name, lay, dt, codes, hand, kind, parts=None) -> str:
+        """A TLOAD of `codes` into the hand's next tile; its TileIndex name (e.g. 'T#1').
+
+        parts=None: one TLOAD on PE0 (mask 1000). Otherwise one TLOAD a Part,
+        each of its rows on its PE alone; every PE takes the tile at the same
+        TileIndex and at the size its largest part needs."""
         self.used[hand] = self.used.get(hand, 0) + 1
         rows, cols = codes.shape
         data, stride = pack_nd(codes, dt.bits)
         at = self.place(data)
         self.placed[name] = (at, stride)
-        ior = self.gpr_pair(at, stride)
+        on_core = parts is not None
+        parts = parts if on_core else [Part(0, 0, rows)]
+        most = max(p.rows for p in parts)
+        ior = self.gpr_pair(_bases(at, stride, parts), stride)
         if kind == "cube":
             g = cube_geometry(tables.cube_layout({"ND2M16": "CUBE_M16", "ND2M32": "CUBE_M32",
-                                                       "ND2N8": "CUBE_N8"}[lay]), dt.name, rows, cols)
+                                                       "ND2N8": "CUBE_N8"}[lay]), dt.name, most, cols)
             size, need = g.required_bytes, g.storage_elements
             head = [f"B.DATR {{{lay}, DTYPE_NONE, Null}}"]
-            dims = [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1"]
+            col_dims = []
         else:
             col = 1 << (cols - 1).bit_length()
-            size = max(128, 1 << (rows * col * dt.bits // 8 - 1).bit_length())
+            size = max(128, 1 << (most * col * dt.bits // 8 - 1).bit_length())
             need, head = size * 8 // dt.bits, []
-            dims = [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1",
-                    f"B.DIM zero, {col}, ->LB2"]
+            col_dims = [f"B.DIM zero, {col}, ->LB2"]
         self.words_needed = max(self.words_needed, need)
         code = size_code(size, name)
-        self.bundle(f"TLOAD of {name}", [f"BSTART.TLOAD {dt.name}"] + head + dims
-                    + [ior, f"B.IOT mask=1000, last, ->{hand}<{code}>"])
+        for p in parts:
+            self.bundle(f"TLOAD of {name}" + (f" on PE{p.pe}" if on_core else ""),
+                        [f"BSTART.TLOAD {dt.name}"] + head
+                        + [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {p.rows}, ->LB1"] + col_dims
+                        + [ior, f"B.IOT mask={pe_mask(p.pe)}, last, ->{hand}<{code}>"])
         return f"{hand}#{self.used[hand]}"
 
     def source(self) -> str:
@@ -583,13 +634,42 @@ class Program:
         return [name for first, name in self.steps if first <= executed][-1]
 
     def store(self, name: str, dt: str, index: str, rows: int, cols: int, row_bytes: int,
-              datr=None) -> int:
-        """A TSTORE of tile `index` (rows x cols) to a fresh GM area; its address."""
+              datr=None, parts=None) -> int:
+        """A TSTORE of tile `index` (rows x cols) to a fresh GM area; its address.
+        parts: as `load`'s, each PE storing its own rows of the area."""
         at = self.place(bytes(rows * row_bytes))
-        self.bundle(f"TSTORE of {name}", [f"BSTART.TSTORE {dt}"] + ([datr] if datr else [])
-                    + [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {rows}, ->LB1",
-                       self.gpr_pair(at, row_bytes), f"B.IOT {index}, mask=1000, last"])
+        on_core = parts is not None
+        parts = parts if on_core else [Part(0, 0, rows)]
+        ior = self.gpr_pair(_bases(at, row_bytes, parts), row_bytes)
+        for p in parts:
+            self.bundle(f"TSTORE of {name}" + (f" on PE{p.pe}" if on_core else ""),
+                        [f"BSTART.TSTORE {dt}"] + ([datr] if datr else [])
+                        + [f"B.DIM zero, {cols}, ->LB0", f"B.DIM zero, {p.rows}, ->LB1", ior,
+                           f"B.IOT {index}, mask={pe_mask(p.pe)}, last"])
         return at
+
+    def matrix(self, op: "Operands", ep: "Epilogue", dims: tuple, tiles: list, codes: list,
+               mask: str = "1000", shared: tuple = (), gemv: bool = False, label: str = "") -> None:
+        """The matrix bundle: `dims` (LB0 M or group_M, LB1 N, LB2 K), the
+        epilogue's B.FPATR and scalar B.IOR, one B.IOS a Shared source, the
+        Local sources two a B.IOT, then D and the reduction outputs (SizeCodes
+        `codes`) each alone, every binding with `mask`."""
+        name = MATRIX_OPS[(op.mx, op.c is not None, op.bias is not None)]
+        if gemv:
+            name = name.replace("TMATMUL", "TGEMV")
+        lines = [f"BSTART.{name} {op.at.name}"]
+        if op.bt.code != op.at.code or ep.rmode != "Default" or ep.sat:
+            b_name = op.bt.name if op.bt.code != op.at.code else "DTYPE_NONE"
+            lines.append(f"B.DATR {{NORM, {b_name}, Zero, EQ, {ep.rmode}, {ep.sat}, 0}}")
+        lines += [ep.fpatr] + [f"B.DIM zero, {v}, ->LB{i}" for i, v in enumerate(dims)]
+        if ep.scalars:
+            lines.append(f"B.IOR {', '.join(self.reg(v) for v in ep.scalars)}")
+        lines += [f"B.IOS S{sid}, mask={mask}" for sid in shared]
+        # sources in stream order two a binding, then D and the reduction outputs alone
+        bindings = [f"B.IOT {', '.join(tiles[i:i + 2])}, mask={mask}" for i in range(0, len(tiles), 2)]
+        bindings += [f"B.IOT mask={mask}, ->{D_HAND}<{code}>" for code in codes]
+        bindings[-1] = bindings[-1].replace(f"mask={mask}", f"mask={mask}, last")
+        self.bundle(f"{label}{name}", lines + bindings)
 
 
 class Sequence(NamedTuple):
@@ -615,30 +695,13 @@ def build_sequence(op: Operands, layout: str, gemv: bool, ep: Epilogue) -> Seque
     codes = [size_code(d_geom.required_bytes, "D")] + [
         size_code(4 * M * (1 << (c - 1).bit_length()), name) for name, c in aux]
     prog.words_needed = max([prog.words_needed, d_geom.storage_elements] + [M * c for _, c in aux])
-    name = _OPS[(op.mx, op.c is not None, op.bias is not None)]
-    if gemv:
-        name = name.replace("TMATMUL", "TGEMV")
-    lines = [f"BSTART.{name} {op.at.name}"]
-    if op.bt.code != op.at.code or ep.rmode != "Default" or ep.sat:
-        b_name = op.bt.name if op.bt.code != op.at.code else "DTYPE_NONE"
-        lines.append(f"B.DATR {{NORM, {b_name}, Zero, EQ, {ep.rmode}, {ep.sat}, 0}}")
-    lines += [ep.fpatr, f"B.DIM zero, {M}, ->LB0", f"B.DIM zero, {N}, ->LB1",
-              f"B.DIM zero, {K}, ->LB2"]
-    if ep.scalars:
-        regs_p = [next(prog.regs) for _ in ep.scalars]
-        prog.gprs.update(zip(regs_p, ep.scalars))
-        lines.append(f"B.IOR {', '.join(regs_p)}")
-    # sources in stream order two a binding, then D and the reduction outputs alone
-    bindings = [f"B.IOT {', '.join(tiles[i:i + 2])}, mask=1000" for i in range(0, len(tiles), 2)]
-    bindings += [f"B.IOT mask=1000, ->{_D_HAND}<{code}>" for code in codes]
-    bindings[-1] = bindings[-1].replace("mask=1000", "mask=1000, last")
-    prog.bundle(name, lines + bindings)
+    prog.matrix(op, ep, (M, N, K), tiles, codes, gemv=gemv)
 
     store = "M162ND" if layout == "CUBE_M16" else "M322ND"
     row_bytes = -(-N * out.bits // 8)
-    d_at = prog.store("D", out.name, f"{_D_HAND}#1", M, N, row_bytes,
+    d_at = prog.store("D", out.name, f"{D_HAND}#1", M, N, row_bytes,
                       datr=f"B.DATR {{{store}, DTYPE_NONE, Null}}")
-    aux_at = [prog.store(name, op.acc_t.name, f"{_D_HAND}#{k + 2}", M, c, c * 4)
+    aux_at = [prog.store(name, op.acc_t.name, f"{D_HAND}#{k + 2}", M, c, c * 4)
               for k, (name, c) in enumerate(aux)]
     return Sequence(prog, out, d_at, row_bytes, aux, aux_at)
 

@@ -12,8 +12,17 @@ A product too large for one bundle is split the way a compiler splits it
 - the B.FPATR epilogue, its sources and the reduction outputs on the last
   chunk only.
 
+With core=True a tile is a group of tile_m = group_M rows (up to 128) that
+ADR 0100's cooperative TMATMUL computes on the Core's four PEs, each chunk
+the sequence of cooperative.py (Shared TLOADs of A and B, per-PE Local
+TLOADs of C and Bias, the cooperative bundle, per-PE TSTOREs of D); the
+Shared paths take only powers of two for N and K, so the columns and the K
+chunks past the last whole tile are split into powers of two (largest
+first) instead.
+
 Every pair of one chunk runs at once, one State a pair, through
-`pj.batch.run`; the chunks run in sequence. A chunk's D travels to the next
+`pj.batch.run` (core=True: one Core State a pair, `pj.batch.run(...,
+core=True)`); the chunks run in sequence. A chunk's D travels to the next
 one through global memory in the accumulator type (FP32 / S32 / U32 Words,
 stored and loaded back unchanged), since a State's Local tiles are never
 released (state-and-transport F.8) and a fresh State per chunk keeps every
@@ -21,9 +30,9 @@ State the same size. The States' sizes come from the tile shape alone, so one
 tile shape runs the same compiled programs whatever the matrix size.
 
 What the split changes: rows and columns are independent, so tile_m and
-tile_n never change a result; tile_k does where the accumulation is not
-exact (ieee floating point): Bias is added once after chunk 0's K loop, not
-after the whole sum (docs/numerics.md).
+tile_n (and core=True's column pieces) never change a result; tile_k does
+where the accumulation is not exact (ieee floating point): Bias is added
+once after chunk 0's K loop, not after the whole sum (docs/numerics.md).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from ..isa.asm import assemble
 from ..state import MachineConfig, State, reset
 from .bundle import (Epilogue, MatmulFault, MatmulResult, Operands, Sequence, build_sequence,
                      epilogue, operands, read_acc, read_d)
+from .cooperative import GROUP_M_MAX, build_cooperative, m_per_pe
 
 __all__ = ["gemm", "GEMM_ROWS"]
 
@@ -50,6 +60,10 @@ _MAX_WORDS = 32768      # the model's tile bound (PTO_MODEL_TILE_ELEMENTS)
 _STREAM_WORDS = 128     # every chunk's words padded to this: the longest (an MX chunk with the
                         # epilogue's three sources, RowMaxIn chained) is about 110
 _MAX_COMMITS = 16       # bundles of a chunk: at most nine TLOADs, the matrix bundle, three TSTOREs
+_CORE_STREAM_WORDS = 256    # core=True: the longest (MX.ACC, every epilogue source and output
+                            # on four PEs) is about 235 words
+_CORE_MAX_COMMITS = 64      # core=True: four Shared TLOADs, four Local ones on each of four PEs,
+                            # the matrix bundle, three TSTOREs on each PE: 33 bundles
 
 
 def _pow2(n: int) -> int:
@@ -62,13 +76,19 @@ def _tile_words(n: int, k: int) -> int:
     return _pow2(max(32 * k, k * n, 32 * n))
 
 
-def _gm_bytes(n: int, k: int) -> int:
-    """GM bytes enough for one chunk of a tile shape in any type: C, A, B, D of 4-byte
-    elements, the E8M0 scales, Bias, the epilogue's U64 vectors and RowMaxIn, RowMax and
-    GroupMax, each region 64-byte aligned."""
+def _shared_words(m: int, n: int, k: int) -> int:
+    """core=True: Words enough for a Shared register of A (m x k) or B (k x n) in any
+    type (a TSize of at least 128 bytes: 256 elements of a 4-bit type)."""
+    return _pow2(max(256, m * k, k * n))
+
+
+def _gm_bytes(m: int, n: int, k: int) -> int:
+    """GM bytes enough for one chunk of an m x n x k tile shape in any type: C, A, B, D of
+    4-byte elements, the E8M0 scales, Bias, the epilogue's U64 vectors and RowMaxIn,
+    RowMax and GroupMax, each region 64-byte aligned."""
     kb = -(-k // 32)
-    regions = (32 * n * 4, 32 * k * 4, 32 * kb, k * n * 4, kb * n, n * 4, 32 * 4, n * 8, n * 8,
-               32 * n * 4, 32 * 4, 32 * n * 4)
+    regions = (m * n * 4, m * k * 4, m * kb, k * n * 4, kb * n, n * 4, m * 4, n * 8, n * 8,
+               m * n * 4, m * 4, m * n * 4)
     return sum(r + 64 for r in regions)
 
 
@@ -76,14 +96,45 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _tile_arg(value, name: str, default: int, limit: int | None = None) -> int:
+def _tile_arg(value, name: str, default: int, limit: int | None = None, why: str = "",
+              pow2: bool = False) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if limit is not None and value > limit:
-        raise ValueError(f"{name} must be at most {limit} for this layout, got {value}")
+        raise ValueError(f"{name} must be at most {limit} {why}, got {value}")
+    if pow2 and value & (value - 1):
+        raise ValueError(f"{name} must be a power of two under core=True (the Shared paths take "
+                         f"only powers of two for N and K), got {value}")
     return int(value)
+
+
+class _Span(NamedTuple):
+    """A tile's (or K chunk's) first row, column or k, and its size."""
+    start: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size - 1
+
+
+def _uniform(total: int, tile: int) -> tuple:
+    """Tiles of `tile`, the last one what is left."""
+    return tuple(_Span(s, min(tile, total - s)) for s in range(0, total, tile))
+
+
+def _pow2_pieces(total: int, tile: int) -> tuple:
+    """Whole tiles of `tile` (a power of two), then what is left as powers of two,
+    largest first (its binary digits): each piece starts on a multiple of its size."""
+    spans = list(_uniform(total - total % tile, tile))
+    at = total - total % tile
+    for bit in reversed(range((total % tile).bit_length())):
+        if total >> bit & 1:
+            spans.append(_Span(at, 1 << bit))
+            at += 1 << bit
+    return tuple(spans)
 
 
 class _Key(NamedTuple):
@@ -98,32 +149,21 @@ class _Key(NamedTuple):
 
 class _Plan(NamedTuple):
     op: Operands
-    layout: str
-    tm: int
-    tn: int
-    tk: int
+    layout: str          # A's and D's layout (core=True: "", D's follows group_M)
+    core: bool           # cooperative TMATMULs on the Core (a row tile is one group_M)
+    rows: tuple          # the row tiles, _Spans
+    cols: tuple          # the column tiles
+    chunks: tuple        # the K chunks, ascending
     ep: Epilogue         # the whole product's epilogue (its vectors span M and N)
     vectors: dict        # epilogue source name -> codes (RowMaxIn M x 1; quant, alpha 1 x N)
     nominal: tuple       # the tile shape asked for (m, n, k), before fitting it to the matrix:
                          # the States' sizes come from it, so every matrix shares programs
 
-    @property
-    def mi(self) -> int:
-        return _ceil(self.op.M, self.tm)
-
-    @property
-    def nj(self) -> int:
-        return _ceil(self.op.N, self.tn)
-
-    @property
-    def kk(self) -> int:
-        return _ceil(self.op.K, self.tk)
-
 
 @x64
 def gemm(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None, scales=None,
          layout: str | None = None, profile: str = "ieee", tile_m: int | None = None,
-         tile_n: int | None = None, tile_k: int | None = None,
+         tile_n: int | None = None, tile_k: int | None = None, core: bool = False,
          pre_quant: int = 0, quant_scale=None, quant_offset=None, shift=None, relu=None,
          row_max: bool = False, row_max_init=None, group_max: int | None = None,
          max_abs: bool = False, rounding: str = "RNE", saturate: bool = False,
@@ -142,14 +182,23 @@ def gemm(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None, s
       smaller matrix); MX products need tile_k a multiple of 32, group_max a
       tile_n that is a multiple of GroupN, unless one tile spans the matrix;
     - row_max over several N tiles chains them: tile j's RowMaxIn is tile
-      j - 1's RowMax (row_max_init for the first).
+      j - 1's RowMax (row_max_init for the first);
+    - core=True: ADR 0100's cooperative TMATMUL on the Core's four PEs
+      (docs/numerics.md, "Golden GEMMs"): tile_m is group_M, 1..128
+      (default min(M, 128): every PE a 32-row fragment, the fewest groups);
+      tile_n and tile_k must be powers of two, and the columns and K past
+      the last whole tile run as power-of-two pieces; layout does not apply
+      (D's follows group_M). The epilogue, acc, bias and MX work as above,
+      each PE loading its own rows of C and RowMaxIn; MX takes any tile_k
+      (no power-of-two chunk spans a scale block); group_max also needs
+      every column piece but the last a multiple of GroupN.
 
     Returns what matmul returns. Raises MatmulFault (naming the tile, the
     chunk and the bundle) on an architectural fault, ValueError/TypeError
     on misuse, before any bundle runs.
     """
     plan = _plan(a, b, dtype, b_dtype, acc, bias, scales, layout, profile, tile_m, tile_n, tile_k,
-                 pre_quant, quant_scale, quant_offset, shift, relu, row_max, row_max_init,
+                 core, pre_quant, quant_scale, quant_offset, shift, relu, row_max, row_max_init,
                  group_max, max_abs, rounding, saturate)
     if not isinstance(flags, bool):
         raise TypeError(f"flags must be True or False, got {type(flags).__name__}")
@@ -157,25 +206,44 @@ def gemm(a, b, *, dtype: str, b_dtype: str | None = None, acc=None, bias=None, s
 
 
 def _plan(a, b, dtype, b_dtype, acc, bias, scales, layout, profile, tile_m, tile_n, tile_k,
-          pre_quant, quant_scale, quant_offset, shift, relu, row_max, row_max_init,
+          core, pre_quant, quant_scale, quant_offset, shift, relu, row_max, row_max_init,
           group_max, max_abs, rounding, saturate) -> _Plan:
+    if not isinstance(core, bool):
+        raise TypeError(f"core must be True or False, got {type(core).__name__}")
     op = operands(a, b, dtype, b_dtype, profile, acc, bias, scales)
-    if layout is None:
-        layout = "CUBE_M32" if op.M > 16 else "CUBE_M16"
-    if layout not in ("CUBE_M16", "CUBE_M32"):
-        raise ValueError(f"layout must be 'CUBE_M16' or 'CUBE_M32', got {layout!r}")
-    rows = 16 if layout == "CUBE_M16" else 32
-    nominal = (_tile_arg(tile_m, "tile_m", rows, rows), _tile_arg(tile_n, "tile_n", 64),
-               _tile_arg(tile_k, "tile_k", 64))
-    tm, tn, tk = min(op.M, nominal[0]), min(op.N, nominal[1]), min(op.K, nominal[2])
-    if op.mx and nominal[2] % 32 and tk < op.K:
-        raise ValueError(f"MX products need tile_k a multiple of 32 (one E8M0 scale block), got {tk}")
-    if group_max is not None and tn < op.N and group_max in tables.FPATR_GROUP_N and tn % group_max:
-        raise ValueError(f"group_max={group_max} needs tile_n a multiple of it, got {tn}")
+    if core:
+        if layout is not None:
+            raise ValueError(f"layout does not apply under core=True (D's layout follows group_M: "
+                             f"CUBE_M16 up to 64 rows, else CUBE_M32), got {layout!r}")
+        layout = ""
+        nominal = (_tile_arg(tile_m, "tile_m", GROUP_M_MAX, GROUP_M_MAX, "(group_M) under core=True"),
+                   _tile_arg(tile_n, "tile_n", 64, pow2=True), _tile_arg(tile_k, "tile_k", 64, pow2=True))
+        split = _pow2_pieces
+    else:
+        if layout is None:
+            layout = "CUBE_M32" if op.M > 16 else "CUBE_M16"
+        if layout not in ("CUBE_M16", "CUBE_M32"):
+            raise ValueError(f"layout must be 'CUBE_M16' or 'CUBE_M32', got {layout!r}")
+        rows = 16 if layout == "CUBE_M16" else 32
+        nominal = (_tile_arg(tile_m, "tile_m", rows, rows, "for this layout"),
+                   _tile_arg(tile_n, "tile_n", 64), _tile_arg(tile_k, "tile_k", 64))
+        split = _uniform
+    row_tiles = _uniform(op.M, nominal[0])
+    cols, chunks = split(op.N, nominal[1]), split(op.K, nominal[2])
+    # (core=True's chunks are powers of two, each on a multiple of its size: none spans a
+    # scale block boundary)
+    if op.mx and not core and nominal[2] % 32 and len(chunks) > 1:
+        raise ValueError(f"MX products need tile_k a multiple of 32 (one E8M0 scale block), "
+                         f"got {min(op.K, nominal[2])}")
+    if group_max is not None and group_max in tables.FPATR_GROUP_N and any(
+            c.size % group_max for c in cols[:-1]):
+        raise ValueError(f"group_max={group_max} needs tile_n a multiple of it (and under core=True "
+                         f"every power-of-two piece of N's remainder but the last), got column tiles "
+                         f"of {sorted({c.size for c in cols})}")
     ep = epilogue(op.acc_t, op.M, op.N, pre_quant, quant_scale, quant_offset, shift, relu, row_max,
                   row_max_init, group_max, max_abs, rounding, saturate)
     vectors = {load[0]: load[3] for load in ep.loads}
-    return _Plan(op, layout, tm, tn, tk, ep, vectors, nominal)
+    return _Plan(op, layout, core, row_tiles, cols, chunks, ep, vectors, nominal)
 
 
 # ------------------------------------------------------------------ the sequences
@@ -216,13 +284,14 @@ def _tile_operands(plan: _Plan, key: _Key) -> Operands:
 class _Built(NamedTuple):
     seq: Sequence
     words: np.ndarray     # the assembled stream
-    gprs: list            # (GPR index, value)
+    gprs: list            # (GPR index, [PE0..PE3 values])
 
 
 def _build(plan: _Plan, key: _Key) -> _Built:
-    seq = build_sequence(_tile_operands(plan, key), plan.layout, False, _tile_ep(plan, key))
+    op, ep = _tile_operands(plan, key), _tile_ep(plan, key)
+    seq = build_cooperative(op, ep) if plan.core else build_sequence(op, plan.layout, False, ep)
     words = np.asarray(assemble(seq.prog.source()), np.uint32)
-    return _Built(seq, words, [(tables.gpr_index(r), v) for r, v in seq.prog.gprs.items()])
+    return _Built(seq, words, seq.prog.gpr_values())
 
 
 # ------------------------------------------------------------------ operand bytes
@@ -267,9 +336,10 @@ class _Runner:
         self.profile = profile
         self.built: dict = {}
         op = plan.op
-        for k in range(plan.kk):
+        for k in range(len(plan.chunks)):
             for key in self._keys_at(k):
-                self.built[key] = _build(plan, key)
+                if key not in self.built:
+                    self.built[key] = _build(plan, key)
         # sizes from the nominal tile shape only, so that every operand type, layout and
         # epilogue of one tile shape and profile share the compiled program
         m, n, kc = plan.nominal
@@ -280,41 +350,52 @@ class _Runner:
             raise ValueError(f"the {m}x{n}x{kc} tile shape does not fit one bundle: {e} "
                              f"(lower tile_n or tile_k)") from None
         builds = sizing + list(self.built.values())
-        words_needed = max([_tile_words(n, kc)] + [b.seq.prog.words_needed for b in builds])
-        gm_needed = max([_gm_bytes(n, kc)] + [len(b.seq.prog.gm) for b in builds])
-        if words_needed > _MAX_WORDS:
-            raise ValueError(f"a {m}x{n}x{kc} tile shape needs {words_needed} payload Words in one "
-                             f"tile; the model holds at most {_MAX_WORDS} (lower tile_n or tile_k)")
+        if plan.core:       # A and B in Shared registers: the Local tiles are C, D (M_per_PE x n),
+                            # Bias and the epilogue's vectors
+            words_needed = max([_pow2(m_per_pe(m) * n)] + [b.seq.prog.words_needed for b in builds])
+            shared_needed = max([_shared_words(m, n, kc)] + [b.seq.prog.shared_words_needed for b in builds])
+            gm_needed = max([_gm_bytes(m, n, kc)] + [len(b.seq.prog.gm) for b in builds])
+            stream_words, self.max_commits = _CORE_STREAM_WORDS, _CORE_MAX_COMMITS
+        else:
+            words_needed = max([_tile_words(n, kc)] + [b.seq.prog.words_needed for b in builds])
+            shared_needed = 8
+            gm_needed = max([_gm_bytes(32, n, kc)] + [len(b.seq.prog.gm) for b in builds])
+            stream_words, self.max_commits = _STREAM_WORDS, _MAX_COMMITS
+        if max(words_needed, shared_needed) > _MAX_WORDS:
+            what = "Shared register" if shared_needed > _MAX_WORDS else "tile"
+            raise ValueError(f"a {m}x{n}x{kc} tile shape needs {max(words_needed, shared_needed)} payload "
+                             f"Words in one {what}; the model holds at most {_MAX_WORDS} (lower tile_n "
+                             f"or tile_k{', or tile_m' if plan.core else ''})")
         self.cfg = MachineConfig(gm_bytes=_pow2(gm_needed), tile_words=words_needed, hand_slots=4,
-                                 shared_slots=1, shared_words=8, tile_capacity=(1 << 31) - 1,
-                                 profile=self.profile)
-        self.width = max([_STREAM_WORDS] + [len(b.words) for b in self.built.values()])
-        self.d: np.ndarray | None = None                # the product, padded to whole tiles
+                                 shared_slots=4 if plan.core else 1, shared_words=shared_needed,
+                                 tile_capacity=(1 << 31) - 1, profile=self.profile)
+        self.width = max([stream_words] + [len(b.words) for b in self.built.values()])
+        self.d: np.ndarray | None = None                # the product
         self.row_max_codes = np.zeros((op.M, 1), np.uint64)   # RowMax Words so far (the chain's RowMaxIn)
         self.row_max: np.ndarray | None = None
         self.group_max: np.ndarray | None = None
         self.raised = 0                                 # numeric flags, ORed over every State
 
     def _keys_at(self, k: int):
-        plan, op = self.plan, self.plan.op
-        ms = {plan.tm, op.M - (plan.mi - 1) * plan.tm}
-        ns = {plan.tn, op.N - (plan.nj - 1) * plan.tn}
-        kc = min(plan.tk, op.K - k * plan.tk)
-        last = k == plan.kk - 1
-        chained = (False, True) if last and plan.ep.row_cols and plan.nj > 1 else (False,)
+        plan = self.plan
+        ms = {s.size for s in plan.rows}
+        ns = {s.size for s in plan.cols}
+        kc = plan.chunks[k].size
+        last = k == len(plan.chunks) - 1
+        chained = (False, True) if last and plan.ep.row_cols and len(plan.cols) > 1 else (False,)
         return [_Key(m, n, kc, k == 0, last, c) for m in ms for n in ns for c in chained]
 
     def _key(self, i: int, j: int, k: int) -> _Key:
-        plan, op = self.plan, self.plan.op
-        return _Key(min(plan.tm, op.M - i * plan.tm), min(plan.tn, op.N - j * plan.tn),
-                    min(plan.tk, op.K - k * plan.tk), k == 0, k == plan.kk - 1,
-                    k == plan.kk - 1 and bool(plan.ep.row_cols) and j > 0)
+        plan = self.plan
+        last = k == len(plan.chunks) - 1
+        return _Key(plan.rows[i].size, plan.cols[j].size, plan.chunks[k].size, k == 0, last,
+                    last and bool(plan.ep.row_cols) and j > 0)
 
     def run(self, with_flags: bool):
         plan = self.plan
         # pairs N-tile-major, so that a chained RowMax's previous N tile ran in an earlier batch
         # or earlier in the same batch's last chunk
-        pairs = [(i, j) for j in range(plan.nj) for i in range(plan.mi)]
+        pairs = [(i, j) for j in range(len(plan.cols)) for i in range(len(plan.rows))]
         for p0 in range(0, len(pairs), GEMM_ROWS):
             self._run_pairs(pairs[p0: p0 + GEMM_ROWS])
         return self._result(with_flags)
@@ -322,8 +403,9 @@ class _Runner:
     def _run_pairs(self, pairs: list):
         plan = self.plan
         prev = None                         # the previous chunk's D bytes, a row a pair
-        for k in range(plan.kk):
-            if k == plan.kk - 1 and plan.ep.row_cols and plan.nj > 1:
+        last = len(plan.chunks) - 1
+        for k in range(len(plan.chunks)):
+            if k == last and plan.ep.row_cols and len(plan.cols) > 1:
                 # RowMax chains over N tiles: the last chunk one N tile at a time
                 for j in sorted({j for _, j in pairs}):
                     rows = [r for r, (_, jj) in enumerate(pairs) if jj == j]
@@ -336,7 +418,7 @@ class _Runner:
         plan, op = self.plan, self.plan.op
         R = GEMM_ROWS
         gm = np.zeros((R, self.cfg.gm_bytes), np.uint8)
-        gpr = np.zeros((R, 4, len(tables.GPR_NAMES)), np.uint64)
+        gpr = np.zeros((R, tables.NUM_PES, len(tables.GPR_NAMES)), np.uint64)
         words = np.zeros((R, self.width), np.uint32)
         lengths = np.zeros(R, np.int32)
         keys = [self._key(i, j, k) for i, j in pairs]
@@ -346,9 +428,9 @@ class _Runner:
         for key, idx in groups.items():
             built = self.built[key]
             ix = np.asarray(idx)
-            i0 = np.asarray([pairs[r][0] * plan.tm for r in idx])
-            j0 = np.asarray([pairs[r][1] * plan.tn for r in idx])
-            k0 = np.full(len(idx), k * plan.tk)
+            i0 = np.asarray([plan.rows[pairs[r][0]].start for r in idx])
+            j0 = np.asarray([plan.cols[pairs[r][1]].start for r in idx])
+            k0 = np.full(len(idx), plan.chunks[k].start)
             zero = np.zeros(len(idx), np.int64)
             placed = built.seq.prog.placed
             data = {"A": (op.a, op.at.bits, i0, key.m, k0, key.kc),
@@ -376,19 +458,19 @@ class _Runner:
             if "C" in placed and not key.first:
                 at, _ = placed["C"]
                 gm[ix, at: at + key.m * key.n * 4] = prev[ix, : key.m * key.n * 4]
-            for reg, value in built.gprs:
-                gpr[ix, 0, reg] = value
+            for reg, values in built.gprs:
+                gpr[ix, :, reg] = values
             words[ix, : len(built.words)] = built.words
             lengths[ix] = len(built.words)
         states = _fresh_states(self.cfg, R, jnp.asarray(gm), jnp.asarray(gpr))
-        res = batch_run(states, words, lengths=lengths, cfg=self.cfg, donate=True, max_commits=_MAX_COMMITS,
-                        uniform=True)
+        res = batch_run(states, words, lengths=lengths, cfg=self.cfg, donate=True,
+                        max_commits=self.max_commits, uniform=True, core=plan.core)
         bad = [r for r in rows if res.fault_code[r] != 0]
         if bad:
             self._fault(res, pairs, k, bad[0], keys)
         mem = np.asarray(res.state.gm)
         self.raised |= int(np.bitwise_or.reduce(res.numeric_flags[rows]))
-        out = np.zeros((R, plan.tm * plan.tn * 4), np.uint8)
+        out = np.zeros((R, plan.rows[0].size * max(c.size for c in plan.cols) * 4), np.uint8)
         for key, idx in groups.items():
             seq = self.built[key].seq
             ix = np.asarray(idx)
@@ -404,9 +486,8 @@ class _Runner:
         seq = self.built[keys[r]].seq
         fault = tables.FAULTS[int(res.fault_code[r])]
         address = int(res.fault_address[r]) if fault in tables.MEMORY_FAULTS else None
-        where = (f"tile rows {i * plan.tm}..{i * plan.tm + keys[r].m - 1}, columns "
-                 f"{j * plan.tn}..{j * plan.tn + keys[r].n - 1}, K chunk {k * plan.tk}.."
-                 f"{k * plan.tk + keys[r].kc - 1}")
+        rs, cs, ks = plan.rows[i], plan.cols[j], plan.chunks[k]
+        where = f"tile rows {rs.start}..{rs.end}, columns {cs.start}..{cs.end}, K chunk {ks.start}..{ks.end}"
         raise MatmulFault(fault, address, f"{seq.prog.step_at(int(res.executed[r]))} of {where}")
 
     def _collect(self, seq: Sequence, key: _Key, ix: np.ndarray, tiles: list, mem: np.ndarray):
@@ -416,9 +497,9 @@ class _Runner:
         raw = mem[ix, seq.d_at: seq.d_at + key.m * seq.row_bytes].reshape(g * key.m, seq.row_bytes)
         d = read_d(raw, seq.out, g * key.m, key.n).reshape(g, key.m, key.n)
         if self.d is None:
-            self.d = np.zeros((plan.mi * plan.tm, plan.nj * plan.tn), d.dtype)
-        rows = np.asarray([i * plan.tm for i, _ in tiles])[:, None, None] + np.arange(key.m)[None, :, None]
-        cols = np.asarray([j * plan.tn for _, j in tiles])[:, None, None] + np.arange(key.n)[None, None, :]
+            self.d = np.zeros((op.M, op.N), d.dtype)
+        rows = np.asarray([plan.rows[i].start for i, _ in tiles])[:, None, None] + np.arange(key.m)[None, :, None]
+        cols = np.asarray([plan.cols[j].start for _, j in tiles])[:, None, None] + np.arange(key.n)[None, None, :]
         self.d[rows, cols] = d
         for (name, c), at in zip(seq.aux, seq.aux_at):
             raw = mem[ix, at: at + key.m * c * 4].reshape(g * key.m, c * 4)
@@ -436,9 +517,8 @@ class _Runner:
                 self.group_max[rows, gcols] = vals
 
     def _result(self, with_flags: bool):
-        op = self.plan.op
         assert self.d is not None          # every pair's last chunk placed its D
-        d = self.d[: op.M, : op.N]
+        d = self.d
         names = tables.flag_names(self.raised)
         if not self.plan.ep.row_cols and not self.plan.ep.group_cols:
             return MatmulResult(d, None, None, names) if with_flags else d

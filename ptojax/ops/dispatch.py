@@ -203,13 +203,14 @@ def _family(family: Family, enable: jax.Array, view: State, h: Header, pe: jax.A
 
 
 def complete_core(state: State, h: Header, cfg: MachineConfig, enable: jax.Array, effects: frozenset[str],
-                  cas_seed: jax.Array | int = 0) -> _Outcome:
+                  cas_seed: jax.Array | int = 0, uniform: bool = False) -> _Outcome:
     """Complete the block with header `h` as a collective of the Core's PEs (shared-decisions 2).
 
     Each participating PE (the mask's bits, PE0 alone for a 0000 mask; a
     Shared TLSU block once, as the lowest PE of its mask) completes on the
     state its predecessors left, in PE order. The first faulting PE's fault
-    is the collective's, and then no PE's effects are kept.
+    is the collective's, and then no PE's effects are kept. `uniform`: as
+    complete's, for every PE.
     """
     mask = header.block_mask(h)
     in_mask: Callable[[jax.Array], jax.Array] = lambda pe: ((mask >> (3 - pe)) & 1) == 1
@@ -221,7 +222,7 @@ def complete_core(state: State, h: Header, cfg: MachineConfig, enable: jax.Array
         s, fault, addr = carry
         takes_part = jnp.where(once, pe == lowest, in_mask(pe))
         go = takes_part & (fault == 0)
-        f, a, s2 = complete(s, h, pe, cfg, enable & go, effects, cas_seed)
+        f, a, s2 = complete(s, h, pe, cfg, enable & go, effects, cas_seed, uniform)
         f = jnp.where(go, f, 0)
         return (s2, jnp.where(fault == 0, f, fault), jnp.where(fault == 0, a, addr)), None
 
