@@ -44,7 +44,7 @@ from .common import (CELL_C, CELL_R, CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, DT_SIG
                      ordinary_shape, ordinary_source_legal, payload, pe_count, size_code_bytes,
                      source, take, tile_coords)
 from .family import Completion, Context, Family
-from .lowering import branch, settle, trip_count
+from .lowering import branch, settle, trip_count, under_batch
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
@@ -565,6 +565,15 @@ def _element_map(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr
     return r, c, lane_ok, words, scales, operands
 
 
+def _k_loop(blk: _Block) -> jax.Array:
+    """Which K loop a batch runs (both profiles): 2 x (some State has MX scales)
+    + (some State has Shared operands); the lean ones never fetch what no State
+    uses, and a loop's lane-wide gathers are most of a TMATMUL (benchmarks/profile.py)."""
+    any_scales = trip_count((blk.sa_on | blk.sb_on).astype(jnp.int32)) > 0
+    any_shared = trip_count(blk.shared_on.astype(jnp.int32)) > 0
+    return any_scales.astype(jnp.int32) * 2 + any_shared.astype(jnp.int32)
+
+
 def _ieee_product(blk: _Block, shr: _Shared, words: jax.Array, shared: jax.Array, scales: _Scales,
                   operands: _Operands, trips: jax.Array, c_words: jax.Array, bias_words: jax.Array) -> jax.Array:
     """The `ieee` profile's D Words: each product rounded once to binary32, binary32 adds
@@ -580,25 +589,40 @@ def _ieee_product(blk: _Block, shr: _Shared, words: jax.Array, shared: jax.Array
     def decode(dtype: jax.Array, table: jax.Array) -> jax.Array:
         return jnp.where(is_float, _float_value(dtype, table),
                          _int_value(dtype, table).astype(jnp.int64).astype(jnp.float64))
-    a_val = (decode(blk.a_type, words[0][None]), decode(blk.a_type, shared[shr.a][None]))
-    b_val = (decode(blk.b_type, words[2][None]), decode(blk.b_type, shared[shr.b][None]))
-
-    def body(k: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        acc_i, acc_f = carry
-        # the exact product, rounded once, then a binary32 add (both via float64);
-        # integers: the exact product, summed mod 2^64 (reduced to 32 bits at the end)
-        sa, sb = scales(k)
-        a, b = operands(a_val, b_val, k, (0, 0, 0, 0))
-        exact = (a * jnp.where(sa_on, scale(sa), 1.0)) * (b * jnp.where(sb_on, scale(sb), 1.0))
-        step = k < trips
-        acc_f = jnp.where(step, binary32.round_value(acc_f + binary32.round_value(exact)), acc_f)
-        acc_i = jnp.where(step, acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64),
-                          acc_i)
-        return acc_i, acc_f
-
     init = (jnp.where(is_acc, c_words, U64(0)),
             jnp.where(is_acc, binary32.value(c_words), jnp.float64(0)))
-    acc_i, acc_f = jax.lax.fori_loop(0, trip_count(trips), body, init)
+
+    def loop(with_scales: bool, with_shared: bool) -> Callable[[], tuple[jax.Array, jax.Array]]:
+        """The K loop; a batch where no State has MX scales (Shared operands) runs the
+        one that never fetches (decodes) them, as the portable profile's."""
+        a_val = (decode(blk.a_type, words[0][None]),
+                 decode(blk.a_type, shared[shr.a][None]) if with_shared else None)
+        b_val = (decode(blk.b_type, words[2][None]),
+                 decode(blk.b_type, shared[shr.b][None]) if with_shared else None)
+
+        def body(k: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            acc_i, acc_f = carry
+            # the exact product, rounded once, then a binary32 add (both via float64);
+            # integers: the exact product, summed mod 2^64 (reduced to 32 bits at the end)
+            a, b = operands(a_val, b_val, k, (0, 0, 0, 0))
+            if with_scales:
+                sa, sb = scales(k)
+                a, b = a * jnp.where(sa_on, scale(sa), 1.0), b * jnp.where(sb_on, scale(sb), 1.0)
+            exact = a * b
+            step = k < trips
+            acc_f = jnp.where(step, binary32.round_value(acc_f + binary32.round_value(exact)), acc_f)
+            acc_i = jnp.where(step, acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64),
+                              acc_i)
+            return acc_i, acc_f
+        return lambda: jax.lax.fori_loop(0, trip_count(trips), body, init)
+
+    if under_batch():
+        which, kinds = _k_loop(blk), [(s, sh) for s in (False, True) for sh in (False, True)]
+    else:
+        # pj.run compiles for latency: each ieee loop is large, so one State
+        # gets the lean loop and the full one only (half the copies)
+        which, kinds = (_k_loop(blk) > 0).astype(jnp.int32), [(False, False), (True, True)]
+    acc_i, acc_f = jax.lax.switch(which, [branch(loop(*kind)) for kind in kinds])
     acc_f = jnp.where(is_bias, acc_f + binary32.value(bias_words), acc_f)
     acc_i = (acc_i + jnp.where(is_bias, bias_words, U64(0))) & U64(0xFFFFFFFF)
     acc_i = jnp.where(blk.acc_type == DT["S32"],
@@ -636,11 +660,8 @@ def _product(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _S
                 return jnp.where(k < trips, acc + (a * sa) * (b * sb), acc)
             init = jnp.where(blk.is_acc, c_words, U64(0))
             return lambda: jax.lax.fori_loop(0, trip_count(trips), body, init)
-        any_scales = trip_count((blk.sa_on | blk.sb_on).astype(jnp.int32)) > 0
-        any_shared = trip_count(blk.shared_on.astype(jnp.int32)) > 0
-        which = any_scales.astype(jnp.int32) * 2 + any_shared.astype(jnp.int32)
-        acc = jax.lax.switch(which, [branch(loop(scaled, from_shared)) for scaled in (False, True)
-                                     for from_shared in (False, True)])
+        acc = jax.lax.switch(_k_loop(blk), [branch(loop(scaled, from_shared)) for scaled in (False, True)
+                                            for from_shared in (False, True)])
         return c, lane_ok, acc + jnp.where(blk.is_bias, bias_words, U64(0))
     return c, lane_ok, _ieee_product(blk, shr, words, shared, scales, operands, trips, c_words,
                                      bias_words)
