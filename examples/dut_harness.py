@@ -59,11 +59,12 @@ def main(argv=None) -> int:
             rows = np.flatnonzero(core == flag)
             if not len(rows):
                 continue
-            # one compiled shape per size: the next power of two with room for a filler row
-            size = 1 << int(n).bit_length()
-            key = (cfg, size, flag, pe, on_fault)
-            if key not in engines:
-                engines[key] = Engine(cfg, size, 0 if flag else pe, on_fault, core=flag)
+            # one compiled shape: the next power of two with room for a filler row,
+            # kept for smaller requests (a campaign's last batch is a short one)
+            key = (cfg, flag, pe, on_fault)
+            if key not in engines or engines[key].capacity < len(rows):
+                engines[key] = Engine(cfg, 1 << len(rows).bit_length(), 0 if flag else pe, on_fault,
+                                      core=flag)
             states = jax.tree_util.tree_unflatten(treedef, [v[rows] for v in initial.values()])
             res = engines[key].run(Rows(states.gm, states.gpr, states.pc, states.tile_capacity,
                                         np.arange(len(rows), dtype=np.int32), states),
