@@ -105,7 +105,8 @@ def kernel_events(trace_dir: str) -> list:
 
 def capture_program(execute):
     """Wrap pj.batch.run's donated runner so that its next call records the
-    abstract arguments; returns (the record, a function that restores it)."""
+    abstract arguments: (the record, the runner itself, a function that
+    restores it)."""
     import jax
     orig = execute._run_donated
     seen: dict = {}
@@ -211,7 +212,7 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in BN.BUNDLES]
     if unknown:
         ap.error(f"unknown bundle {unknown[0]!r}: expected one of {', '.join(BN.BUNDLES)}")
-    if args.batch is not None and args.batch < 1 or args.repeats < 1:
+    if (args.batch is not None and args.batch < 1) or args.repeats < 1:
         ap.error("--batch and --repeats must be positive")
 
     # compiled here, not loaded: the persistent cache's key leaves out the

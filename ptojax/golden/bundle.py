@@ -688,23 +688,34 @@ def build_sequence(op: Operands, layout: str, gemv: bool, ep: Epilogue) -> Seque
     M, N, K = op.M, op.N, op.K
     prog = Program()
     tiles = [prog.load(*ld) for ld in operand_loads(op, layout, ep)]
-    # D: A's M layout, the epilogue's element type; then RowMaxOut, GroupMaxOut (RowMajor)
-    out = ep.out
-    d_geom = cube_geometry(layout, out.name, M, N)
+    codes, aux = output_codes(prog, layout, ep, M, N)
+    prog.matrix(op, ep, (M, N, K), tiles, codes, gemv=gemv)
+    return store_outputs(prog, op, ep, layout, M, N, aux)
+
+
+def output_codes(prog: Program, layout: str, ep: Epilogue, rows: int, N: int) -> tuple[list, list]:
+    """(SizeCodes of D and the reduction outputs, their (name, columns)) for D of
+    `rows` x N in `layout` and the epilogue's element type, RowMaxOut and
+    GroupMaxOut RowMajor; the program's payload need grows to hold them."""
+    d_geom = cube_geometry(layout, ep.out.name, rows, N)
     aux = [(name, c) for name, c in (("RowMax", ep.row_cols), ("GroupMax", ep.group_cols)) if c]
     codes = [size_code(d_geom.required_bytes, "D")] + [
-        size_code(4 * M * (1 << (c - 1).bit_length()), name) for name, c in aux]
-    prog.words_needed = max([prog.words_needed, d_geom.storage_elements] + [M * c for _, c in aux])
-    prog.matrix(op, ep, (M, N, K), tiles, codes, gemv=gemv)
+        size_code(4 * rows * (1 << (c - 1).bit_length()), name) for name, c in aux]
+    prog.words_needed = max([prog.words_needed, d_geom.storage_elements] + [rows * c for _, c in aux])
+    return codes, aux
 
+
+def store_outputs(prog: Program, op: Operands, ep: Epilogue, layout: str, rows: int, N: int, aux: list,
+                  parts=None) -> Sequence:
+    """TSTOREs of D (layout -> ND) and the reduction outputs, `rows` rows of
+    each (parts: as Program.store's); the built Sequence."""
     store = "M162ND" if layout == "CUBE_M16" else "M322ND"
-    row_bytes = -(-N * out.bits // 8)
-    d_at = prog.store("D", out.name, f"{D_HAND}#1", M, N, row_bytes,
-                      datr=f"B.DATR {{{store}, DTYPE_NONE, Null}}")
-    aux_at = [prog.store(name, op.acc_t.name, f"{D_HAND}#{k + 2}", M, c, c * 4)
+    row_bytes = -(-N * ep.out.bits // 8)
+    d_at = prog.store("D", ep.out.name, f"{D_HAND}#1", rows, N, row_bytes,
+                      datr=f"B.DATR {{{store}, DTYPE_NONE, Null}}", parts=parts)
+    aux_at = [prog.store(name, op.acc_t.name, f"{D_HAND}#{k + 2}", rows, c, c * 4, parts=parts)
               for k, (name, c) in enumerate(aux)]
-    return Sequence(prog, out, d_at, row_bytes, aux, aux_at)
-
+    return Sequence(prog, ep.out, d_at, row_bytes, aux, aux_at)
 
 def _execute(op: Operands, layout: str, profile: str, gemv: bool, ep: Epilogue, with_flags: bool):
     seq = build_sequence(op, layout, gemv, ep)

@@ -25,9 +25,8 @@ row-major matrix of G rows): pj.golden.gemm writes and reads it the same way.
 from __future__ import annotations
 
 from .. import tables
-from ..layouts.geometry import geometry as cube_geometry
-from .bundle import (D_HAND, Epilogue, Operands, Part, Program, Sequence, operand_loads, pack_nd,
-                     size_code)
+from .bundle import (Epilogue, Operands, Part, Program, Sequence, operand_loads, output_codes, pack_nd,
+                     store_outputs)
 
 __all__ = ["GROUP_M_MAX", "build_cooperative", "m_per_pe", "valid_m"]
 
@@ -87,21 +86,7 @@ def build_cooperative(op: Operands, ep: Epilogue) -> Sequence:
                        parts=parts if name in _ROW_CUT else [p._replace(row0=0, rows=1) for p in parts])
              for name, lay, dt, codes, hand, kind in loads if name not in SHARED_IDS]
     # D and the reduction outputs at the size of the largest fragment, on every PE
-    most = max(p.rows for p in parts)
-    out = ep.out
-    d_geom = cube_geometry(layout, out.name, most, N)
-    aux = [(name, c) for name, c in (("RowMax", ep.row_cols), ("GroupMax", ep.group_cols)) if c]
-    codes = [size_code(d_geom.required_bytes, "D")] + [
-        size_code(4 * most * (1 << (c - 1).bit_length()), name) for name, c in aux]
-    prog.words_needed = max([prog.words_needed, d_geom.storage_elements] + [most * c for _, c in aux])
+    codes, aux = output_codes(prog, layout, ep, max(p.rows for p in parts), N)
     shared = tuple(SHARED_IDS[name] for name, *_ in loads if name in SHARED_IDS)
     prog.matrix(op, ep, (G, N, K), tiles, codes, mask=_ALL_PES, shared=shared, label="cooperative ")
-
-    store = "M162ND" if layout == "CUBE_M16" else "M322ND"
-    row_bytes = -(-N * out.bits // 8)
-    d_at = prog.store("D", out.name, f"{D_HAND}#1", G, N, row_bytes,
-                      datr=f"B.DATR {{{store}, DTYPE_NONE, Null}}", parts=parts)
-    aux_at = [prog.store(name, op.acc_t.name, f"{D_HAND}#{k + 2}", G, c, c * 4, parts=parts)
-              for k, (name, c) in enumerate(aux)]
-    return Sequence(prog, out, d_at, row_bytes, aux, aux_at)
-
+    return store_outputs(prog, op, ep, layout, G, N, aux, parts=parts)
