@@ -11,6 +11,9 @@ seen and tested:
         --against "python examples/dut_harness.py" --against-protocol batch
     ptojax fuzz ... --against "python examples/dut_harness.py --wrong-every 1000"
 
+--device echo     answer every case with its initial State, executed 0 (the
+                  protocol alone, no engine: to time the exchange, or to test
+                  how a campaign handles the misbehaviours below in seconds)
 --wrong-every N   flip one GM byte in the final State of about one case in N
                   (a hash of its words picks it, so asking again reproduces it)
 --die-after B     exit after answering B requests
@@ -30,28 +33,42 @@ import argparse
 import sys
 import time
 
-import jax
 import numpy as np
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("engine", "echo"), default="engine")
     for name in ("wrong-every", "die-after", "hang-after", "bad-ids-after", "short-after",
                  "truncate-after", "error-after"):
         p.add_argument(f"--{name}", type=int)
     args = p.parse_args(argv)
 
     from ptojax.fuzz import batchfile, dut
-    from ptojax.fuzz.engine import Engine, Rows, leaves_of, reset_leaves
 
     engines = {}
     answered = [0]
 
     def run(initial, words, lengths, core, pe, on_fault, cfg):
-        """Each request's cases on pj.batch.run: Core rows and the others apart."""
-        n = len(lengths)
         if args.error_after is not None and answered[0] >= args.error_after:
             raise RuntimeError("the device reports a failure (--error-after)")
+        final, executed = (echo if args.device == "echo" else engine)(initial, words, lengths, core, pe,
+                                                                      on_fault, cfg)
+        if args.wrong_every:            # about one case in N, the same one when asked again
+            key = (words.astype(np.uint64) * np.uint64(2654435761)).sum(axis=1) + lengths
+            ks = np.flatnonzero(key % np.uint64(args.wrong_every) == 0)
+            final[".gm"][ks, 0] ^= 0x5A
+        answered[0] += 1
+        return final, executed
+
+    def echo(initial, words, lengths, core, pe, on_fault, cfg):
+        return {k: v.copy() for k, v in initial.items()}, np.zeros(len(lengths), np.int64)
+
+    def engine(initial, words, lengths, core, pe, on_fault, cfg):
+        """Each request's cases on pj.batch.run: Core rows and the others apart."""
+        import jax
+        from ptojax.fuzz.engine import Engine, Rows, leaves_of, reset_leaves
+        n = len(lengths)
         treedef = jax.tree_util.tree_structure(reset_leaves(cfg))
         final = {k: np.zeros_like(v) for k, v in initial.items()}
         executed = np.zeros(n, np.int64)
@@ -72,11 +89,6 @@ def main(argv=None) -> int:
             for k, v in leaves_of(res, len(rows)).items():
                 final[k][rows] = v
             executed[rows] = res.executed[: len(rows)]
-        if args.wrong_every:            # about one case in N, the same one when asked again
-            key = (words.astype(np.uint64) * np.uint64(2654435761)).sum(axis=1) + lengths
-            ks = np.flatnonzero(key % np.uint64(args.wrong_every) == 0)
-            final[".gm"][ks, 0] ^= 0x5A
-        answered[0] += 1
         return final, executed
 
     out = sys.stdout.buffer

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -216,17 +216,24 @@ def _matmul_step(profile: str):
 
 
 def warmup_programs(configs=DEFAULT_WARMUP_CONFIGS, profiles=("portable", "ieee"),
-                    matmul: bool = True) -> list[tuple[str, str, str, Callable, Callable]]:
+                    matmul: bool = True, programs: Optional[Sequence[str]] = None,
+                    ) -> list[tuple[str, str, str, Callable, Callable]]:
     """The warm-up steps: (name, config, profile, prepare, run) for every program of
-    WARMUP_PROGRAMS in every config and profile, then pj.ops.matmul once per profile
-    (it picks its own private config: config "ops"). run(prepare()) does the work."""
+    WARMUP_PROGRAMS (those named in `programs`, None: all) in every config and
+    profile, then pj.ops.matmul once per profile (it picks its own private
+    config: config "ops"). run(prepare()) does the work."""
     for c in configs:
         preset(c)                                      # ValueError on an unknown name
     for p in profiles:
         if p not in PROFILES:
             raise ValueError(f"unknown profile {p!r}; expected one of {', '.join(PROFILES)}")
+    names = [prog.name for prog in WARMUP_PROGRAMS]
+    for n in programs or ():
+        if n not in names:
+            raise ValueError(f"unknown warm-up program {n!r}; expected one of {', '.join(names)}")
+    chosen = [prog for prog in WARMUP_PROGRAMS if programs is None or prog.name in programs]
     steps = [(prog.name, c, p, *_program_step(prog, c, p))
-             for c in configs for p in profiles for prog in WARMUP_PROGRAMS]
+             for c in configs for p in profiles for prog in chosen]
     if matmul:
         steps += [("ops.matmul", "ops", p, *_matmul_step(p)) for p in profiles]
     return steps
@@ -287,17 +294,19 @@ def _get_recorder() -> _Recorder:
 
 
 def warmup(configs=DEFAULT_WARMUP_CONFIGS, profiles=("portable", "ieee"), *, matmul: bool = True,
-           progress: Optional[Callable] = None) -> list[WarmupResult]:
+           programs: Optional[Sequence[str]] = None, progress: Optional[Callable] = None,
+           ) -> list[WarmupResult]:
     """Compile (or load) the common programs into the persistent cache.
 
-    Runs every WARMUP_PROGRAMS entry in every config and profile, then
+    Runs every WARMUP_PROGRAMS entry (those named in `programs`, None: all)
+    in every config and profile, then
     pj.ops.matmul once per profile (matmul=False skips it). `progress(done,
     total, name, result)` is called before each step (result None) and after
     it (its WarmupResult). Returns the WarmupResults in order. The cache is the
     one ensure_compile_cache() turns on; with it off this only compiles.
     """
     ensure_compile_cache()
-    steps = warmup_programs(configs, profiles, matmul=matmul)
+    steps = warmup_programs(configs, profiles, matmul=matmul, programs=programs)
     rec = _get_recorder()
     out = []
     for i, (name, config, profile, prepare, go) in enumerate(steps):

@@ -345,20 +345,66 @@ def test_campaign_against_the_example_dut(capsys, monkeypatch, env, tmp_path):
     assert rep["cases"] == 400 and rep["stopped"] is None
 
 
-@pytest.mark.parametrize("misbehaviour, message", [
+# every misbehaviour of examples/dut_harness.py, with the message that names it
+MISBEHAVIOURS = [
     ("--die-after 1", "ended without answering batch 2"),
-    ("--hang-after 1", "gave no answer to batch 2 .* within 15 s"),
+    ("--hang-after 1", "gave no answer to batch 2 .* within {timeout} s"),
     ("--bad-ids-after 1", "answer to batch 2 .* gives case"),
-    ("--short-after 1", "answer to batch 2 .* holds 62 ids, expected 63"),
+    ("--short-after 1", "answer to batch 2 .* holds {short} ids, expected {rows}"),
     ("--truncate-after 1", "answer to batch 2 .* is malformed .*truncated"),
     ("--error-after 1", "reported an error for batch 2 .* the device reports a failure"),
-])
+]
+
+
+def reset_batch(n: int, cfg):
+    """A campaign Batch's parts a DUT request reads (k, starts): n reset States."""
+    from types import SimpleNamespace
+    from ptojax.fuzz.engine import reset_leaves
+    from ptojax.fuzz.starts import Starts
+    leaves = state_leaves(reset_leaves(cfg))
+    rows = {k: np.repeat(v[None], n, 0) for k, v in leaves.items()}
+    rows[".gm"][:, :8] = np.arange(n, dtype=np.uint8)[:, None]        # each row its own
+    words = np.full((n, 2), G.BSTOP, np.uint32)
+    starts = Starts(rows[".gm"], rows[".gpr"], rows[".pc"], rows[".tile_capacity"],
+                    np.full(n, -1, np.int32), words, np.ones(n, np.int32), np.zeros(n, bool))
+    return SimpleNamespace(k=np.arange(100, 100 + n), starts=starts), rows
+
+
+@pytest.mark.parametrize("misbehaviour, message", MISBEHAVIOURS)
+def test_the_batched_protocol_catches_a_failing_dut(misbehaviour, message):
+    """The protocol alone (the example harness's echo device, no engine: each DUT
+    costs its start only): two requests in flight, the first answered whole and in
+    order, the second's failure an ExternalError naming it, and a hung DUT stopped
+    at once when its time has run out."""
+    from ptojax.fuzz.casefile import ExternalError
+    from ptojax.fuzz.dut import BatchedDut
+    import re
+    batch, rows = reset_batch(6, CFG)
+    message = message.format(timeout=2, short=5, rows=6)
+    command = f"{HARNESS} --device echo {misbehaviour}"
+    with BatchedDut(command, CFG, 0, "abandon", timeout=2, start_timeout=120) as d:
+        first, second = d.send(batch, CFG), d.send(batch, CFG)
+        got = d.receive(first)
+        same_leaves(got.leaves, rows, "echoed States")
+        assert got.executed.tolist() == [0] * 6
+        with pytest.raises(ExternalError) as e:
+            d.receive(second)
+        assert re.search(message, str(e.value)), str(e.value)
+    assert not running(f"dut_harness.py --device echo {misbehaviour}"), "the DUT outlived close()"
+
+
+# the whole campaign, per misbehaviour: each spawns a DUT that compiles the
+# campaign's program (12-15 s here, the hang 15 s more), so CI runs one; the
+# protocol test above checks every misbehaviour's message in CI
+@pytest.mark.parametrize("misbehaviour, message", [
+    pytest.param(m, msg, marks=() if m.startswith("--die") else pytest.mark.slow) for m, msg in MISBEHAVIOURS])
 def test_a_failing_dut_stops_the_campaign_with_what_it_has(capsys, monkeypatch, env, tmp_path,
                                                            misbehaviour, message):
     import re
     # batch 1's answer includes the DUT's start and first compile (over 20 s on a
     # loaded 2-core machine: --against-start-timeout); batch 2's is one more run
     # of the same program, so the hanging DUT is caught after 15 s
+    message = message.format(timeout=15, short=62, rows=63)
     rc, rep, err = fuzz(capsys, monkeypatch, env, "--count", "300", "--seed", "8", "--sample", "0",
                         "--against", f"{HARNESS} {misbehaviour}", "--against-protocol", "batch",
                         "--against-timeout", "15", "--against-start-timeout", "300")

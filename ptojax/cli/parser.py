@@ -10,6 +10,7 @@ import argparse
 import ptojax as pj
 from ptojax.compile_cache import CACHE_ENV
 from ptojax.state import PROFILES, SEMANTICS
+from ptojax.warmup import WARMUP_PROGRAMS
 
 from .asm import cmd_asm, cmd_disasm
 from .bench import cmd_bench
@@ -268,6 +269,9 @@ def _add_warmup(sub):
                         "pj.ops.matmul's own configs)")
     w.add_argument("--profile", action="append", choices=list(PROFILES),
                    help="numeric profiles to warm (repeatable; default both)")
+    w.add_argument("--program", action="append", choices=[prog.name for prog in WARMUP_PROGRAMS],
+                   help="only these programs of each config and profile (repeatable; default "
+                        "all: what a pipeline calls is enough)")
     w.add_argument("--json", action="store_true", help="print the results as JSON")
     w.add_argument("--no-progress", action="store_true", help="no progress bar")
     w.set_defaults(func=cmd_warmup)

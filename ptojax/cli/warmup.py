@@ -64,7 +64,8 @@ def cmd_warmup(args) -> int:
     update, stop = _warmup_progress(not args.no_progress and not args.json)
     t0 = time.perf_counter()
     try:
-        results = warmup.warmup(presets, profiles, matmul=WARMUP_OPS in configs, progress=update)
+        results = warmup.warmup(presets, profiles, matmul=WARMUP_OPS in configs,
+                                 programs=args.program, progress=update)
     finally:
         stop()
     seconds = time.perf_counter() - t0

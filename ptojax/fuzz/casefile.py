@@ -216,6 +216,7 @@ class Command:
     timeout: float
     start_timeout: float = START_TIMEOUT
     answered: bool = False
+    hung: bool = False              # it let an answer's time run out: close() stops it at once
 
     def _wait(self) -> float:
         """Seconds to wait for the next answer."""
@@ -231,7 +232,7 @@ class Command:
         if self.proc.poll() is None:
             self._end_input()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=0 if self.hung else 10)
             except subprocess.TimeoutExpired:
                 # the command runs under a shell in its own session: stop the whole
                 # group, or a hung DUT outlives the shell that started it
@@ -291,6 +292,7 @@ class External(Command):
         try:
             line = self.lines.get(timeout=wait)
         except queue.Empty:
+            self.hung = True
             raise ExternalError(f"{self.command!r} gave no answer within {wait:g} s") from None
         self.answered = line is not None
         if line is None:

@@ -130,6 +130,7 @@ class BatchedDut(Command):
         try:
             msg = self.answers.get(timeout=wait)
         except queue.Empty:
+            self.hung = True
             raise ExternalError(f"{self.command!r} gave no answer to {where} within "
                                 f"{wait:g} s") from None
         self.answered = msg is not None and not isinstance(msg, Exception)

@@ -6,9 +6,10 @@ matrix.md B.6 (docs/matmul-decisions.md) as booleans, picks the first
 failing one, and only when every check passes and `enable` holds publishes
 the newly allocated D, converted by B.FPATR's epilogue (postprocess.py), and
 its RowMax / GroupMax outputs. The product is one loop over K (ascending, so the
-`ieee` profile's binary32 accumulation order is the documented one) whose
-lanes are D's payload slots: lane j holds output (i, n), reads A[i][k] and
-B[k][n] from their CUBE slots and accumulates. A Shared operand is read from
+`ieee` profile's binary32 accumulation order is the documented one) on a
+grid of D's elements: each k reads A[i][k] for every row and B[k][n] for
+every column from their CUBE slots and accumulates their products; the grid
+is then mapped to D's payload slots. A Shared operand is read from
 its RowMajor record instead (docs/shared-decisions.md section 5): PE `pe`
 computes its own fragment of valid_M[pe] rows starting at Shared-A row
 pe*M_per_PE, or from its own Local A.
