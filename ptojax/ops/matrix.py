@@ -659,7 +659,8 @@ def _ieee_product(blk: _Block, shr: _Shared, grid: _Grid, words: jax.Array, shar
         # pj.run compiles for latency: each ieee loop is large, so one State
         # gets the lean loop and the full one only (half the copies)
         which, kinds = (_k_loop(blk) > 0).astype(jnp.int32), [(False, False), (True, True)]
-    return jax.lax.switch(which, [branch(loop(*kind)) for kind in kinds])
+    acc_i, acc_f = jax.lax.switch(which, [branch(loop(*kind)) for kind in kinds])
+    return acc_i, acc_f
 
 
 def _ieee_words(blk: _Block, acc_i: jax.Array, acc_f: jax.Array, bias_words: jax.Array) -> jax.Array:
