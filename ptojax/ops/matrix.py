@@ -503,6 +503,10 @@ def _destinations(state: State, cfg: MachineConfig, h: Header, blk: _Block, pe: 
 # at most W/16 columns) or CUBE_M32 (32 rows of at most W/32): the grid is 16 rows
 # of W/16 columns, an M32 D's rows 16-31 folded into the right half of its columns.
 _GRID_ROWS = 16
+# The K loop takes K_CHUNK consecutive k per iteration: the operands of a chunk lie
+# in one or two cache lines of a State's rows, so a batch too large for the cache
+# reads each line once instead of once per k, and the loop runs K / K_CHUNK times.
+K_CHUNK = 8
 
 
 class _Grid(NamedTuple):
@@ -511,8 +515,8 @@ class _Grid(NamedTuple):
     col: jax.Array                  # [W/16] its D column
 
     def rows(self, v: jax.Array) -> jax.Array:
-        """A value of each of D's 32 rows, [32], as the grid's [16, W/16]."""
-        return jnp.where(self.upper[None, :], v[16:, None], v[:16, None])
+        """A value of each of D's 32 rows, [..., 32], as the grid's [..., 16, W/16]."""
+        return jnp.where(self.upper, v[..., 16:, None], v[..., :16, None])
 
     def of_lanes(self, r: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
         """The grid position of D element (r, c)."""
@@ -532,7 +536,8 @@ def _element_map(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr
     """D's lanes (row and column of each payload slot, lane_ok) and the grid's operand
     reads for the product's loop over K: (r, c, lane_ok, the grid, the Local operand rows,
     scales(k), operands(a_table, b_table, k, rows)), where scales and operands give
-    (one value per D row [32], one per grid column [W/16])."""
+    (one value per D row [32], one per grid column [W/16]), each k of `k` [n, 1] a row
+    of them ([n, 32], [n, W/16])."""
     W = lane_count(cast(PeFile, state.tiles))      # the view's tiles: a storage.PeFile (dispatch._complete)
     Mi, N = blk.Mi, blk.N
     left_shared, shared_on = blk.left_shared, blk.shared_on
@@ -601,6 +606,11 @@ def _element_map(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr
     return r, c, lane_ok, grid, words, scales, operands
 
 
+def _chunks(trips: jax.Array) -> jax.Array:
+    """Iterations of the K loop for `trips` k (the batch's most, trip_count)."""
+    return (trip_count(trips) + K_CHUNK - 1) // K_CHUNK
+
+
 def _k_loop(blk: _Block) -> jax.Array:
     """Which K loop a batch runs (both profiles): 2 x (some State has MX scales)
     + (some State has Shared operands); the lean ones never fetch what no State
@@ -637,21 +647,24 @@ def _ieee_product(blk: _Block, shr: _Shared, grid: _Grid, words: jax.Array, shar
         b_val = (decode(blk.b_type, words[2][None]),
                  decode(blk.b_type, shared[shr.b][None]) if with_shared else None)
 
-        def body(k: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        def body(t: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
             acc_i, acc_f = carry
-            # the exact product, rounded once, then a binary32 add (both via float64);
-            # integers: the exact product, summed mod 2^64 (reduced to 32 bits at the end)
+            k = t * K_CHUNK + jnp.arange(K_CHUNK)[:, None]
             a, b = operands(a_val, b_val, k, (0, 0, 0, 0))
             if with_scales:
                 sa, sb = scales(k)
                 a, b = a * jnp.where(sa_on, scale(sa), 1.0), b * jnp.where(sb_on, scale(sb), 1.0)
-            exact = grid.rows(a) * b[None, :]
-            step = k < trips
-            acc_f = jnp.where(step, binary32.round_value(acc_f + binary32.round_value(exact)), acc_f)
-            acc_i = jnp.where(step, acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64),
-                              acc_i)
+            # the chunk's k in ascending order: the exact product, rounded once, then a
+            # binary32 add (both via float64); integers: the exact product, summed mod
+            # 2^64 (reduced to 32 bits at the end)
+            for u in range(K_CHUNK):
+                exact = grid.rows(a[u]) * b[u][None, :]
+                step = k[u, 0] < trips
+                acc_f = jnp.where(step, binary32.round_value(acc_f + binary32.round_value(exact)), acc_f)
+                acc_i = jnp.where(step, acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64),
+                                  acc_i)
             return acc_i, acc_f
-        return lambda: jax.lax.fori_loop(0, trip_count(trips), body, init)
+        return lambda: jax.lax.fori_loop(0, _chunks(trips), body, init)
 
     if under_batch():
         which, kinds = _k_loop(blk), [(s, sh) for s in (False, True) for sh in (False, True)]
@@ -703,14 +716,17 @@ def _product(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _S
             runs the one that never fetches them."""
             reads = (words, shared) if with_shared else (words, None)
 
-            def body(k: jax.Array, acc: jax.Array) -> jax.Array:
+            def body(t: jax.Array, acc: jax.Array) -> jax.Array:
+                k = t * K_CHUNK + jnp.arange(K_CHUNK)[:, None]
                 a, b = operands(reads, reads, k)
                 if with_scales:
                     sa, sb = scales(k)
                     a, b = a * sa, b * sb
-                return jnp.where(k < trips, acc + grid.rows(a) * b[None, :], acc)
+                for u in range(K_CHUNK):      # one elementwise chain: one fused kernel
+                    acc = acc + jnp.where(k[u, 0] < trips, grid.rows(a[u]) * b[u][None, :], U64(0))
+                return acc
             init = jnp.where(blk.is_acc, c_grid, U64(0))
-            return lambda: jax.lax.fori_loop(0, trip_count(trips), body, init)
+            return lambda: jax.lax.fori_loop(0, _chunks(trips), body, init)
         acc = jax.lax.switch(_k_loop(blk), [branch(loop(scaled, from_shared)) for scaled in (False, True)
                                             for from_shared in (False, True)])
         return c, lane_ok, lanes(acc) + jnp.where(blk.is_bias, bias_words, U64(0))
