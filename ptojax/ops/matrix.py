@@ -621,7 +621,8 @@ def _k_loop(blk: _Block) -> jax.Array:
 
 
 def _ieee_product(blk: _Block, shr: _Shared, grid: _Grid, words: jax.Array, shared: jax.Array,
-                  scales: _Scales, operands: _Operands, trips: jax.Array, c_grid: jax.Array) -> tuple[jax.Array, jax.Array]:
+                  scales: _Scales, operands: _Operands, trips: jax.Array, c_grid: jax.Array
+                  ) -> tuple[jax.Array, jax.Array]:
     """The `ieee` profile's K loop on the grid from C's Words `c_grid` (where .ACC):
     each product rounded once to binary32, binary32 adds (integers: the exact
     products mod 2^64, reduced at the end): (integer sums, binary32 values)."""
