@@ -217,16 +217,23 @@ def complete_core(state: State, h: Header, cfg: MachineConfig, enable: jax.Array
     lowest = jnp.where(mask == 0, 0, jax.lax.clz(jnp.maximum(mask, 1).astype(jnp.int32)) - 28)
     once = shared_transport.selects(h) | header.shared_tlsu_block(h) | (mask == 0)
 
-    def one(carry: tuple[State, jax.Array, jax.Array],
-            pe: jax.Array) -> tuple[tuple[State, jax.Array, jax.Array], None]:
-        s, fault, addr = carry
+    def one(carry: tuple[State, jax.Array, jax.Array, jax.Array],
+            pe: jax.Array) -> tuple[tuple[State, jax.Array, jax.Array, jax.Array], None]:
+        s, fault, addr, wrote = carry
         takes_part = jnp.where(once, pe == lowest, in_mask(pe))
         go = takes_part & (fault == 0)
         f, a, s2 = complete(s, h, pe, cfg, enable & go, effects, cas_seed, uniform)
         f = jnp.where(go, f, 0)
-        return (s2, jnp.where(fault == 0, f, fault), jnp.where(fault == 0, a, addr)), None
+        wrote = wrote | (go & enable & (f == 0))
+        return (s2, jnp.where(fault == 0, f, fault), jnp.where(fault == 0, a, addr), wrote), None
 
-    (new, fault, addr), _ = jax.lax.scan(
-        one, (state, jnp.int32(0), jnp.uint64(0)), jnp.arange(tables.NUM_PES, dtype=jnp.int32))
-    new = jax.tree_util.tree_map(lambda n, o: jnp.where(fault == 0, n, o), new, state)
+    (new, fault, addr, wrote), _ = jax.lax.scan(
+        one, (state, jnp.int32(0), jnp.uint64(0), jnp.bool_(False)),
+        jnp.arange(tables.NUM_PES, dtype=jnp.int32))
+    # a faulting PE's completion changes nothing, so only a fault after an earlier
+    # PE's writes has something to undo; a batch with none skips the whole-State select
+    undo = (fault != 0) & wrote
+    new = jax.lax.cond(trip_count(undo.astype(jnp.int32)) > 0,
+                       lambda: jax.tree_util.tree_map(lambda n, o: jnp.where(undo, o, n), new, state),
+                       lambda: new)
     return fault, addr, new
