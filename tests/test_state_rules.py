@@ -122,3 +122,37 @@ def test_arch_state_keeps_the_rules():
     env["artifact"]["semantics"] = "0.99"
     with pytest.raises(ValueError, match="envelope.artifact.semantics"):
         pj.interop.from_arch_state(env)
+
+
+def test_a_late_pe_fault_undoes_the_earlier_pes_writes():
+    """A Core block whose PE2 faults after PE0 and PE1 have loaded their tiles keeps
+    no PE's effects (dispatch.complete_core's undo), in one State and in a batch
+    beside a State whose block succeeds (the undo runs only where it is needed)."""
+    from ptojax.isa.asm import assemble
+    from ptojax.state import state_leaves
+    cfg = pj.preset("tiny")
+    words = assemble("BSTART.TLOAD FP16\nB.DATR {ND2M16, DTYPE_NONE, Max}\nB.DIM zero, 3, ->LB0\n"
+                     "B.DIM zero, 2, ->LB1\nB.IOR a0, a1\nB.IOT mask=1111, last, ->M<1>\nBSTOP\n")
+
+    def start(bad_pe):
+        s = pj.reset(cfg)
+        for pe in range(4):          # FP16 at an odd address: Fault_DataAlignment on that PE
+            s = pj.write_gpr(s, "a0", 0x101 if pe == bad_pe else 0x100, pe)
+            s = pj.write_gpr(s, "a1", 6, pe)
+        return s
+
+    one = pj.run_core(start(2), words, cfg=cfg)
+    assert one.fault == "Fault_DataAlignment"
+    res = pj.batch.run(pj.batch.stack_states([start(None), start(2), start(0)]),
+                       np.array([words] * 3, np.uint32), 0, cfg=cfg, core=True)
+    got = [pj.batch.unstack_state(res.state, i) for i in range(3)]
+    assert np.asarray(got[0].tiles.allocated).sum() == 4          # every PE loaded
+    for i, bad in ((1, 2), (2, 0)):
+        want = state_leaves(start(bad))
+        have = state_leaves(got[i])
+        changed = sorted(k for k in want if not np.array_equal(np.asarray(want[k]), np.asarray(have[k])))
+        assert all("fault" in k or k in (".pc",) for k in changed), changed
+        assert np.array_equal(np.asarray(have[".tiles.allocated"]), np.asarray(want[".tiles.allocated"]))
+    assert state_leaves(got[1]).keys() == state_leaves(one.state).keys()
+    for k, v in state_leaves(one.state).items():
+        assert np.array_equal(np.asarray(v), np.asarray(state_leaves(got[1])[k])), k
