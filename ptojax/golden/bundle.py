@@ -34,12 +34,14 @@ from ..state import MachineConfig, reset
 
 __all__ = ["matmul", "MatmulFault", "MatmulResult"]
 
-# operand hands (a TLOAD takes the hand's lowest free register): A, B -> T; C, Bias,
-# RowMaxIn -> U; scales, the epilogue's parameter vectors -> N; D, RowMaxOut, GroupMaxOut
-# -> M, so C's TileIndex never equals D's hand number
-_A = _B = "T"
+# operand hands (a TLOAD takes the hand's lowest free register): A, its MX scales and the
+# quant vector -> T; B, its scales and the PReLU alphas -> N; C, Bias, RowMaxIn -> U; D,
+# RowMaxOut, GroupMaxOut -> M. C's TileIndex then never equals D's hand number, and a
+# plain product loads one tile a hand, so a tiled GEMM's States need one slot a hand
+# (golden.tiling sizes their pools by the most a hand takes)
+_A = _SA = _QUANT = "T"
+_B = _SB = _ALPHA = "N"
 _C = _BIAS = _RIN = "U"
-_SA = _SB = _VEC = "N"
 D_HAND = "M"
 _ML = {"FP16": np.float16, "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn,
        "E5M2": ml_dtypes.float8_e5m2, "FP32": np.float32}
@@ -419,7 +421,7 @@ def epilogue(acc_t, M: int, N: int, pre_quant, quant_scale, quant_offset, shift,
                                                             "row_max_init"), _RIN, "row"))
     if pre_quant in VECTOR_MODES:
         words = _quant_words(int(pre_quant), N, quant_scale, quant_offset, shift, True)
-        loads.append(("quant", "ordinary", u64, np.array([words], np.uint64), _VEC, "row"))
+        loads.append(("quant", "ordinary", u64, np.array([words], np.uint64), _QUANT, "row"))
     elif pre_quant in SCALAR_MODES:
         scalars += _quant_words(int(pre_quant), N, quant_scale, quant_offset, shift, False)
     relu_mode = 0
@@ -435,7 +437,7 @@ def epilogue(acc_t, M: int, N: int, pre_quant, quant_scale, quant_offset, shift,
         else:
             relu_mode = 3
             alphas = [_fp19(v, "relu alpha", zero_ok=True) for v in _per_column(relu, N, "relu")]
-            loads.append(("alpha", "ordinary", u64, np.array([alphas], np.uint64), _VEC, "row"))
+            loads.append(("alpha", "ordinary", u64, np.array([alphas], np.uint64), _ALPHA, "row"))
     group_code = 0
     if group_max is not None:
         if group_max not in tables.FPATR_GROUP_N[1:]:
@@ -555,7 +557,7 @@ class Program:
         self.steps = []                  # (first word index, bundle name)
         self.words_needed = 1
         self.shared_words_needed = 0
-        self.used = {}                   # hand -> tiles loaded into it
+        self.used = {}                   # hand -> tiles allocated in it (loads, D and outputs)
         self.placed = {}                 # operand name -> (GM address, row stride in bytes)
 
     def place(self, data: bytes) -> int:
@@ -668,6 +670,7 @@ class Program:
         # sources in stream order two a binding, then D and the reduction outputs alone
         bindings = [f"B.IOT {', '.join(tiles[i:i + 2])}, mask={mask}" for i in range(0, len(tiles), 2)]
         bindings += [f"B.IOT mask={mask}, ->{D_HAND}<{code}>" for code in codes]
+        self.used[D_HAND] = self.used.get(D_HAND, 0) + len(codes)
         bindings[-1] = bindings[-1].replace(f"mask={mask}", f"mask={mask}, last")
         self.bundle(f"{label}{name}", lines + bindings)
 

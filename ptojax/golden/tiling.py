@@ -366,7 +366,14 @@ class _Runner:
             raise ValueError(f"a {m}x{n}x{kc} tile shape needs {max(words_needed, shared_needed)} payload "
                              f"Words in one {what}; the model holds at most {_MAX_WORDS} (lower tile_n "
                              f"or tile_k{', or tile_m' if plan.core else ''})")
-        self.cfg = MachineConfig(gm_bytes=_pow2(gm_needed), tile_words=words_needed, hand_slots=4,
+        # Local tile slots a hand: a State's pools hold hand_slots x 4 hands tiles at their
+        # largest, and writing a chunk's fresh States was a third of its time, so the pools
+        # are sized by the most tiles a bundle sequence loads into one hand (plain products:
+        # A and B in one hand, or on the Core C and D in two); three classes, not one a count,
+        # keep one program a tile shape for most products
+        most = max(n for b in builds for n in b.seq.prog.used.values())
+        self.cfg = MachineConfig(gm_bytes=_pow2(gm_needed), tile_words=words_needed,
+                                 hand_slots=next(h for h in (1, 2, 4, tables.HAND_SLOTS) if most <= h),
                                  shared_slots=4 if plan.core else 1, shared_words=shared_needed,
                                  tile_capacity=(1 << 31) - 1, profile=self.profile)
         self.width = max([stream_words] + [len(b.words) for b in self.built.values()])
