@@ -639,6 +639,12 @@ def _ieee_product(blk: _Block, shr: _Shared, grid: _Grid, words: jax.Array, shar
                          _int_value(dtype, table).astype(jnp.int64).astype(jnp.float64))
     init = (jnp.where(is_acc, c_grid, U64(0)),
             jnp.where(is_acc, binary32.value(c_grid), jnp.float64(0)))
+    # the binary32 sums run only where some State of the batch has a float
+    # accumulator, the integer ones only where some State has an integer one:
+    # a D reads one of the two, and computing both cost a float GEMM a quarter
+    # of its loop
+    any_int = trip_count((~is_float).astype(jnp.int32)) > 0
+    any_float = trip_count(is_float.astype(jnp.int32)) > 0
 
     def loop(with_scales: bool, with_shared: bool) -> Callable[[], tuple[jax.Array, jax.Array]]:
         """The K loop; a batch where no State has MX scales (Shared operands) runs the
@@ -658,13 +664,22 @@ def _ieee_product(blk: _Block, shr: _Shared, grid: _Grid, words: jax.Array, shar
             # the chunk's k in ascending order: the exact product, rounded once, then a
             # binary32 add (both via float64); integers: the exact product, summed mod
             # 2^64 (reduced to 32 bits at the end)
-            for u in range(K_CHUNK):
-                exact = grid.rows(a[u]) * b[u][None, :]
-                step = k[u, 0] < trips
-                acc_f = jnp.where(step, binary32.round_value(acc_f + binary32.round_value(exact)), acc_f)
-                acc_i = jnp.where(step, acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64),
-                                  acc_i)
-            return acc_i, acc_f
+            def binary32_sums(acc_f: jax.Array) -> jax.Array:
+                for u in range(K_CHUNK):
+                    exact = grid.rows(a[u]) * b[u][None, :]
+                    acc_f = jnp.where(k[u, 0] < trips,
+                                      binary32.round_value(acc_f + binary32.round_value(exact)), acc_f)
+                return acc_f
+
+            def integer_sums(acc_i: jax.Array) -> jax.Array:
+                for u in range(K_CHUNK):
+                    exact = grid.rows(a[u]) * b[u][None, :]
+                    acc_i = jnp.where(k[u, 0] < trips,
+                                      acc_i + jnp.where(is_float, 0, exact).astype(jnp.int64).astype(U64), acc_i)
+                return acc_i
+            keep: Callable[[jax.Array], jax.Array] = lambda acc: acc
+            return (jax.lax.cond(any_int, integer_sums, keep, acc_i),
+                    jax.lax.cond(any_float, binary32_sums, keep, acc_f))
         return lambda: jax.lax.fori_loop(0, _chunks(trips), body, init)
 
     if under_batch():
