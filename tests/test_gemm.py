@@ -73,6 +73,27 @@ def test_fp16_ieee_equals_the_binary32_replay(m, k, n, tile_k):
     assert same_bits(d, replay_fp32(a, b, bias=bias, tile_k=tile_k))
 
 
+@pytest.mark.parametrize("kw, slots", [
+    (dict(), 1),
+    (dict(core=True), 1),
+    (dict(bias=np.ones(24, np.float32), row_max=True, row_max_init=np.zeros(40)), 2),
+    (dict(row_max=True, group_max=8, pre_quant=1), 4),
+])
+def test_chunk_states_hold_the_fewest_slots_a_hand(monkeypatch, kw, slots):
+    """A chunk's fresh States were a third of a GEMM's time, so their pools hold only the
+    tiles a hand takes: one for a plain product (A in T, B in N, C in U, D in M), two
+    with Bias and RowMaxIn (U) and D and RowMax (M), four with D, RowMax and GroupMax
+    (M)."""
+    from ptojax.golden import tiling
+    seen = []
+    monkeypatch.setattr(tiling._Runner, "run", lambda self, flags: seen.append(self.cfg.hand_slots))
+    dtype = "FP16" if "row_max" in kw else "S8"
+    a = np.ones((40, 30), np.float16 if dtype == "FP16" else np.int8)
+    pj.golden.gemm(a, np.ones((30, 24), a.dtype), dtype=dtype,
+                   profile="portable" if dtype == "S8" else "ieee", **kw)
+    assert seen == [slots]
+
+
 def test_tile_k_moves_the_bias_and_tile_m_changes_nothing():
     # a large bias and a long tail of tiny products: adding the bias after the
     # first chunk loses the tail's low bits, so tile_k is visible; tile_m never (nor

@@ -368,9 +368,9 @@ class _Runner:
                              f"or tile_k{', or tile_m' if plan.core else ''})")
         # Local tile slots a hand: a State's pools hold hand_slots x 4 hands tiles at their
         # largest, and writing a chunk's fresh States was a third of its time, so the pools
-        # are sized by the most tiles a bundle sequence loads into one hand (plain products:
-        # A and B in one hand, or on the Core C and D in two); three classes, not one a count,
-        # keep one program a tile shape for most products
+        # are sized by the most tiles a bundle sequence allocates in one hand (a plain
+        # product: one, golden.bundle's hands); four classes, not one a count, keep one
+        # program a tile shape for most products
         most = max(n for b in builds for n in b.seq.prog.used.values())
         self.cfg = MachineConfig(gm_bytes=_pow2(gm_needed), tile_words=words_needed,
                                  hand_slots=next(h for h in (1, 2, 4, tables.HAND_SLOTS) if most <= h),
