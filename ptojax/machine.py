@@ -8,7 +8,7 @@ data in `state.fault` / `state.fault_address` (docs/execution-model.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import cast
 
 import jax
@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import families, tables
 from ._x64 import x64
+from .executables import PersistentJit
 from .indexing import row
 from .isa.decode_array import decode
 from .isa.forms import ENCODINGS
@@ -183,13 +184,13 @@ STREAM_STATIC = ("cfg", "max_commits", "effects", "core", "uniform")
 LATENCY_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 QUICK_COMPILER_OPTIONS = dict(LATENCY_COMPILER_OPTIONS, xla_backend_optimization_level=0)
 QUICK_STATE_BYTES = 1 << 20
-run_stream = jax.jit(stream, static_argnames=STREAM_STATIC,
-                     compiler_options=LATENCY_COMPILER_OPTIONS)
-run_stream_quick = jax.jit(stream, static_argnames=STREAM_STATIC,
-                           compiler_options=QUICK_COMPILER_OPTIONS)
+run_stream = PersistentJit(stream, static_argnames=STREAM_STATIC,
+                            compiler_options=LATENCY_COMPILER_OPTIONS)
+run_stream_quick = PersistentJit(stream, static_argnames=STREAM_STATIC,
+                                  compiler_options=QUICK_COMPILER_OPTIONS)
 
 
-def stream_runner(cfg: MachineConfig) -> Callable[..., tuple[State, jax.Array]]:
+def stream_runner(cfg: MachineConfig) -> PersistentJit:
     """The jitted `stream` a one-State call uses on `cfg`: `run_stream_quick`
     for a State of at most QUICK_STATE_BYTES, else `run_stream`."""
     return run_stream_quick if cfg.state_bytes <= QUICK_STATE_BYTES else run_stream

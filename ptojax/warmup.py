@@ -16,6 +16,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from .compile_cache import MIN_COMPILE_SECS, ensure_compile_cache
+from .executables import LOADED_EVENT, WRITTEN_EVENT
 from . import golden
 from .isa.asm import assemble
 from .machine import run, run_core
@@ -254,8 +255,10 @@ class _Recorder:
             return
         if event == "/jax/compilation_cache/cache_hits":
             self.pending_hit = True
-        elif event == "/jax/compilation_cache/cache_misses":     # recorded on a write
+        elif event in ("/jax/compilation_cache/cache_misses", WRITTEN_EVENT):  # recorded on a write
             self.written += 1
+        elif event == LOADED_EVENT:              # an executor program, loaded without a compile
+            self.loaded += 1
 
     def duration(self, event: str, duration_secs: float, **_: str | int) -> None:
         if not self.active or event != "/jax/core/compile/backend_compile_duration":

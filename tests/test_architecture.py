@@ -23,7 +23,8 @@ ROOT = Path(ptojax.__file__).resolve().parent
 # Layers, lowest first: a module may import its own layer and the ones below.
 LAYERS = (
     ("tables", ("ptojax.tables", "ptojax.families", "ptojax.isa.forms", "ptojax.cas_order",
-                "ptojax.version", "ptojax.compile_cache", "ptojax._x64", "ptojax._hugepages",
+                "ptojax.version", "ptojax.compile_cache", "ptojax.executables", "ptojax._x64",
+                "ptojax._hugepages",
                 "ptojax.pytree")),
     ("state", ("ptojax.indexing", "ptojax.state", "ptojax.storage", "ptojax.block_domain",
                "ptojax.layouts*",

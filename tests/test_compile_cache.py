@@ -1,9 +1,9 @@
 """JAX's persistent compilation cache for library users (ptojax/compile_cache.py).
 
 The reload test runs two fresh processes on one temporary cache: the first
-compiles pj.run's executor and writes it, the second must load it (JAX logs
-"Persistent compilation cache hit"), write nothing, and give the same State
-bit for bit. It pays for one compile of the tiny config.
+compiles pj.run's executor and writes its executable (ptojax/executables.py),
+the second must load it without tracing or compiling it, write nothing, and
+give the same State bit for bit. It pays for one compile of the tiny config.
 """
 
 from __future__ import annotations
@@ -25,9 +25,15 @@ RELOAD = textwrap.dedent('''\
     import hashlib, logging, sys
     logging.basicConfig(stream=sys.stderr, format="%(name)s: %(message)s")
     logging.getLogger("jax._src.compiler").setLevel(logging.DEBUG)
+    logging.getLogger("ptojax.executables").setLevel(logging.DEBUG)
     import jax
+    import jax.monitoring
     import numpy as np
     import ptojax as pj
+    TRACED = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, secs, fun_name="", **_: TRACED.append(fun_name)
+        if event == "/jax/core/compile/jaxpr_trace_duration" else None)
     from ptojax.state import state_leaves
     cfg = pj.preset("tiny")
     s = pj.reset(cfg)                       # the first entry point turns the cache on
@@ -48,6 +54,7 @@ RELOAD = textwrap.dedent('''\
     for a in state_leaves(r.state).values():
         h.update(str((a.dtype, a.shape)).encode())
         h.update(a.tobytes())
+    print("traces", sum("stream" in name for name in TRACED))
     print("dir", jax.config.jax_compilation_cache_dir)
     print("result", r.fault, r.executed, h.hexdigest())
 ''')
@@ -67,18 +74,24 @@ def _fresh_process(cache, tmp_path):
 
 def test_second_process_loads_from_the_cache_bit_identical(tmp_path):
     cache = tmp_path / "jax-cache"
+    executables = cache / "ptojax-executables"
     first, log1 = _fresh_process(cache, tmp_path)
     assert first["dir"] == str(cache)
     assert first["result"].startswith("Fault_None 7 ")
-    assert "Persistent compilation cache hit" not in log1
+    assert first["traces"] == "1", "the first process traces the executor once"
+    assert "wrote executable" in log1 and "loaded executable" not in log1
+    files = sorted(os.listdir(executables))
+    assert len(files) == 1 and files[0].startswith("stream-"), files
+    # the executor writes no JAX cache entry of its own, and JAX's millisecond
+    # helper compiles stay out of the cache (MIN_COMPILE_SECS)
     entries = sorted(os.listdir(cache))
-    assert entries, "the executor was not written to the cache"
-    # JAX's millisecond helper compiles stay out of it (MIN_COMPILE_SECS)
     assert len(entries) <= 2, entries
 
     second, log2 = _fresh_process(cache, tmp_path)
-    assert "Persistent compilation cache hit" in log2, log2[-3000:]
-    assert sorted(os.listdir(cache)) == entries          # loaded, nothing compiled anew
+    assert "loaded executable" in log2, log2[-3000:]
+    assert second["traces"] == "0", "the second process traced the executor"
+    assert sorted(os.listdir(executables)) == files     # loaded, nothing compiled anew
+    assert sorted(os.listdir(cache)) == entries
     assert second["result"] == first["result"]          # the same State, bit for bit
 
 

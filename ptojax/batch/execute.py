@@ -24,6 +24,7 @@ from .._x64 import x64
 from ..ops.lowering import BATCH_AXIS
 from ..machine import (bucket, check_run, commit_capable, open_block_ops, possible_effects,
                        STREAM_STATIC, stream)
+from ..executables import PersistentJit
 from ..result import RunResult
 from ..state import MachineConfig, State
 
@@ -60,8 +61,8 @@ def _batched(states, words, lengths, pe, hold, cas_seed, cfg, max_commits, effec
                                            cas_seed, core, uniform), axis_name=BATCH_AXIS)(states, words, lengths)
 
 
-_run_kept = jax.jit(_batched, static_argnames=STREAM_STATIC)
-_run_donated = jax.jit(_batched, static_argnames=STREAM_STATIC, donate_argnums=(0,))
+_run_kept = PersistentJit(_batched, static_argnames=STREAM_STATIC)
+_run_donated = PersistentJit(_batched, static_argnames=STREAM_STATIC, donate_argnums=(0,))
 
 
 def batch_rows(B: int, n_dev: int = 1) -> int:
