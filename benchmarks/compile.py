@@ -20,7 +20,12 @@ differential test compiles. It reports:
   jax_persistent_cache_min_entry_size_bytes=0, so every entry is written),
   then a second fresh subprocess times .compile() again, which should be a
   cache load. It is a hit when JAX records '/jax/compilation_cache/cache_hits'
-  during that .compile() and the cache directory gains no file meanwhile.
+  during that .compile() and the cache directory gains no file meanwhile;
+* later 1st call: the jitted entry point itself called in a fresh
+  subprocess on a new cache directory, then again in a second one: the
+  second's call is what a later process pays for its first call (trees with
+  ptojax/executables.py load the executable without tracing; older trees
+  trace, lower and load from JAX's cache).
 
 Effect sets (the static `effects` argument; which op families get traced):
 
@@ -161,6 +166,15 @@ def child(args) -> dict:
             # the jitted program pj.run uses for this config (older trees: run_stream)
             runner = machine.stream_runner(cfg) if hasattr(machine, "stream_runner") \
                 else machine.run_stream
+        if args.mode == "call":
+            # what a user's process pays: the entry point's own call, whatever it
+            # does on a miss (trace, lower, compile) or a hit (load)
+            before = _cache_files(args.cache_dir)
+            t0 = time.perf_counter()
+            jax.block_until_ready(runner(*call, **kw))
+            return {"mode": args.mode, "preset": args.preset, "set": args.set, "ptojax_file": str(pj_file),
+                    "call_s": time.perf_counter() - t0,
+                    "cache_files_added": len(_cache_files(args.cache_dir) - before)}
         t0 = time.perf_counter()
         traced = runner.trace(*call, **kw)
         tt = time.perf_counter()
@@ -216,7 +230,7 @@ def measure(tree: Path, preset: str, name: str, repeats: int, timeout: float, la
         if not quiet:
             print(f"  {label:>9s} {preset:5s} {name:13s} {msg}", file=sys.stderr, flush=True)
 
-    out = {"cold": None, "warm": None, "populate": None}
+    out = {"cold": None, "warm": None, "populate": None, "call": None}
     colds = []
     for _ in range(repeats):
         c = run_child(tree, "cold", preset, name, None, timeout)
@@ -242,6 +256,19 @@ def measure(tree: Path, preset: str, name: str, repeats: int, timeout: float, la
             out["warm"] = w
             say(f"warm:     {w['error']}" if "error" in w else
                 f"warm:     load {w['compile_s']:7.2f} s, hit {'yes' if w['cache_hit'] else 'NO'}")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    # the first call of a later process, through the entry point itself
+    cache = tempfile.mkdtemp(prefix="ptojax-compile-cache-")
+    try:
+        first = run_child(tree, "call", preset, name, cache, timeout)
+        if "error" in first:
+            out["call"] = first
+        else:
+            out["call"] = run_child(tree, "call", preset, name, cache, timeout)
+            c = out["call"]
+            say(f"call:     {c['error']}" if "error" in c else
+                f"call:     first {first['call_s']:7.2f} s, in a later process {c['call_s']:7.2f} s")
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return out
@@ -278,7 +305,8 @@ def print_table(result):
               ("trace s", "cold", "trace_s", ".2f"),
               ("trace+lower s", "cold", "lower_s", ".2f"),
               ("cold compile s", "cold", "compile_s", ".2f"),
-              ("warm load s", "warm", "compile_s", ".3f")]
+              ("warm load s", "warm", "compile_s", ".3f"),
+              ("later 1st call s", "call", "call_s", ".2f")]
     for g, _, _, _ in groups:
         if base:
             t.add_column(f"{g}\nbase", justify="right")
@@ -304,7 +332,7 @@ def print_table(result):
     console.print(t)
     errors = [(row["preset"], row["set"], who, ph, ((row.get(who) or {}).get(ph) or {}).get("error"))
               for row in result["rows"] for who in ("baseline", "now")
-              for ph in ("cold", "populate", "warm")]
+              for ph in ("cold", "populate", "warm", "call")]
     for preset, name, who, ph, err in errors:
         if err:
             console.print(f"[red]{who} {preset} {name} {ph}: {err}[/red]")
@@ -326,7 +354,7 @@ def main(argv=None):
     ap.add_argument("--quiet", action="store_true", help="no progress lines and no table")
     # hidden: one measurement in this process, one JSON line on stdout
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--mode", choices=("cold", "populate", "warm"), default="cold", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", choices=("cold", "populate", "warm", "call"), default="cold", help=argparse.SUPPRESS)
     ap.add_argument("--preset", default="tiny", help=argparse.SUPPRESS)
     ap.add_argument("--set", default="header", help=argparse.SUPPRESS)
     ap.add_argument("--tree", default=str(REPO), help=argparse.SUPPRESS)
@@ -403,7 +431,8 @@ def main(argv=None):
                        ".compile(); cold: jax_enable_compilation_cache=False (best of repeats); "
                        "warm: .compile() in a second process after a first one populated a fresh "
                        "persistent cache (min compile time 0, min entry size 0); cache_hit = a "
-                       "cache_hits event during .compile() and no new cache file"),
+                       "cache_hits event during .compile() and no new cache file; call: the "
+                       "runner called in a second fresh process on a cache a first one filled"),
             "elapsed_s": time.perf_counter() - t_start,
         },
         "sets": {n: {"effects": sorted(e), "core": c, "profile": p} for n, (e, c, p) in SETS.items()
