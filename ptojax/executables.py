@@ -4,19 +4,26 @@ JAX's persistent compilation cache (compile_cache.py) spares a fresh process
 the XLA compile, but not the Python trace and lowering that compute its key:
 for the word-stream executor 3-6 s of a first call's 6-9 s. `PersistentJit`
 is `jax.jit` for the executor's entry points that also keeps each compiled
-executable in a file of its own, keyed by everything the program depends on
-(ptojax's source files, the static arguments, the argument shapes and
-dtypes, jax and the device), so a later process with the same key loads the
-executable directly: no trace, no lowering, no XLA.
+executable in a file, so a later process loads it directly. Two files serve
+a call:
+
+- `<name>-<key>.ref` names the program of a call's key: everything the
+  program depends on (ptojax's source files, the static arguments, the
+  argument shapes and dtypes, jax and the device). A hit costs no trace, no
+  lowering and no XLA compile.
+- `<name>-<program>.bin` is the executable of a lowered program's text. A
+  key without a .ref (ptojax changed, perhaps not this program) traces and
+  lowers, and then loads the executable when the text is one already
+  compiled; only a new text compiles.
 
 - The files live in `ptojax-executables/` under the compilation cache's
   directory and follow it: `PTOJAX_JAX_CACHE=` turns both off (the programs
   then compile per process, as plain jits).
 - XLA:CPU cannot serialize an executable that it deserialized from JAX's
   cache again (the copy loses kernels and fails when run), so the program a
-  file is written from must be a fresh compile. Each key therefore compiles
-  under a module name of its own, which no earlier JAX cache entry can
-  carry, and the compile writes no JAX cache entry.
+  file is written from must be a fresh compile: these programs compile
+  under a module name (`ptojax_<name>`) no earlier JAX cache entry carries,
+  and their compiles write no JAX cache entry.
 - A file that does not load (truncated, another jaxlib) is compiled afresh
   and replaced; writes are atomic (a temporary file renamed), so processes
   that compile the same program at once agree.
@@ -175,54 +182,80 @@ class PersistentJit:
                           str(tree), _canon(avals)))
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def _load_or_compile(self, key: tuple, static: tuple, dynamic: tuple):
-        folder = executables_dir()
-        if folder is None:
-            return self._compile(static, dynamic, None)
-        digest = self._file_key(key)
-        path = os.path.join(folder, f"{self.name}-{digest[:32]}.bin")
-        if os.path.exists(path):
-            try:
-                with open(path, "rb") as f:
-                    payload, in_tree, out_tree = pickle.loads(zlib.decompress(f.read()))
-                from jax.experimental.serialize_executable import deserialize_and_load
-                exe = deserialize_and_load(payload, in_tree, out_tree)
-            except Exception as e:          # unreadable or from another jaxlib: compile afresh
-                _log.warning("could not load %s (%s: %s); compiling it afresh", path, type(e).__name__, e)
-            else:
-                _log.debug("loaded executable %s", path)
-                jax.monitoring.record_event(LOADED_EVENT)
-                return exe
-        return self._compile(static, dynamic, (path, digest))
-
-    def _compile(self, static: tuple, dynamic: tuple, save: Optional[tuple[str, str]]):
-        """A fresh compile of this key (written to `save`'s file when given)."""
+    def _program(self, static: tuple):
+        """The jitted program of these static values, its dynamic arguments only."""
         fixed = dict(zip(self.static_argnames, static))
         names = self.dynamic
 
         def program(*values):
             return self.fn(**dict(zip(names, values)), **fixed)
-        # a module name of the key's own: no JAX cache entry can match it
-        program.__name__ = program.__qualname__ = (
-            f"ptojax_{self.name}_{save[1][:16]}" if save else f"ptojax_{self.name}")
-        jitted = jax.jit(program, donate_argnums=self.donate, compiler_options=self.compiler_options or None)
-        if save is None:
+        # a module name no JAX cache entry carries (these compiles write none)
+        program.__name__ = program.__qualname__ = f"ptojax_{self.name}"
+        return jax.jit(program, donate_argnums=self.donate, compiler_options=self.compiler_options or None)
+
+    def _load_or_compile(self, key: tuple, static: tuple, dynamic: tuple):
+        jitted = self._program(static)
+        folder = executables_dir()
+        if folder is None:
             return jitted.lower(*dynamic).compile()
+        # 1. the call's key names the program: no trace at all
+        ref = os.path.join(folder, f"{self.name}-{self._file_key(key)[:32]}.ref")
+        try:
+            with open(ref) as f:
+                exe = self._load(folder, f.read().strip())
+            if exe is not None:
+                return exe
+        except OSError:
+            pass
+        # 2. a program of the same text (ptojax changed elsewhere): trace and
+        # lower, but no XLA compile
+        lowered = jitted.lower(*dynamic)
+        text = "\n".join((_FORMAT, _platform(), _canon(sorted(self.compiler_options.items())),
+                          _canon(self.donate), lowered.as_text()))
+        program = hashlib.sha256(text.encode()).hexdigest()[:32]
+        exe = self._load(folder, program)
+        if exe is None:
+            exe = self._compile(lowered, os.path.join(folder, f"{self.name}-{program}.bin"))
+        try:
+            _atomic_write(ref, program.encode())
+        except OSError as e:
+            _log.warning("could not write %s (%s: %s)", ref, type(e).__name__, e)
+        return exe
+
+    def _load(self, folder: str, program: str):
+        """The executable of this program text's digest, None when there is none."""
+        path = os.path.join(folder, f"{self.name}-{program}.bin")
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path, "rb") as f:
+                payload, in_tree, out_tree = pickle.loads(zlib.decompress(f.read()))
+            from jax.experimental.serialize_executable import deserialize_and_load
+            exe = deserialize_and_load(payload, in_tree, out_tree)
+        except Exception as e:              # unreadable or from another jaxlib: compile afresh
+            _log.warning("could not load %s (%s: %s); compiling it afresh", path, type(e).__name__, e)
+            return None
+        _log.debug("loaded executable %s", path)
+        jax.monitoring.record_event(LOADED_EVENT)
+        return exe
+
+    def _compile(self, lowered, path: str):
+        """A fresh XLA compile (never a JAX cache entry: see the module
+        docstring), written to `path`."""
         with _write_lock:
             before = jax.config.jax_persistent_cache_min_compile_time_secs  # type: ignore[attr-defined]
             jax.config.update("jax_persistent_cache_min_compile_time_secs", _NO_JAX_WRITE)
             try:
-                compiled = jitted.lower(*dynamic).compile()
+                compiled = lowered.compile()
             finally:
                 jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
         try:
             from jax.experimental.serialize_executable import serialize
-            blob = zlib.compress(pickle.dumps(serialize(compiled)), 1)
-            _atomic_write(save[0], blob)
+            _atomic_write(path, zlib.compress(pickle.dumps(serialize(compiled)), 1))
         except Exception as e:              # a read-only or full disk: this process still runs it
-            _log.warning("could not write %s (%s: %s)", save[0], type(e).__name__, e)
+            _log.warning("could not write %s (%s: %s)", path, type(e).__name__, e)
         else:
-            _log.debug("wrote executable %s", save[0])
+            _log.debug("wrote executable %s", path)
             jax.monitoring.record_event(WRITTEN_EVENT)
         return compiled
 

@@ -55,7 +55,7 @@ def test_a_later_instance_loads_what_the_first_wrote(folder, caplog, seen):
     out = first(x, y, n=5)
     assert seen.count(ex.WRITTEN_EVENT) == 1
     files = sorted(os.listdir(folder))
-    assert len(files) == 1 and files[0].startswith("scale-")
+    assert [f.rsplit(".")[-1] for f in files] == ["bin", "ref"] and files[0].startswith("scale-")
 
     second = _fresh()
     with caplog.at_level(logging.DEBUG, logger="ptojax.executables"):
@@ -78,22 +78,25 @@ def test_every_static_value_and_shape_is_a_program_of_its_own(folder):
     f(x.astype(jnp.float32), jnp.float32(1), n=3)
     f(x, jnp.int32(1), n=3)                       # in memory already
     assert f._cache_size() == 5
-    assert len(os.listdir(folder)) == 5
+    assert len(os.listdir(folder)) == 10          # a .ref and a .bin each
     assert np.asarray(f(x, jnp.int32(1), n=3, flip=True)[1]).tolist() == [0, -1, -2, -3]
 
 
-def test_a_changed_source_is_a_new_program(folder, monkeypatch):
+def test_a_changed_source_traces_again_but_loads_the_same_program(folder, monkeypatch, seen):
     x = jnp.arange(4, dtype=jnp.int32)
     _fresh()(x, jnp.int32(1), n=2)
     monkeypatch.setattr(ex, "source_digest", lambda: "another ptojax")
     _fresh()(x, jnp.int32(1), n=2)
-    assert len(os.listdir(folder)) == 2
+    files = os.listdir(folder)
+    assert sum(f.endswith(".ref") for f in files) == 2    # a key of its own
+    assert sum(f.endswith(".bin") for f in files) == 1    # the same program text
+    assert seen.count(ex.WRITTEN_EVENT) == 1 and seen.count(ex.LOADED_EVENT) == 1
 
 
 def test_an_unreadable_file_is_compiled_afresh_and_replaced(folder, caplog):
     x, y = jnp.arange(4, dtype=jnp.int32), jnp.int32(3)
     want = np.asarray(_fresh()(x, y, n=5)[0])
-    (path,) = [folder / f for f in os.listdir(folder)]
+    (path,) = [folder / f for f in os.listdir(folder) if f.endswith(".bin")]
     path.write_bytes(b"not an executable")
     with caplog.at_level(logging.WARNING, logger="ptojax.executables"):
         got = _fresh()(x, y, n=5)
