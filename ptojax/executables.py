@@ -7,14 +7,15 @@ is `jax.jit` for the executor's entry points that also keeps each compiled
 executable in a file, so a later process loads it directly. Two files serve
 a call:
 
-- `<name>-<key>.ref` names the program of a call's key: everything the
-  program depends on (ptojax's source files, the static arguments, the
-  argument shapes and dtypes, jax and the device). A hit costs no trace, no
-  lowering and no XLA compile.
+- `<name>-<key>.ref` names the program of a call's key (everything the
+  program depends on: ptojax's source files, the static arguments, the
+  argument pytrees, shapes and dtypes, jax and the device) and holds the
+  call's pytrees. A hit costs no trace, no lowering and no XLA compile.
 - `<name>-<program>.bin` is the executable of a lowered program's text. A
-  key without a .ref (ptojax changed, perhaps not this program) traces and
-  lowers, and then loads the executable when the text is one already
-  compiled; only a new text compiles.
+  key without a .ref (ptojax changed, perhaps not this program; or the
+  same program for a State of other static metadata) traces and lowers,
+  and then loads the executable when the text is one already compiled;
+  only a new text compiles.
 
 - The files live in `ptojax-executables/` under the compilation cache's
   directory and follow it: `PTOJAX_JAX_CACHE=` turns both off (the programs
@@ -64,7 +65,7 @@ WRITTEN_EVENT = "/ptojax/executables/written"
 _log = logging.getLogger(__name__)
 
 # bump when the file format or the key changes meaning
-_FORMAT = "ptojax-executable-1"
+_FORMAT = "ptojax-executable-2"
 # a compile writes no JAX cache entry of its own (see the module docstring)
 _NO_JAX_WRITE = 1e12
 _write_lock = threading.Lock()
@@ -201,35 +202,39 @@ class PersistentJit:
         # 1. the call's key names the program: no trace at all
         ref = os.path.join(folder, f"{self.name}-{self._file_key(key)[:32]}.ref")
         try:
-            with open(ref) as f:
-                exe = self._load(folder, f.read().strip())
+            with open(ref, "rb") as f:
+                program, in_tree, out_tree = pickle.loads(f.read())
+        except Exception:                   # none yet, or unreadable: look by the program
+            pass
+        else:
+            exe = self._load(folder, program, in_tree, out_tree)
             if exe is not None:
                 return exe
-        except OSError:
-            pass
-        # 2. a program of the same text (ptojax changed elsewhere): trace and
-        # lower, but no XLA compile
+        # 2. a program of the same text (ptojax changed elsewhere, or the same
+        # program under other pytree metadata): trace and lower, no XLA compile
         lowered = jitted.lower(*dynamic)
         text = "\n".join((_FORMAT, _platform(), _canon(sorted(self.compiler_options.items())),
                           _canon(self.donate), lowered.as_text()))
         program = hashlib.sha256(text.encode()).hexdigest()[:32]
-        exe = self._load(folder, program)
+        exe = self._load(folder, program, lowered.in_tree, lowered.out_tree)
         if exe is None:
             exe = self._compile(lowered, os.path.join(folder, f"{self.name}-{program}.bin"))
         try:
-            _atomic_write(ref, program.encode())
-        except OSError as e:
+            _atomic_write(ref, pickle.dumps((program, lowered.in_tree, lowered.out_tree)))
+        except Exception as e:
             _log.warning("could not write %s (%s: %s)", ref, type(e).__name__, e)
         return exe
 
-    def _load(self, folder: str, program: str):
-        """The executable of this program text's digest, None when there is none."""
+    def _load(self, folder: str, program: str, in_tree, out_tree):
+        """The executable of this program text's digest, called with these
+        pytrees (a key's own: the text does not hold the pytree metadata);
+        None when there is none."""
         path = os.path.join(folder, f"{self.name}-{program}.bin")
         if not os.path.exists(path):
             return None
         try:
             with open(path, "rb") as f:
-                payload, in_tree, out_tree = pickle.loads(zlib.decompress(f.read()))
+                payload = zlib.decompress(f.read())
             from jax.experimental.serialize_executable import deserialize_and_load
             exe = deserialize_and_load(payload, in_tree, out_tree)
         except Exception as e:              # unreadable or from another jaxlib: compile afresh
@@ -251,7 +256,8 @@ class PersistentJit:
                 jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
         try:
             from jax.experimental.serialize_executable import serialize
-            _atomic_write(path, zlib.compress(pickle.dumps(serialize(compiled)), 1))
+            payload, _, _ = serialize(compiled)
+            _atomic_write(path, zlib.compress(payload, 1))
         except Exception as e:              # a read-only or full disk: this process still runs it
             _log.warning("could not write %s (%s: %s)", path, type(e).__name__, e)
         else:
