@@ -20,7 +20,9 @@ jitted entry points call it on their first use (the `x64` decorator of
   executor programs are written and millisecond helper compiles are not. No
   other JAX setting changes.
 
-`ptojax.warmup` fills the cache ahead of time (`ptojax warmup`).
+The executor's own programs keep their executables in a folder of this
+directory (ptojax/executables.py), so that a later process need not even
+trace them. `ptojax.warmup` fills both ahead of time (`ptojax warmup`).
 """
 
 from __future__ import annotations
