@@ -45,6 +45,7 @@ import inspect
 import logging
 import os
 import pickle
+import platform
 import tempfile
 import threading
 import zlib
@@ -114,9 +115,17 @@ def _aval(x: Any) -> tuple:
 
 @functools.lru_cache(maxsize=1)
 def _platform() -> str:
+    """jax, the device and, for XLA:CPU's host-tuned code, the host CPU's
+    features (a cache folder on a shared disk can meet another CPU)."""
     d = jax.local_devices()[0]
+    cpu = platform.machine() + " " + platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu += next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
     return "|".join((jax.__version__, jax.lib.__version__, d.platform, d.device_kind,
-                     d.client.platform_version, os.environ.get("XLA_FLAGS", "")))
+                     d.client.platform_version, os.environ.get("XLA_FLAGS", ""), cpu))
 
 
 class PersistentJit:
