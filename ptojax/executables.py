@@ -28,8 +28,9 @@ a call:
 - A file that does not load (truncated, another jaxlib) is compiled afresh
   and replaced; writes are atomic (a temporary file renamed), so processes
   that compile the same program at once agree.
-- With several local devices (a sharded batch) the plain jit runs: the
-  executable then depends on the shardings too.
+- With several local devices (a sharded batch), or several processes
+  (jax.distributed), the plain jit runs: the executable then depends on the
+  shardings, or would be bound to every process's devices.
 
 `.trace` and `.lower` are the plain jit's, for the benchmarks that time or
 inspect the stages; `_cache_size()` counts this process's executables, as
@@ -128,6 +129,14 @@ def _platform() -> str:
                      d.client.platform_version, os.environ.get("XLA_FLAGS", ""), cpu))
 
 
+@functools.lru_cache(maxsize=1)
+def _one_device() -> bool:
+    """One device in one process: the executables' case. A sharded batch's
+    executable depends on its shardings, and under jax.distributed a loaded
+    executable would be bound to every process's devices; both run plain."""
+    return jax.local_device_count() == 1 and jax.process_count() == 1
+
+
 class PersistentJit:
     """`jax.jit(fn, static_argnames=..., donate_argnums=..., compiler_options=...)`
     whose executables outlive the process (module docstring)."""
@@ -167,7 +176,7 @@ class PersistentJit:
 
     # ---- calls
     def __call__(self, *args, **kwargs):
-        if jax.local_device_count() > 1:
+        if not _one_device():
             return self._jit(*args, **kwargs)
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
