@@ -27,7 +27,7 @@ from .ops.common import F, U64
 from .ops.lowering import settle, trip_count
 from .result import RunResult
 from .block_domain import check_block
-from .ops.commands import EMPTY_BLOCK, apply_header, header_step
+from .ops.commands import apply_header, empty_block_words, header_step
 from .state import MachineConfig, State, check_pool, config_of
 from .storage import LocalFile, pack_block, pack_tiles, unpack_block, unpack_tiles
 
@@ -73,7 +73,7 @@ def _scan_headers(st: State, words: jax.Array, length: jax.Array, gpr_row: jax.A
                 n + rec.astype(jnp.int32), commits, pos)
 
     init = (pack_block(st.block), jnp.int32(L), jnp.int32(0), jnp.int32(0),
-            jnp.broadcast_to(EMPTY_BLOCK, (max_commits, EMPTY_BLOCK.size)),
+            jnp.broadcast_to(empty_block_words(), (max_commits, empty_block_words().size)),
             jnp.full((max_commits,), L, jnp.int32))
     # as many steps as the batch's longest stream (trip_count), not L: a
     # program compiled for long streams costs a batch of short ones nothing
@@ -117,7 +117,7 @@ def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: ja
         return phase2(carry, (commits[i], pos[i]))[0]
 
     return cast(_Phase2, jax.lax.fori_loop(0, n, body, (st, jnp.int32(L), jnp.int32(0), U64(0),
-                                                          jnp.asarray(EMPTY_BLOCK))))
+                                                          jnp.asarray(empty_block_words()))))
 
 
 def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: jax.Array,
@@ -160,9 +160,9 @@ def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: 
     faulted = at < L
     post_commit = fault == F["Fault_BundlePostCommit"]
     # on a header fault the scan's block is the block before the faulting word
-    kept = jnp.where(hold, jnp.where(commit_first, cblk, blk), EMPTY_BLOCK)
+    kept = jnp.where(hold, jnp.where(commit_first, cblk, blk), empty_block_words())
     final_block = unpack_block(settle(jnp.where(faulted & ~post_commit, kept,
-                                                jnp.where(faulted, EMPTY_BLOCK, blk))))
+                                                jnp.where(faulted, empty_block_words(), blk))))
     memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
     executed = jnp.where(faulted, at, length)
     pc = st.pc + U64(4) * executed.astype(U64)

@@ -191,3 +191,16 @@ def test_no_import_cycles():
                                     "shared", "shared_transport"])
 def test_operation_families_have_one_name_on_both_sides(family):
     assert f"ptojax.ops.{family}" in MODULES and f"ptojax.reference.{family}" in MODULES
+
+
+def test_importing_ptojax_starts_no_jax_backend():
+    """`ptojax fuzz --distributed` calls jax.distributed.initialize after the
+    imports, and JAX refuses it once a backend exists (a module-level constant
+    computed with jnp did start one)."""
+    import subprocess
+    import sys
+    code = ("import ptojax, ptojax.cli.fuzz, ptojax.fuzz.campaign\n"
+            "from jax._src import xla_bridge\n"
+            "assert not xla_bridge.backends_are_initialized(), 'importing ptojax started a backend'\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]

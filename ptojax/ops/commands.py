@@ -10,6 +10,8 @@ each check is a boolean and no command branches.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -194,7 +196,7 @@ def apply_header(packed: jax.Array, update: _Update, applies: jax.Array) -> jax.
     """The packed block after a word whose `update` (header_step) `applies`:
     one select per entry, so a scan step writes the block once."""
     written, take, reset = update
-    return jnp.where(applies & take, written, jnp.where(applies & reset, EMPTY_BLOCK, packed))
+    return jnp.where(applies & take, written, jnp.where(applies & reset, empty_block_words(), packed))
 
 
 def _latch_tables() -> tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32], NDArray[np.bool_],
@@ -229,5 +231,10 @@ def _latch_tables() -> tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.in
 _G_LB, _G_IOT, _G_IOS = 1, 2, 3
 (_LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED,
  _WRITTEN_FROM) = _latch_tables()
-with jax.ensure_compile_time_eval(), jax.enable_x64(True):
-    EMPTY_BLOCK = np.asarray(pack_block(empty_block()))     # every entry at its reset value
+@functools.lru_cache(maxsize=1)
+def empty_block_words() -> np.ndarray:
+    """The packed Block with every entry at its reset value. Computed on first
+    use, not at import: importing ptojax must not start a JAX backend, since
+    jax.distributed.initialize (`ptojax fuzz --distributed`) has to come first."""
+    with jax.ensure_compile_time_eval(), jax.enable_x64(True):
+        return np.asarray(pack_block(empty_block()))
