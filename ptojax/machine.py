@@ -72,8 +72,9 @@ def _scan_headers(st: State, words: jax.Array, length: jax.Array, gpr_row: jax.A
                 jnp.where(faulted, i, stop_at), jnp.where(faulted, fault, hfault),
                 n + rec.astype(jnp.int32), commits, pos)
 
+    empty = empty_block_words()
     init = (pack_block(st.block), jnp.int32(L), jnp.int32(0), jnp.int32(0),
-            jnp.broadcast_to(empty_block_words(), (max_commits, empty_block_words().size)),
+            jnp.broadcast_to(empty, (max_commits, empty.size)),
             jnp.full((max_commits,), L, jnp.int32))
     # as many steps as the batch's longest stream (trip_count), not L: a
     # program compiled for long streams costs a batch of short ones nothing
@@ -160,9 +161,10 @@ def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: 
     faulted = at < L
     post_commit = fault == F["Fault_BundlePostCommit"]
     # on a header fault the scan's block is the block before the faulting word
-    kept = jnp.where(hold, jnp.where(commit_first, cblk, blk), empty_block_words())
+    empty = empty_block_words()
+    kept = jnp.where(hold, jnp.where(commit_first, cblk, blk), empty)
     final_block = unpack_block(settle(jnp.where(faulted & ~post_commit, kept,
-                                                jnp.where(faulted, empty_block_words(), blk))))
+                                                jnp.where(faulted, empty, blk))))
     memory_fault = (fault == F["Fault_DataAlignment"]) | (fault == F["Fault_DataPage"])
     executed = jnp.where(faulted, at, length)
     pc = st.pc + U64(4) * executed.astype(U64)

@@ -11,7 +11,6 @@ each check is a boolean and no command branches.
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -231,6 +230,8 @@ def _latch_tables() -> tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.in
 _G_LB, _G_IOT, _G_IOS = 1, 2, 3
 (_LATCH_KIND, _LATCH_GROUP, _LATCH_ROW, _LATCH_RECORDS, _LATCH_ZERO, _OPENED,
  _WRITTEN_FROM) = _latch_tables()
+
+
 @functools.lru_cache(maxsize=1)
 def empty_block_words() -> np.ndarray:
     """The packed Block with every entry at its reset value. Computed on first
