@@ -147,6 +147,23 @@ def test_run_matches_oracle(i):
     assert not _diff(got, main_batch(i // ROWS, "abandon")[i % ROWS])
 
 
+# Every row one case: the batch's lane maps are computed once
+# (ops.lowering.once_per_batch), and each row must still be the oracle's.
+UNIFORM = list(range(12))
+
+
+@functools.lru_cache(maxsize=None)
+def _uniform_batch(i: int) -> list:
+    return run_batch([initial(i)] * ROWS, [MAIN[i].words] * ROWS, "abandon")
+
+
+@pytest.mark.parametrize("i", UNIFORM)
+def test_one_case_over_the_whole_batch_matches_oracle(i):
+    want = oracle(i, "abandon")
+    for n, got in enumerate(_uniform_batch(i)):
+        assert_same(f"pj.batch.run (row {n} of {ROWS} copies)", MAIN[i].describe(), got, want)
+
+
 def _continuation_pairs():
     """(start case, stream case, drop_bstart): case j's final oracle state (a fault
     register set, a block left open mid-stream, tiles allocated) runs case j+ROWS's

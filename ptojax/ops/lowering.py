@@ -103,6 +103,31 @@ def settle_pair(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     return (both >> 32).astype(jnp.int32), both.astype(jnp.int32)
 
 
+def once_per_batch(fn: Callable[..., T], *scalars: Any, active: jax.Array | None = None) -> T:
+    """fn(*scalars): lane-wide values that depend on nothing but these per-State
+    scalars, computed once for the whole batch where every State of
+    pj.batch.run's batch that is `active` has the same scalars (a bundle
+    repeated over a batch, a golden GEMM's chunk), else once per State as
+    usual. The result is the same either way for an active State; an inactive
+    one (a completion that is not enabled, whose results nobody reads) may get
+    the active States' values. Outside pj.batch.run it is fn(*scalars).
+
+    A lane map (a tile's payload slot -> row and column) is tens of integer
+    operations a lane, a tenth of a batched TLOAD (benchmarks/profile.py)."""
+    if not under_batch():
+        return fn(*scalars)
+    values = [jnp.asarray(v) for v in scalars]
+    on = jnp.bool_(True) if active is None else jnp.asarray(active)
+    # the first active State's scalars (all_gather under vmap is the batch itself: unbatched)
+    gather: Callable[[jax.Array], jax.Array] = \
+        lambda v: jax.lax.all_gather(v, BATCH_AXIS)  # type: ignore[no-untyped-call]
+    i = jnp.argmax(gather(on))
+    first = [gather(v)[i] for v in values]
+    same = jnp.stack([jnp.all(v == f) for v, f in zip(values, first)]).all() | ~on
+    uniform = jax.lax.pmin(same.astype(jnp.int32), BATCH_AXIS) > 0  # type: ignore[no-untyped-call]
+    return cast(T, jax.lax.cond(uniform, lambda a, _: fn(*a), lambda _, b: fn(*b), first, values))
+
+
 def lane_classes(W: int) -> tuple[int, ...]:
     """The lane counts a completion is traced for on a machine of W tile Words:
     256, 512, then 1024 x 4^k, up to a quarter of W, and W. A block runs at the

@@ -27,7 +27,7 @@ from .common import (CODE_TO_CUBE, CUBE_TILE_LAYOUT, DEST_LAYOUT, DT_BITS, DT_CL
                      source, take,
                      tile_coords, valid_lanes)
 from .family import Completion, Context, Family
-from .lowering import branch, settle, settle_pair, trip_count
+from .lowering import branch, once_per_batch, settle, settle_pair, trip_count
 from .header import Header
 
 OP = tables.OP_ID
@@ -231,11 +231,11 @@ def _check_list(h: Header, is_load: jax.Array, is_store: jax.Array, cls: jax.Arr
 
 
 def _element_map(h: Header, W: int, t: _Transfer, legal: jax.Array, base: jax.Array, stride_reg: jax.Array,
-                 stores: bool) -> tuple[_MapParams, _Lanes]:
+                 stores: bool, enable: jax.Array) -> tuple[_MapParams, _Lanes]:
     """Element map of the tile filled (TLOAD) or read (TSTORE) over W lanes
     (common.lane_count): (its settled scalar parameters, the lanes). `stores`
     (static): a TSTORE can complete here, so the ordinary source's lane-by-lane
-    map is traced."""
+    map is traced. Where the completion is not enabled the lanes are not read."""
     is_load, is_store, cube_lay, d, src = t
     cube, lb, bdt, s = h.cube, h.lb, h.dtype, src.s
     # Its scalar parameters are settled first: each lane-wide kernel below
@@ -260,22 +260,28 @@ def _element_map(h: Header, W: int, t: _Transfer, legal: jax.Array, base: jax.Ar
     # payload slot j -> (r, c) for the CUBE tiles and the RowMajor TLOAD
     # destination; an ordinary TSTORE source (any ordinary layout) is read
     # lane by lane over its valid region instead
-    r, c = tile_coords(p.cube, p.lay, p.cr, p.cc, four, p.k_repeat, W,
-                       (p.lay_o, p.rows_o, p.col, p.bits))
-    storage = jnp.where(p.cube, jnp.arange(W) < p.cells * p.cr * p.cc, True)
-    if stores:
-        lane_r, lane_c, lane_in = valid_lanes(vr, vc, W)
-        by_lane = p.by_lane
-        r, c = jnp.where(by_lane, lane_r, r), jnp.where(by_lane, lane_c, c)
-    # the coordinates are computed once, valid from them
-    r, c = settle_pair(r, c)
-    valid = (r < vr) & (c < vc) & storage
-    if stores:
-        valid = jnp.where(by_lane, lane_in, valid)
-    valid = settle(valid)
+    def lanes(cube: jax.Array, lay: jax.Array, cr: jax.Array, cc: jax.Array, four: jax.Array,
+              k_repeat: jax.Array, lay_o: jax.Array, rows_o: jax.Array, col: jax.Array, bits: jax.Array,
+              cells: jax.Array, vr: jax.Array, vc: jax.Array, *by_lane: jax.Array
+              ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        r, c = tile_coords(cube, lay, cr, cc, four, k_repeat, W, (lay_o, rows_o, col, bits))
+        storage = jnp.where(cube, jnp.arange(W) < cells * cr * cc, True)
+        if by_lane:
+            lane_r, lane_c, lane_in = valid_lanes(vr, vc, W)
+            r, c = jnp.where(by_lane[0], lane_r, r), jnp.where(by_lane[0], lane_c, c)
+        # the coordinates are computed once, valid from them
+        r, c = settle_pair(r, c)
+        valid = (r < vr) & (c < vc) & storage
+        if by_lane:
+            valid = jnp.where(by_lane[0], lane_in, valid)
+        return r, c, settle(valid), storage
+    # once for the batch where every State has the same map (a bundle repeated)
+    r, c, valid, storage = once_per_batch(lanes, p.cube, p.lay, p.cr, p.cc, four, p.k_repeat, p.lay_o,
+                                          p.rows_o, p.col, p.bits, p.cells, vr, vc,
+                                          *((p.by_lane,) if stores else ()), active=enable)
     value_slot = jnp.arange(W)
     if stores:
-        value_slot = jnp.where(by_lane, jnp.clip(ordinary_slot(p.src, r, c), 0, W - 1), value_slot)
+        value_slot = jnp.where(p.by_lane, jnp.clip(ordinary_slot(p.src, r, c), 0, W - 1), value_slot)
     nbytes = elem_bytes(p.bits)
     col_off = jnp.where(four, c >> 1, c * nbytes).astype(U64)
     addr = p.base + r.astype(U64) * stride + col_off
@@ -366,7 +372,7 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
     with jax.named_scope("elements"):
         t = _Transfer(is_load, is_store, cube_lay, d, src)
         p, lanes = _element_map(h, lane_count(cast(PeFile, state.tiles)), t, legal, base, stride_reg,
-                                "TSTORE" in effects)
+                                "TSTORE" in effects, enable)
         probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
         mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p.legal)
         fault = jnp.where(legal, mfault, fault)
