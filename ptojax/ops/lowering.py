@@ -120,7 +120,7 @@ def once_per_batch(fn: Callable[..., T], *scalars: Any, active: jax.Array | None
     on = jnp.bool_(True) if active is None else jnp.asarray(active)
     # the first active State's scalars (all_gather under vmap is the batch itself: unbatched)
     gather: Callable[[jax.Array], jax.Array] = \
-        lambda v: jax.lax.all_gather(v, BATCH_AXIS)  # type: ignore[no-untyped-call]
+        lambda v: jax.lax.all_gather(v, BATCH_AXIS)
     i = jnp.argmax(gather(on))
     first = [gather(v)[i] for v in values]
     same = jnp.stack([jnp.all(v == f) for v, f in zip(values, first)]).all() | ~on
