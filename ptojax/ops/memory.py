@@ -110,12 +110,16 @@ def write_elements(gm: jax.Array, addr: jax.Array, value: jax.Array, nbytes: jax
     plain = win & ~four_bit
 
     def by_width(w: int) -> Callable[[jax.Array], jax.Array]:
-        unit = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[w]
+        # one index a lane, its w bytes a window of the scatter (GM viewed as
+        # w-byte units instead cost two conversions of the whole GM)
+        dims = jax.lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(),
+                                               scatter_dims_to_operand_dims=(0,))
 
         def run(gm: jax.Array) -> jax.Array:
-            units = gm if w == 1 else jax.lax.bitcast_convert_type(gm.reshape(n // w, w), unit)
-            units = units.at[jnp.where(plain, a // w, n // w)].set(value.astype(unit), mode="drop")
-            return units if w == 1 else jax.lax.bitcast_convert_type(units, jnp.uint8).reshape(n)
+            data = jax.lax.bitcast_convert_type(value, jnp.uint8)[:, :w]      # little-endian bytes
+            at = jnp.where(plain, a, n)[:, None]
+            return jax.lax.scatter(gm, at, data, dims, indices_are_sorted=False, unique_indices=False,
+                                   mode=jax.lax.GatherScatterMode.FILL_OR_DROP)
         return run
 
     def by_bytes(gm: jax.Array) -> jax.Array:
