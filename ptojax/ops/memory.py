@@ -94,9 +94,9 @@ def write_elements(gm: jax.Array, addr: jax.Array, value: jax.Array, nbytes: jax
 
     The model stores sequentially, so an element that a later one overwrites
     (`overwritten_later`) is skipped: every remaining location has exactly one
-    writer. Whole elements are one scatter at their width where every State
-    of the batch that stores stores one width (GM viewed as 16/32/64-bit
-    units: a stored element is aligned, A.8), else a scatter of bytes.
+    writer. Where every State of the batch that stores stores one width w,
+    each lane is one index of a byte scatter whose window is its w bytes,
+    else every byte is an index of its own.
     4-bit stores replace one nibble of the containing byte; even and odd
     columns never share a nibble, so they are written in two passes, run
     only where some State stores 4-bit elements. XLA:CPU scatters one index
