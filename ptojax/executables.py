@@ -39,6 +39,7 @@ jax.jit's does.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -71,6 +72,13 @@ _FORMAT = "ptojax-executable-2"
 # a compile writes no JAX cache entry of its own (see the module docstring)
 _NO_JAX_WRITE = 1e12
 _write_lock = threading.Lock()
+# Executables a PersistentJit keeps loaded, least recently used dropped first (a
+# dropped one is loaded again from its file when called). XLA:CPU maps each
+# kernel of a loaded executable on its own, about 1,000 memory maps for a
+# pj.batch.run program, and Linux allows a process 65,530 (vm.max_map_count):
+# a process that held every program it met (a test-suite worker, a long
+# session) aborted in LLVM ("Cannot allocate memory") after 60-90 of them.
+MAX_LOADED = 8
 
 
 @functools.lru_cache(maxsize=1)
@@ -157,7 +165,8 @@ class PersistentJit:
         self.compiler_options = dict(compiler_options or {})
         self._jit = jax.jit(fn, static_argnames=self.static_argnames, donate_argnums=tuple(donate_argnums),
                             compiler_options=self.compiler_options or None)
-        self._executables: dict = {}
+        self._executables: collections.OrderedDict = collections.OrderedDict()   # key -> executable (LRU)
+        self._keys: set = set()                     # every key this instance has run
         self._lock = threading.Lock()
 
     # ---- the plain jit's stages (benchmarks/compile.py, benchmarks/profile.py)
@@ -168,11 +177,13 @@ class PersistentJit:
         return self._jit.lower(*args, **kwargs)
 
     def _cache_size(self) -> int:
-        return len(self._executables)
+        """The programs this entry point has run (loaded or not now)."""
+        return len(self._keys)
 
     def clear_cache(self) -> None:
         with self._lock:
             self._executables.clear()
+            self._keys.clear()
 
     # ---- calls
     def __call__(self, *args, **kwargs):
@@ -185,12 +196,15 @@ class PersistentJit:
         dynamic = tuple(values[n] for n in self.dynamic)
         leaves, tree = jax.tree_util.tree_flatten(dynamic)
         key = (static, tree, tuple(_aval(x) for x in leaves), jax.config.jax_enable_x64)  # type: ignore[attr-defined]
-        exe = self._executables.get(key)
-        if exe is None:
-            with self._lock:
-                exe = self._executables.get(key)
-                if exe is None:
-                    exe = self._executables[key] = self._load_or_compile(key, static, dynamic)
+        with self._lock:
+            exe = self._executables.get(key)
+            if exe is None:
+                exe = self._executables[key] = self._load_or_compile(key, static, dynamic)
+                self._keys.add(key)
+                while len(self._executables) > MAX_LOADED:
+                    self._executables.popitem(last=False)
+            else:
+                self._executables.move_to_end(key)
         return exe(*dynamic)
 
     def _file_key(self, key: tuple) -> str:

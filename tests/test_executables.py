@@ -69,6 +69,25 @@ def test_a_later_instance_loads_what_the_first_wrote(folder, caplog, seen):
     assert second._cache_size() == 1
 
 
+def test_a_process_keeps_only_the_recently_used_executables_loaded(folder, monkeypatch, seen):
+    """Each loaded XLA:CPU executable holds its own memory maps, and a process
+    may have 65,530: the least recently used ones are dropped, and loaded again
+    from their files when called."""
+    monkeypatch.setattr(ex, "MAX_LOADED", 2)
+    f = _fresh()
+    x = jnp.arange(4, dtype=jnp.int32)
+    first = np.asarray(f(x, jnp.int32(1), n=2)[0])
+    f(x, jnp.int32(1), n=3)
+    f(x, jnp.int32(1), n=2)                       # used again: n=3 is now the oldest
+    f(x, jnp.int32(1), n=4)
+    assert len(f._executables) == 2 and f._cache_size() == 3
+    assert seen.count(ex.LOADED_EVENT) == 0
+    f(x, jnp.int32(1), n=3)                       # dropped: loaded from its file
+    assert seen.count(ex.LOADED_EVENT) == 1 and seen.count(ex.WRITTEN_EVENT) == 3
+    np.testing.assert_array_equal(np.asarray(f(x, jnp.int32(1), n=2)[0]), first)
+    assert seen.count(ex.LOADED_EVENT) == 2       # n=2 was the oldest when n=3 came back
+
+
 def test_every_static_value_and_shape_is_a_program_of_its_own(folder):
     f = _fresh()
     x = jnp.arange(4, dtype=jnp.int32)
