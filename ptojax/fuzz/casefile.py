@@ -36,6 +36,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -208,6 +209,34 @@ START_TIMEOUT = 600.0      # seconds the first answer may take: the command's st
                            # and first compile (a DUT on pj.batch.run: tens of seconds)
 
 
+def _wait_group_dead(pgid: int, limit: float = 5.0) -> None:
+    """Return once no live (non-zombie) process is left in group `pgid`, or after
+    `limit` seconds. SIGKILL is delivered asynchronously: the shell's children,
+    which nobody here can wait for, may still be running for a moment after the
+    shell is reaped, and a caller that checks right after close() must not find
+    them. Without /proc (not Linux) this returns at once."""
+    deadline = time.monotonic() + limit
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    while time.monotonic() < deadline:
+        alive = False
+        for d in proc.iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                # stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                alive = True
+                break
+        if not alive:
+            return
+        time.sleep(0.01)
+
+
 class Command:
     """A started external command (`proc`): stopped by close(), or by leaving a
     `with` block, after its input is closed (`_end_input`). Its first answer
@@ -241,6 +270,7 @@ class Command:
                 except ProcessLookupError:
                     pass
                 self.proc.wait()
+                _wait_group_dead(self.proc.pid)
 
     def __enter__(self):
         return self
