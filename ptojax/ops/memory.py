@@ -94,9 +94,9 @@ def write_elements(gm: jax.Array, addr: jax.Array, value: jax.Array, nbytes: jax
 
     The model stores sequentially, so an element that a later one overwrites
     (`overwritten_later`) is skipped: every remaining location has exactly one
-    writer. Whole elements are one scatter at their width where every State
-    of the batch that stores stores one width (GM viewed as 16/32/64-bit
-    units: a stored element is aligned, A.8), else a scatter of bytes.
+    writer. Where every State of the batch that stores stores one width w,
+    each lane is one index of a byte scatter whose window is its w bytes,
+    else every byte is an index of its own.
     4-bit stores replace one nibble of the containing byte; even and odd
     columns never share a nibble, so they are written in two passes, run
     only where some State stores 4-bit elements. XLA:CPU scatters one index
@@ -110,12 +110,16 @@ def write_elements(gm: jax.Array, addr: jax.Array, value: jax.Array, nbytes: jax
     plain = win & ~four_bit
 
     def by_width(w: int) -> Callable[[jax.Array], jax.Array]:
-        unit = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[w]
+        # one index a lane, its w bytes a window of the scatter (GM viewed as
+        # w-byte units instead cost two conversions of the whole GM)
+        dims = jax.lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(),
+                                               scatter_dims_to_operand_dims=(0,))
 
         def run(gm: jax.Array) -> jax.Array:
-            units = gm if w == 1 else jax.lax.bitcast_convert_type(gm.reshape(n // w, w), unit)
-            units = units.at[jnp.where(plain, a // w, n // w)].set(value.astype(unit), mode="drop")
-            return units if w == 1 else jax.lax.bitcast_convert_type(units, jnp.uint8).reshape(n)
+            data = jax.lax.bitcast_convert_type(value, jnp.uint8)[:, :w]      # little-endian bytes
+            at = jnp.where(plain, a, n)[:, None]
+            return jax.lax.scatter(gm, at, data, dims, indices_are_sorted=False, unique_indices=False,
+                                   mode=jax.lax.GatherScatterMode.FILL_OR_DROP)
         return run
 
     def by_bytes(gm: jax.Array) -> jax.Array:

@@ -113,7 +113,8 @@ class _Lanes(NamedTuple):
     nbytes: jax.Array
     four: jax.Array
     addr: jax.Array
-    order: jax.Array
+    fault: jax.Array                # the first faulting access of the valid lanes (A.8): code
+    fault_addr: jax.Array           # and its address
 
 
 class _Transfer(NamedTuple):
@@ -230,8 +231,8 @@ def _check_list(h: Header, is_load: jax.Array, is_store: jax.Array, cls: jax.Arr
     ))
 
 
-def _element_map(h: Header, W: int, t: _Transfer, legal: jax.Array, base: jax.Array, stride_reg: jax.Array,
-                 stores: bool, enable: jax.Array) -> tuple[_MapParams, _Lanes]:
+def _element_map(h: Header, W: int, gm_bytes: int, t: _Transfer, legal: jax.Array, base: jax.Array,
+                 stride_reg: jax.Array, stores: bool, enable: jax.Array) -> tuple[_MapParams, _Lanes]:
     """Element map of the tile filled (TLOAD) or read (TSTORE) over W lanes
     (common.lane_count): (its settled scalar parameters, the lanes). `stores`
     (static): a TSTORE can complete here, so the ordinary source's lane-by-lane
@@ -257,13 +258,16 @@ def _element_map(h: Header, W: int, t: _Transfer, legal: jax.Array, base: jax.Ar
         src={k: s[k] for k in ("layout", "rows", "cols", "dtype")},
         base=base, stride=jnp.where(h.ior_present, stride_reg, dense)))
     vr, vc, stride, four = p.vr, p.vc, p.stride, p.bits == 4
+    nbytes = elem_bytes(p.bits)
+
     # payload slot j -> (r, c) for the CUBE tiles and the RowMajor TLOAD
     # destination; an ordinary TSTORE source (any ordinary layout) is read
-    # lane by lane over its valid region instead
+    # lane by lane over its valid region instead; then each lane's GM address
+    # and the first faulting access (A.8, in element order)
     def lanes(cube: jax.Array, lay: jax.Array, cr: jax.Array, cc: jax.Array, four: jax.Array,
               k_repeat: jax.Array, lay_o: jax.Array, rows_o: jax.Array, col: jax.Array, bits: jax.Array,
-              cells: jax.Array, vr: jax.Array, vc: jax.Array, *by_lane: jax.Array
-              ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+              cells: jax.Array, vr: jax.Array, vc: jax.Array, base: jax.Array, stride: jax.Array,
+              legal: jax.Array, *by_lane: jax.Array) -> tuple[jax.Array, ...]:
         r, c = tile_coords(cube, lay, cr, cc, four, k_repeat, W, (lay_o, rows_o, col, bits))
         storage = jnp.where(cube, jnp.arange(W) < cells * cr * cc, True)
         if by_lane:
@@ -274,19 +278,22 @@ def _element_map(h: Header, W: int, t: _Transfer, legal: jax.Array, base: jax.Ar
         valid = (r < vr) & (c < vc) & storage
         if by_lane:
             valid = jnp.where(by_lane[0], lane_in, valid)
-        return r, c, settle(valid), storage
+        valid = settle(valid)
+        nbytes = elem_bytes(bits)
+        col_off = jnp.where(four, c >> 1, c * nbytes).astype(U64)
+        addr = base + r.astype(U64) * stride + col_off
+        order = r * jnp.maximum(vc, 1) + c
+        probe = memory.probe(addr, nbytes, gm_bytes)
+        fault, fault_addr = memory.first_fault(probe, addr, order, valid & legal)
+        return r, c, valid, storage, addr, fault, fault_addr
     # once for the batch where every State has the same map (a bundle repeated)
-    r, c, valid, storage = once_per_batch(lanes, p.cube, p.lay, p.cr, p.cc, four, p.k_repeat, p.lay_o,
-                                          p.rows_o, p.col, p.bits, p.cells, vr, vc,
-                                          *((p.by_lane,) if stores else ()), active=enable)
+    r, c, valid, storage, addr, fault, fault_addr = once_per_batch(
+        lanes, p.cube, p.lay, p.cr, p.cc, four, p.k_repeat, p.lay_o, p.rows_o, p.col, p.bits, p.cells,
+        vr, vc, p.base, stride, p.legal, *((p.by_lane,) if stores else ()), active=enable)
     value_slot = jnp.arange(W)
     if stores:
         value_slot = jnp.where(p.by_lane, jnp.clip(ordinary_slot(p.src, r, c), 0, W - 1), value_slot)
-    nbytes = elem_bytes(p.bits)
-    col_off = jnp.where(four, c >> 1, c * nbytes).astype(U64)
-    addr = p.base + r.astype(U64) * stride + col_off
-    order = r * jnp.maximum(vc, 1) + c
-    return p, _Lanes(r, c, valid, storage, value_slot, nbytes, four, addr, order)
+    return p, _Lanes(r, c, valid, storage, value_slot, nbytes, four, addr, fault, fault_addr)
 
 
 def _effects(state: State, h: Header, tile_words: int, effects: frozenset[str], ok: jax.Array,
@@ -371,10 +378,9 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
 
     with jax.named_scope("elements"):
         t = _Transfer(is_load, is_store, cube_lay, d, src)
-        p, lanes = _element_map(h, lane_count(cast(PeFile, state.tiles)), t, legal, base, stride_reg,
-                                "TSTORE" in effects, enable)
-        probe = memory.probe(lanes.addr, lanes.nbytes, cfg.gm_bytes)
-        mfault, maddr = memory.first_fault(probe, lanes.addr, lanes.order, lanes.valid & p.legal)
+        p, lanes = _element_map(h, lane_count(cast(PeFile, state.tiles)), cfg.gm_bytes, t, legal, base,
+                                stride_reg, "TSTORE" in effects, enable)
+        mfault, maddr = lanes.fault, lanes.fault_addr
         fault = jnp.where(legal, mfault, fault)
         fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
         ok = enable & legal & (mfault == 0)
