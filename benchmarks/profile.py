@@ -125,7 +125,8 @@ def capture_program(execute):
     return seen, orig, restore
 
 
-def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: int) -> dict:
+def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: int,
+                   hlo_dir: str | None = None) -> dict:
     from ptojax import families
     from ptojax.batch import execute
 
@@ -146,6 +147,9 @@ def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: i
     with jax.enable_x64(True):
         hlo = runner.lower(*seen["args"], **seen["kw"]).compile().as_text()
     instr = instructions(hlo)
+    if hlo_dir:         # to look a kernel's instructions up by name
+        Path(hlo_dir).mkdir(parents=True, exist_ok=True)
+        (Path(hlo_dir) / f"{name.replace(' ', '_')}.hlo.txt").write_text(hlo)
 
     # the profiled runs: every batch built before the trace starts, so the
     # trace holds this program's kernels only
@@ -207,6 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="profiled batches per bundle")
     ap.add_argument("--top", type=int, default=8, help="kernels listed per bundle")
     ap.add_argument("--out", help="write the JSON result here")
+    ap.add_argument("--hlo", metavar="DIR", help="write each bundle's compiled HLO text into DIR")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.bundles.split(",")] if args.bundles else list(PROFILED)
     unknown = [n for n in names if n not in BN.BUNDLES]
@@ -225,7 +230,7 @@ def main(argv=None) -> int:
     for name in names:
         B = args.batch or PROFILED.get(name, 1024)
         print(f"profiling {name} (B = {B}) ...", file=sys.stderr, flush=True)
-        rows.append(profile_bundle(pj, jax, name, args.config, B, args.repeats, args.top))
+        rows.append(profile_bundle(pj, jax, name, args.config, B, args.repeats, args.top, args.hlo))
     print_report(rows)
     if args.out:
         Path(args.out).write_text(json.dumps({"command": sys.argv, "jax": jax.__version__,

@@ -53,7 +53,14 @@ def trip_count(n: jax.Array) -> jax.Array:
     # jax.lax.pmax is unannotated in jax
     return jax.lax.pmax(n, BATCH_AXIS) if under_batch() else n  # type: ignore[no-untyped-call]
 
-# DataType code (0..31) -> properties; unassigned codes have bits 0.
+
+
+def batch_all(ok: jax.Array) -> jax.Array:
+    """Whether `ok` holds in every State of pj.batch.run's batch (else this
+    State's `ok`): the predicate of a fast path that a vmapped lax.cond must
+    not turn into a select of both branches."""
+    # jax.lax.pmin is unannotated in jax
+    return jax.lax.pmin(ok.astype(jnp.int32), BATCH_AXIS) > 0 if under_batch() else ok  # type: ignore[no-untyped-call]
 
 
 def settle(tree: T) -> T:

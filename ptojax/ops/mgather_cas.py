@@ -7,7 +7,7 @@ order (`MachineConfig.cas_lane_order`, see ptojax.cas_order) inside one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import NamedTuple, cast
 
 import jax
@@ -20,10 +20,10 @@ from ..storage import PeFile
 from . import memory
 from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, ordered_fault,
-                     ordinary_index, ordinary_shape, ordinary_slot, ordinary_source_legal, payload,
+                     ordinary_index, ordinary_shape, ordinary_source_legal, payload,
                      source, take, valid_lanes)
 from .family import Completion, Context, Family
-from .lowering import settle, trip_count
+from .lowering import batch_all, once_per_batch, settle, trip_count
 from .header import Header
 
 LAY = tables.TILE_LAYOUT_CODE
@@ -100,34 +100,63 @@ def sources_legal(srcs: _Source, tile_capacity: jax.Array, W: int, tdt: jax.Arra
 class _Lanes(NamedTuple):
     """D.4 step 8: the lanes, row-major over the valid region (lane l = r*VC + c)."""
     j: jax.Array                    # payload slot / lane number
-    r: jax.Array
-    c: jax.Array
     lane: jax.Array                 # inside the valid region
     order: jax.Array
     expected: jax.Array
     replacement: jax.Array
     addr: jax.Array
+    direct: jax.Array               # batch-uniform: every lane's Word at its lane number
+    dest: Callable[[], jax.Array]   # the lanes' destination payload slots (W: none)
+
+
+def _slots(W: int, vr: jax.Array, vc: jax.Array, layout: jax.Array, rows: jax.Array, cols: jax.Array,
+           bits: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(lane, each lane's payload slot in tiles of these fields, W where no
+    lane); the fields may carry a leading axis of tiles."""
+    r, c, lane = valid_lanes(vr, vc, W)
+    index: Callable[..., jax.Array] = lambda lay, rows, cols, bits: ordinary_index(lay, rows, cols, bits, r, c)
+    if jnp.ndim(layout):
+        return lane, jnp.where(lane[:, None], jax.vmap(index)(layout, rows, cols, bits).T, W)
+    return lane, jnp.where(lane, index(layout, rows, cols, bits), W)
 
 
 def _lane_operands(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, vr: jax.Array, vc: jax.Array,
-                   srcs: tuple[_Source, _Source, _Source]) -> _Lanes:
+                   srcs: _Source, dst: tuple[jax.Array, jax.Array, jax.Array, jax.Array],
+                   enable: jax.Array) -> _Lanes:
     """D.4 step 8 (lane preflight): each lane's Index, Expected and Replacement
-    elements and its GM address (base GPR + Index)."""
+    elements and its GM address (base GPR + Index), and its destination slots.
+
+    Where every lane's Word sits at its lane number, in the three sources and
+    the destination (`direct`: a row-major tile whose Col is ValidCol, the
+    common case), the payloads are the operands as they stand; else each is a
+    gather, which XLA:CPU runs one index at a time (a third of a batched
+    MGATHER.CAS's kernel time, benchmarks/profile.py). The choice is
+    batch-uniform, and the test runs once for a batch whose enabled States
+    share the dozen scalars it reads (lowering.once_per_batch)."""
     # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
     W, tiles = lane_count(cast(PeFile, state.tiles)), cast(PeFile, state.tiles)
-    (islot, _, si, _), (eslot, _, se, _), (rslot, _, sr, _) = srcs
+    slots, _, s, _ = srcs                  # each field: [Index, Expected, Replacement]
+    fields = (s["layout"], s["rows"], s["cols"], take(DT_BITS, s["dtype"]))
     j = jnp.arange(W, dtype=jnp.int32)
-    r, c, lane = valid_lanes(vr, vc, W)
-    order = j
-    ibits = take(DT_BITS, si["dtype"])
-    # each lane's element of a source: its Word at (r, c)
-    at: Callable[[jax.Array, Mapping[str, jax.Array]], jax.Array] = \
-        lambda slot, s: payload(tiles, slot, cfg.tile_words)[jnp.clip(ordinary_slot(s, r, c), 0, W - 1)]
-    index = _extend(at(islot, si), ibits, take(DT_SIGNED, si["dtype"]))
-    expected, replacement = at(eslot, se), at(rslot, sr)
+
+    def lane_map(vr: jax.Array, vc: jax.Array, *both: jax.Array) -> tuple[jax.Array, jax.Array]:
+        lane, at = _slots(W, vr, vc, *both[:4])
+        _, dest = _slots(W, vr, vc, *both[4:])
+        own = jnp.where(lane, j, W)
+        return lane, jnp.all((at == own[:, None]).all(axis=-1) & (dest == own))
+
+    lane, direct = once_per_batch(lane_map, vr, vc, *fields, *dst, active=enable)
+    direct = batch_all(direct)
+    words = [payload(tiles, slots[k], cfg.tile_words) for k in range(3)]
+
+    def gather(ws: list[jax.Array]) -> list[jax.Array]:
+        at = jnp.clip(_slots(W, vr, vc, *fields)[1], 0, W - 1)
+        return [w[at[:, k]] for k, w in enumerate(ws)]
+    index, expected, replacement = jax.lax.cond(direct, list, gather, words)
+    index = _extend(index, take(DT_BITS, s["dtype"][0]), take(DT_SIGNED, s["dtype"][0]))
     base = gpr_value(row(state.gpr, pe), h.reg_src0)
-    addr = base + index
-    return _Lanes(j, r, c, lane, order, expected, replacement, addr)
+    return _Lanes(j, lane, j, expected, replacement, base + index, direct,
+                  lambda: _slots(W, vr, vc, *dst)[1])
 
 
 def _lane_sequence(cfg: MachineConfig, ln: _Lanes, n_lanes: jax.Array, cas_seed: jax.Array | int) -> jax.Array:
@@ -195,7 +224,6 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
 
         # D.4 step 5: sources Index, Expected (first B.IOT), Replacement (second)
         srcs = source(tiles, jnp.stack([h.src0[0], h.src1[0], h.src0[1]]), HS)
-        unstacked = tuple(jax.tree_util.tree_map(lambda v: v[k], srcs) for k in range(3))
 
         # D.4 step 6: destination as C.7 step 4 with shape (VR, VC, Col); the pad
         # fill covers the whole physical region, so rows * Col must fit the payload
@@ -218,7 +246,7 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
         legal = fault == 0
 
     with jax.named_scope("elements"):
-        ln = _lane_operands(state, h, pe, cfg, vr, vc, unstacked)
+        ln = _lane_operands(state, h, pe, cfg, vr, vc, srcs, (dlay, drows, col, tbits), enable)
         nbytes = elem_bytes(tbits)
         probe = memory.probe(ln.addr, nbytes, cfg.gm_bytes)
         mfault, maddr = memory.first_fault(probe, ln.addr, ln.order, ln.lane & legal)
@@ -232,8 +260,10 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
         # publication: whole physical destination padded and defined (F.5)
         padw = row(row(PAD_WORDS, tdt), h.pad)
         physical = ln.j < drows * col
-        slot = jnp.where(ln.lane, ordinary_index(dlay, drows, col, tbits, ln.r, ln.c), ln.j.shape[0])
-        words = jnp.where(physical, padw, U64(0)).at[slot].set(old, mode="drop")
+        pad = jnp.where(physical, padw, U64(0))
+        # where lanes sit at their own slots (ln.direct) a select, else a scatter
+        words = jax.lax.cond(ln.direct, lambda: jnp.where(ln.lane, old, pad),
+                             lambda: pad.at[ln.dest()].set(old, mode="drop"))
         fields: dict[str, jax.Array | int] = dict(
             dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
             rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
