@@ -18,10 +18,10 @@ from ..indexing import row
 from ..state import MachineConfig, State
 from ..storage import PeFile
 from . import memory
-from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination,
+from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, div,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, ordered_fault,
                      ordinary_index, ordinary_shape, ordinary_source_legal, payload,
-                     source, take, valid_lanes)
+                     mod, source, take, valid_lanes)
 from .family import Completion, Context, Family
 from .lowering import batch_all, once_per_batch, settle, trip_count
 from .header import Header
@@ -105,30 +105,25 @@ class _Lanes(NamedTuple):
     expected: jax.Array
     replacement: jax.Array
     addr: jax.Array
-    direct: jax.Array               # batch-uniform: every lane's Word at its lane number
-    dest: Callable[[], jax.Array]   # the lanes' destination payload slots (W: none)
 
 
 def _slots(W: int, vr: jax.Array, vc: jax.Array, layout: jax.Array, rows: jax.Array, cols: jax.Array,
            bits: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(lane, each lane's payload slot in tiles of these fields, W where no
-    lane); the fields may carry a leading axis of tiles."""
+    """(lane, [W, tiles]: each lane's payload slot in each tile of these
+    stacked fields, W where no lane)."""
     r, c, lane = valid_lanes(vr, vc, W)
     index: Callable[..., jax.Array] = lambda lay, rows, cols, bits: ordinary_index(lay, rows, cols, bits, r, c)
-    if jnp.ndim(layout):
-        return lane, jnp.where(lane[:, None], jax.vmap(index)(layout, rows, cols, bits).T, W)
-    return lane, jnp.where(lane, index(layout, rows, cols, bits), W)
+    return lane, jnp.where(lane[:, None], jax.vmap(index)(layout, rows, cols, bits).T, W)
 
 
 def _lane_operands(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, vr: jax.Array, vc: jax.Array,
-                   srcs: _Source, dst: tuple[jax.Array, jax.Array, jax.Array, jax.Array],
-                   enable: jax.Array) -> _Lanes:
+                   srcs: _Source, enable: jax.Array) -> _Lanes:
     """D.4 step 8 (lane preflight): each lane's Index, Expected and Replacement
-    elements and its GM address (base GPR + Index), and its destination slots.
+    elements and its GM address (base GPR + Index).
 
-    Where every lane's Word sits at its lane number, in the three sources and
-    the destination (`direct`: a row-major tile whose Col is ValidCol, the
-    common case), the payloads are the operands as they stand; else each is a
+    Where every lane's Word sits at its lane number in the three sources
+    (`direct`: a row-major tile whose Col is ValidCol, the common case), the
+    payloads are the operands as they stand; else each is a
     gather, which XLA:CPU runs one index at a time (a third of a batched
     MGATHER.CAS's kernel time, benchmarks/profile.py). The choice is
     batch-uniform, and the test runs once for a batch whose enabled States
@@ -139,13 +134,11 @@ def _lane_operands(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, v
     fields = (s["layout"], s["rows"], s["cols"], take(DT_BITS, s["dtype"]))
     j = jnp.arange(W, dtype=jnp.int32)
 
-    def lane_map(vr: jax.Array, vc: jax.Array, *both: jax.Array) -> tuple[jax.Array, jax.Array]:
-        lane, at = _slots(W, vr, vc, *both[:4])
-        _, dest = _slots(W, vr, vc, *both[4:])
-        own = jnp.where(lane, j, W)
-        return lane, jnp.all((at == own[:, None]).all(axis=-1) & (dest == own))
+    def lane_map(vr: jax.Array, vc: jax.Array, *fields: jax.Array) -> tuple[jax.Array, jax.Array]:
+        lane, at = _slots(W, vr, vc, *fields)
+        return lane, jnp.all(at == jnp.where(lane, j, W)[:, None])
 
-    lane, direct = once_per_batch(lane_map, vr, vc, *fields, *dst, active=enable)
+    lane, direct = once_per_batch(lane_map, vr, vc, *fields, active=enable)
     direct = batch_all(direct)
     words = [payload(tiles, slots[k], cfg.tile_words) for k in range(3)]
 
@@ -155,8 +148,7 @@ def _lane_operands(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, v
     index, expected, replacement = jax.lax.cond(direct, list, gather, words)
     index = _extend(index, take(DT_BITS, s["dtype"][0]), take(DT_SIGNED, s["dtype"][0]))
     base = gpr_value(row(state.gpr, pe), h.reg_src0)
-    return _Lanes(j, lane, j, expected, replacement, base + index, direct,
-                  lambda: _slots(W, vr, vc, *dst)[1])
+    return _Lanes(j, lane, j, expected, replacement, base + index)
 
 
 def _lane_sequence(cfg: MachineConfig, ln: _Lanes, n_lanes: jax.Array, cas_seed: jax.Array | int) -> jax.Array:
@@ -172,9 +164,13 @@ def _lane_sequence(cfg: MachineConfig, ln: _Lanes, n_lanes: jax.Array, cas_seed:
 
 
 def _atomic_lanes(state: State, cfg: MachineConfig, tdt: jax.Array, tbits: jax.Array, ok: jax.Array,
-                  vr: jax.Array, vc: jax.Array, ln: _Lanes, cas_seed: jax.Array | int) -> tuple[jax.Array, jax.Array]:
+                  vr: jax.Array, vc: jax.Array, ln: _Lanes, cas_seed: jax.Array | int,
+                  words: jax.Array, dst: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
     """D.5: lanes in the configured order, each an atomic read/compare/write:
-    (new GM, each lane's old value extended to 64 bits)."""
+    (new GM, `words` with each lane's old value, extended to 64 bits, at its
+    slot of the destination (layout, rows, cols `dst`)). The slot is a few
+    scalar operations an iteration: no lane-wide array of old values or
+    destination slots is built and scattered afterwards."""
     W = ln.j.shape[0]
     addr, lane, expected, replacement = ln.addr, ln.lane, ln.expected, ln.replacement
     # the loop runs VR*VC times (under vmap: the batch's largest lane count)
@@ -185,7 +181,7 @@ def _atomic_lanes(state: State, cfg: MachineConfig, tdt: jax.Array, tbits: jax.A
     n = state.gm.shape[0]
 
     def lane_step(p: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        gm, old = carry
+        gm, words = carry
         k = seq[p]
         a = jnp.minimum(addr[k], U64(max(n - 8, 0))).astype(jnp.int32)
         shift = ((addr[k] - a.astype(U64)) * U64(8)).astype(U64)
@@ -197,12 +193,13 @@ def _atomic_lanes(state: State, cfg: MachineConfig, tdt: jax.Array, tbits: jax.A
         new = (word & ~(low << shift)) | ((replacement[k] & low) << shift)
         new_win = jax.lax.bitcast_convert_type(jnp.where(hit, new, word), jnp.uint8)[: win.shape[0]]
         gm = jax.lax.dynamic_update_slice(gm, new_win, (a,))
-        old = old.at[k].set(jnp.where(run, _extend(value, tbits, signed), old[k]))
-        return gm, old
+        slot = jnp.clip(ordinary_index(*dst, tbits, div(k, vc), mod(k, vc)), 0, W - 1)
+        old = jnp.where(run, _extend(value, tbits, signed), words[slot])
+        return gm, jax.lax.dynamic_update_index_in_dim(words, old, slot, 0)
 
     # jax.lax.fori_loop returns Any: its result is lane_step's carry
     return cast(tuple[jax.Array, jax.Array],
-                jax.lax.fori_loop(0, trip_count(n_lanes), lane_step, (state.gm, jnp.zeros(W, U64))))
+                jax.lax.fori_loop(0, trip_count(n_lanes), lane_step, (state.gm, words)))
 
 
 def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
@@ -246,7 +243,7 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
         legal = fault == 0
 
     with jax.named_scope("elements"):
-        ln = _lane_operands(state, h, pe, cfg, vr, vc, srcs, (dlay, drows, col, tbits), enable)
+        ln = _lane_operands(state, h, pe, cfg, vr, vc, srcs, enable)
         nbytes = elem_bytes(tbits)
         probe = memory.probe(ln.addr, nbytes, cfg.gm_bytes)
         mfault, maddr = memory.first_fault(probe, ln.addr, ln.order, ln.lane & legal)
@@ -254,16 +251,14 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
         fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
         ok = enable & legal & (mfault == 0)
 
-        gm, old = _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln, cas_seed)
-
-    with jax.named_scope("writes"):
-        # publication: whole physical destination padded and defined (F.5)
+        # publication: whole physical destination padded and defined (F.5),
+        # the lanes' old values written into it by the lane loop
         padw = row(row(PAD_WORDS, tdt), h.pad)
         physical = ln.j < drows * col
         pad = jnp.where(physical, padw, U64(0))
-        # where lanes sit at their own slots (ln.direct) a select, else a scatter
-        words = jax.lax.cond(ln.direct, lambda: jnp.where(ln.lane, old, pad),
-                             lambda: pad.at[ln.dest()].set(old, mode="drop"))
+        gm, words = _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln, cas_seed, pad, (dlay, drows, col))
+
+    with jax.named_scope("writes"):
         fields: dict[str, jax.Array | int] = dict(
             dtype=tdt, layout=dlay, location=LOC["Any"], capacity=tsize,
             rows=drows, cols=col, valid_rows=vr, valid_cols=vc, k_repeat=0, n_repeat=0,
