@@ -8,6 +8,8 @@ data in `state.fault` / `state.fault_address` (docs/execution-model.md).
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Iterable
 from typing import cast
 
@@ -24,7 +26,7 @@ from .isa.decode_array import decode
 from .isa.forms import ENCODINGS
 from .ops import dispatch, header
 from .ops.common import F, U64
-from .ops.lowering import settle, trip_count
+from .ops.lowering import once_per_batch, settle, trip_count
 from .result import RunResult
 from .block_domain import check_block
 from .ops.commands import apply_header, empty_block_words, header_step
@@ -40,13 +42,13 @@ _Phase1 = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array
 _Phase2 = tuple[State, jax.Array, jax.Array, jax.Array, jax.Array]
 
 
-def _scan_headers(st: State, words: jax.Array, length: jax.Array, gpr_row: jax.Array,
-                  max_commits: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Phase 1: the words through decode and the block header, stopping at the
-    first header fault. Returns (the open block after the scan, which is the
-    block before the faulting word when there is one, the header fault's word
-    index (L: none), the header fault, the recorded commits and their word
-    indices)."""
+def _scan_headers(max_commits: int, block: jax.Array, pc: jax.Array, words: jax.Array, length: jax.Array,
+                  gpr_row: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Phase 1: the words through decode and the block header, from the open
+    block (packed) at `pc`, stopping at the first header fault. Returns (the
+    open block after the scan, which is the block before the faulting word
+    when there is one, the header fault's word index (L: none), the header
+    fault, the recorded commits and their word indices)."""
     L = words.shape[0]
 
     # the named scopes label the compiled program's instructions by phase (profiles, HLO dumps)
@@ -57,9 +59,8 @@ def _scan_headers(st: State, words: jax.Array, length: jax.Array, gpr_row: jax.A
         with jax.named_scope("decode"):
             d = decode(w)
         go = (i < length) & (stop_at == L)
-        pc = st.pc + U64(4) * i.astype(U64)
         with jax.named_scope("header"):
-            fault, completes, update = header_step(blk, w, d, gpr_row, pc)
+            fault, completes, update = header_step(blk, w, d, gpr_row, pc + U64(4) * i.astype(U64))
         faulted = go & (fault != 0)
         rec = go & ~faulted & completes & (n < max_commits)
         go, fault, faulted, rec = settle((go, fault, faulted, rec))
@@ -72,15 +73,18 @@ def _scan_headers(st: State, words: jax.Array, length: jax.Array, gpr_row: jax.A
                 jnp.where(faulted, i, stop_at), jnp.where(faulted, fault, hfault),
                 n + rec.astype(jnp.int32), commits, pos)
 
-    empty = empty_block_words()
-    init = (pack_block(st.block), jnp.int32(L), jnp.int32(0), jnp.int32(0),
-            jnp.broadcast_to(empty, (max_commits, empty.size)),
-            jnp.full((max_commits,), L, jnp.int32))
     # as many steps as the batch's longest stream (trip_count), not L: a
     # program compiled for long streams costs a batch of short ones nothing
     blk, stop_at, hfault, _, commits, pos = jax.lax.fori_loop(
-        0, trip_count(jnp.asarray(length, jnp.int32)), phase1, init)
+        0, trip_count(jnp.asarray(length, jnp.int32)), phase1, _scan_start(max_commits, block, L))
     return blk, stop_at, hfault, commits, pos
+
+
+def _scan_start(max_commits: int, block: jax.Array, L: int) -> _Phase1:
+    """Phase 1's carry before the first word: what a scan of no words returns."""
+    empty = empty_block_words()
+    return (block, jnp.int32(L), jnp.int32(0), jnp.int32(0),
+            jnp.broadcast_to(empty, (max_commits, empty.size)), jnp.full((max_commits,), L, jnp.int32))
 
 
 def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: jax.Array,
@@ -149,7 +153,15 @@ def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: 
                     tiles=pack_tiles(tiles, None if core else pe))
     gpr_row = row(st.gpr, pe)
     # blocks travel packed (one int32 vector): selecting or storing one costs one op
-    blk, stop_at, hfault, commits, pos = _scan_headers(st, words, length, gpr_row, max_commits)
+    packed, length = pack_block(st.block), jnp.asarray(length, jnp.int32)
+    # a batch that runs one stream from one block (a bundle repeated, a golden
+    # GEMM's chunk) scans it once (a sixth of a batched TLOAD's kernel time);
+    # rows without words (a batch's padding) do not count, and scan nothing
+    scan = once_per_batch(functools.partial(_scan_headers, max_commits), packed, st.pc, words,
+                          length, gpr_row, active=length > 0)
+    idle = _scan_start(max_commits, packed, L)
+    blk, stop_at, hfault, commits, pos = jax.tree_util.tree_map(
+        lambda a, b: jnp.where(length > 0, a, b), scan, idle[:3] + idle[4:])
     st, cstop, cfault, caddr, cblk = _commit_blocks(st, commits, pos, L, pe, cfg, effects, cas_seed,
                                                     core, uniform)
 
