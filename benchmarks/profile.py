@@ -127,7 +127,6 @@ def capture_program(execute):
 
 def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: int,
                    hlo_dir: str | None = None) -> dict:
-    from ptojax import families
     from ptojax.batch import execute
 
     base = pj.preset(preset)
@@ -166,6 +165,17 @@ def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: i
                     raise RuntimeError(f"{name}: a profiled bundle faulted: {set(res.faults)}")
         events = kernel_events(d)
 
+    acct = account(events, instr, repeats, top)
+    return {
+        "bundle": name, "preset": preset, "batch": B, "repeats": repeats,
+        "bundles_per_s": B / best, "first_call_s": first, "wall_ms": 1e3 * float(np.median(walls)),
+        "hlo_instructions": len(instr), **acct,
+    }
+
+
+def account(events: list, instr: dict, repeats: int, top: int) -> dict:
+    """Kernel time a run by phase and the `top` kernels (ms a run)."""
+    from ptojax import families
     fam = {f.name for f in families.FAMILIES}
     by_phase: collections.Counter = collections.Counter()
     by_kernel: collections.Counter = collections.Counter()
@@ -176,11 +186,9 @@ def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: i
             by_kernel[ev] += us
             calls[ev] += 1
     total = sum(by_phase.values())
-    per = 1e-3 / repeats                         # microseconds over all runs -> ms a batch
+    per = 1e-3 / repeats                         # microseconds over all runs -> ms a run
     return {
-        "bundle": name, "preset": preset, "batch": B, "repeats": repeats,
-        "bundles_per_s": B / best, "first_call_s": first, "wall_ms": 1e3 * float(np.median(walls)),
-        "kernel_ms": total * per, "hlo_instructions": len(instr),
+        "kernel_ms": total * per,
         "phases_ms": {k: v * per for k, v in by_phase.most_common()},
         "top_kernels": [{"kernel": k, "ms": v * per, "calls": calls[k] // repeats,
                          "opcode": instr[k][0], "phase": phase_of(instr[k][1], fam),
@@ -188,9 +196,49 @@ def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: i
     }
 
 
+def profile_gemm(pj, jax, n: int, kind: str, repeats: int, top: int, hlo_dir: str | None = None) -> dict:
+    """pj.golden.gemm of n x n x n (`kind`: "S8 portable" or "FP16 ieee"),
+    warm, its batch program's kernels by phase (ms a GEMM)."""
+    from ptojax.batch import execute
+    dtype, profile = kind.split()
+    rng = np.random.default_rng(0)
+    if dtype == "S8":
+        a, b = (rng.integers(-128, 128, (n, n)).astype(np.int8) for _ in range(2))
+    else:
+        a, b = (rng.standard_normal((n, n)).astype(np.float16) for _ in range(2))
+    gemm = lambda: pj.golden.gemm(a, b, dtype=dtype, profile=profile)  # noqa: E731
+    gemm()
+    seen, runner, restore = capture_program(execute)
+    try:
+        t0 = time.perf_counter()
+        gemm()
+        warm = time.perf_counter() - t0
+    finally:
+        restore()
+    with jax.enable_x64(True):
+        hlo = runner.lower(*seen["args"], **seen["kw"]).compile().as_text()
+    if hlo_dir:
+        Path(hlo_dir).mkdir(parents=True, exist_ok=True)
+        (Path(hlo_dir) / f"gemm_{n}_{dtype}_{profile}.hlo.txt").write_text(hlo)
+    walls = []
+    with tempfile.TemporaryDirectory(prefix="ptojax-profile-") as d:
+        with jax.profiler.trace(d, create_perfetto_trace=True):
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                gemm()
+                walls.append(time.perf_counter() - t0)
+        events = kernel_events(d)
+    instr = instructions(hlo)
+    return {"bundle": f"pj.golden.gemm {kind} {n}^3", "preset": "gemm", "batch": seen["args"][1].shape[0]
+            if len(seen["args"]) > 1 else 0, "repeats": repeats, "bundles_per_s": 1 / warm,
+            "first_call_s": None, "wall_ms": 1e3 * float(np.median(walls)),
+            "hlo_instructions": len(instr), **account(events, instr, repeats, top)}
+
+
 def print_report(rows: list) -> None:
     for r in rows:
-        print(f"\n## {r['bundle']}  ({r['preset']}, B = {r['batch']}: {r['bundles_per_s']:,.0f} bundles/s, "
+        unit = "GEMMs/s, per batch of its program" if r["preset"] == "gemm" else "bundles/s"
+        print(f"\n## {r['bundle']}  ({r['preset']}, B = {r['batch']}: {r['bundles_per_s']:,.2f} {unit}, "
               f"{r['wall_ms']:.2f} ms a batch profiled, kernels {r['kernel_ms']:.2f} ms)")
         print("| phase | ms a batch | share of kernel time |")
         print("|---|---:|---:|")
@@ -212,6 +260,9 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=8, help="kernels listed per bundle")
     ap.add_argument("--out", help="write the JSON result here")
     ap.add_argument("--hlo", metavar="DIR", help="write each bundle's compiled HLO text into DIR")
+    ap.add_argument("--gemm", metavar="N", type=int,
+                    help="profile a warm pj.golden.gemm of N x N x N instead (ms a GEMM)")
+    ap.add_argument("--gemm-kind", default="S8 portable", choices=("S8 portable", "FP16 ieee"))
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.bundles.split(",")] if args.bundles else list(PROFILED)
     unknown = [n for n in names if n not in BN.BUNDLES]
@@ -227,6 +278,10 @@ def main(argv=None) -> int:
     jax.config.update("jax_enable_compilation_cache", False)
     import ptojax as pj
     rows = []
+    if args.gemm:
+        print(f"profiling pj.golden.gemm {args.gemm_kind} {args.gemm}^3 ...", file=sys.stderr, flush=True)
+        rows.append(profile_gemm(pj, jax, args.gemm, args.gemm_kind, args.repeats, args.top, args.hlo))
+        names = []
     for name in names:
         B = args.batch or PROFILED.get(name, 1024)
         print(f"profiling {name} (B = {B}) ...", file=sys.stderr, flush=True)
