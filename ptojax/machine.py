@@ -97,9 +97,10 @@ def _commit_blocks(st: State, commits: jax.Array, pos: jax.Array, L: int, pe: ja
     def phase2(carry: _Phase2, xs: tuple[jax.Array, jax.Array]) -> tuple[_Phase2, None]:
         s, cstop, cfault, caddr, cblk = carry
         packed, p = xs
-        with jax.named_scope("block"):
-            h = header.decode(unpack_block(settle(packed)))
         go = (p < L) & (cstop == L)
+        with jax.named_scope("block"):
+            # once for a batch whose committing rows commit the same block (phase 1's case)
+            h = once_per_batch(lambda b: header.decode(unpack_block(b)), settle(packed), active=go)
         dr_bad = h.catr_dr & ~header.is_tlsu_op(h)      # B.CATR DR=1 only in a TLSU block
         if core:
             f, addr, s2 = dispatch.complete_core(s, h, cfg, go & ~dr_bad, effects, cas_seed,
