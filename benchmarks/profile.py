@@ -271,6 +271,10 @@ def main(argv=None) -> int:
     if (args.batch is not None and args.batch < 1) or args.repeats < 1:
         ap.error("--batch and --repeats must be positive")
 
+    # XLA:CPU's fresh result buffers on huge pages, as bundles.py runs (else
+    # the first touch of a large result is charged to the kernel writing it)
+    from ptojax._hugepages import reexec_with_hugepage_malloc
+    reexec_with_hugepage_malloc()
     # compiled here, not loaded: the persistent cache's key leaves out the
     # instructions' metadata, so a cached program could carry older scopes
     os.environ["PTOJAX_JAX_CACHE"] = ""

@@ -198,17 +198,15 @@ def test_run_matches_oracle(i):
     assert not diff(got, main_batch(i // ROWS, "row-major")[i % ROWS])
 
 
-# Cases of MAIN that complete with every lane's Word at its own lane number in
-# the sources and the destination, which pj.batch.run then reads and writes
-# without a gather or scatter (ops.mgather_cas._lane_operands): the cases that
-# failed when that direct read was made wrong on purpose (regenerate this list
-# if the generator or SEED changes).
-DIRECT = [13, 15, 25, 37, 43, 51, 63, 67, 84, 94, 102, 109, 110, 114, 122, 123, 131, 142, 145,
-          147, 148, 152, 162, 177, 194, 195, 200, 203, 205, 206, 207, 223, 224, 225, 226, 237,
-          241, 242, 245]
-# Every row one case: the batch computes its lane map once; each row must
-# still be the oracle's, on both paths.
-UNIFORM = DIRECT[:8] + list(range(4))
+# Cases of MAIN whose MGATHER.CAS runs its lanes to the end with row-major
+# sources whose Col is ValidCol (found by breaking such reads on purpose: the
+# cases it broke; regenerate the list if the generator or SEED changes).
+COMPLETING = [13, 15, 25, 37, 43, 51, 63, 67, 84, 94, 102, 109, 110, 114, 122, 123, 131, 142,
+              145, 147, 148, 152, 162, 177, 194, 195, 200, 203, 205, 206, 207, 223, 224, 225,
+              226, 237, 241, 242, 245]
+# Every row one case (one lane count over the whole batch); each row must
+# still be the oracle's.
+UNIFORM = COMPLETING[:8] + list(range(4))
 
 
 @functools.lru_cache(maxsize=None)
@@ -223,21 +221,21 @@ def test_one_case_over_the_whole_batch_matches_oracle(i):
         assert_same(f"pj.batch.run (row {n} of {ROWS} copies)", MAIN[i].describe(), got, want)
 
 
-def _direct_rows() -> list:
-    return [DIRECT[n % len(DIRECT)] for n in range(ROWS)]
+def _completing_rows() -> list:
+    return [COMPLETING[n % len(COMPLETING)] for n in range(ROWS)]
 
 
 @functools.lru_cache(maxsize=None)
-def _direct_batch() -> list:
-    return batch([initial(i) for i in _direct_rows()], [MAIN[i] for i in _direct_rows()], "row-major")
+def _completing_batch() -> list:
+    rows = _completing_rows()
+    return batch([initial(i) for i in rows], [MAIN[i] for i in rows], "row-major")
 
 
-@pytest.mark.parametrize("n", range(len(DIRECT)))
-def test_direct_cases_of_different_shapes_in_one_batch_match_oracle(n):
-    """Every row direct, but of its own shape: the lane map per State, the
-    payloads read as they stand."""
-    i = _direct_rows()[n]
-    assert_same("pj.batch.run (direct rows)", MAIN[i].describe(), _direct_batch()[n],
+@pytest.mark.parametrize("n", range(len(COMPLETING)))
+def test_completing_cases_of_different_shapes_in_one_batch_match_oracle(n):
+    """Every row runs all its lanes, each row its own lane count and shape."""
+    i = _completing_rows()[n]
+    assert_same("pj.batch.run (completing rows)", MAIN[i].describe(), _completing_batch()[n],
                 oracle(i, "row-major"))
 
 

@@ -407,6 +407,22 @@ def payload(tiles: PeFile, slot: ArrayLike, W: int) -> jax.Array:
     return payload_defined(tiles, slot, W)[0]
 
 
+def payload_word(tiles: PeFile, slot: jax.Array, i: jax.Array, W: int) -> jax.Array:
+    """payload(tiles, slot, W)[i] for one Word i (scalars): the Word's own
+    slots decoded, not the lane_count-Word window (a loop that visits a few
+    Words of a large tile)."""
+    d = row(tiles.desc, slot)
+    s64 = _s64(tiles)
+    start = pool_start(d[COL["base"]], tiles.words.shape[-1], W, s64=s64)
+    wide = is_wide(d[COL["dtype"]])
+    i = jnp.clip(jnp.asarray(i), 0, lane_count(tiles) - 1).astype(start.dtype)
+    n = 1 if s64 else 2                     # a Word's slots (a narrow Word and its neighbour)
+    at = (start + (i if s64 else jnp.where(wide, 2 * i, i))).astype(jnp.int32)
+    take_n: Callable[[jax.Array], jax.Array] = \
+        lambda a: jax.lax.dynamic_slice(a, (tiles.pe, at), (1, n)).reshape(n)
+    return decode_window(take_n(tiles.words), take_n(tiles.defined), wide, 1)[0][0]
+
+
 def payload_defined(tiles: PeFile, slot: jax.Array, W: int) -> tuple[jax.Array, jax.Array]:
     """(Words, definedness bits) of the first lane_count elements of one slot
     (a scalar `slot`), as payload reads them."""

@@ -54,15 +54,6 @@ def trip_count(n: jax.Array) -> jax.Array:
     return jax.lax.pmax(n, BATCH_AXIS) if under_batch() else n  # type: ignore[no-untyped-call]
 
 
-
-def batch_all(ok: jax.Array) -> jax.Array:
-    """Whether `ok` holds in every State of pj.batch.run's batch (else this
-    State's `ok`): the predicate of a fast path that a vmapped lax.cond must
-    not turn into a select of both branches."""
-    # jax.lax.pmin is unannotated in jax
-    return jax.lax.pmin(ok.astype(jnp.int32), BATCH_AXIS) > 0 if under_batch() else ok  # type: ignore[no-untyped-call]
-
-
 def settle(tree: T) -> T:
     """The leaves of `tree`, computed once.
 

@@ -20,10 +20,10 @@ from ..storage import PeFile
 from . import memory
 from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, div,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, ordered_fault,
-                     ordinary_index, ordinary_shape, ordinary_source_legal, payload,
-                     mod, source, take, valid_lanes)
+                     ordinary_index, ordinary_shape, ordinary_source_legal, payload_word,
+                     mod, source, take)
 from .family import Completion, Context, Family
-from .lowering import batch_all, once_per_batch, settle, trip_count
+from .lowering import settle, trip_count
 from .header import Header
 
 LAY = tables.TILE_LAYOUT_CODE
@@ -97,109 +97,91 @@ def sources_legal(srcs: _Source, tile_capacity: jax.Array, W: int, tdt: jax.Arra
         & jnp.all(each & (s["valid_rows"] == vr) & (s["valid_cols"] == vc))
 
 
-class _Lanes(NamedTuple):
-    """D.4 step 8: the lanes, row-major over the valid region (lane l = r*VC + c)."""
-    j: jax.Array                    # payload slot / lane number
-    lane: jax.Array                 # inside the valid region
-    order: jax.Array
-    expected: jax.Array
-    replacement: jax.Array
-    addr: jax.Array
-
-
-def _slots(W: int, vr: jax.Array, vc: jax.Array, layout: jax.Array, rows: jax.Array, cols: jax.Array,
-           bits: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(lane, [W, tiles]: each lane's payload slot in each tile of these
-    stacked fields, W where no lane)."""
-    r, c, lane = valid_lanes(vr, vc, W)
-    index: Callable[..., jax.Array] = lambda lay, rows, cols, bits: ordinary_index(lay, rows, cols, bits, r, c)
-    return lane, jnp.where(lane[:, None], jax.vmap(index)(layout, rows, cols, bits).T, W)
-
-
-def _lane_operands(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, vr: jax.Array, vc: jax.Array,
-                   srcs: _Source, enable: jax.Array) -> _Lanes:
-    """D.4 step 8 (lane preflight): each lane's Index, Expected and Replacement
-    elements and its GM address (base GPR + Index).
-
-    Where every lane's Word sits at its lane number in the three sources
-    (`direct`: a row-major tile whose Col is ValidCol, the common case), the
-    payloads are the operands as they stand; else each is a
-    gather, which XLA:CPU runs one index at a time (a third of a batched
-    MGATHER.CAS's kernel time, benchmarks/profile.py). The choice is
-    batch-uniform, and the test runs once for a batch whose enabled States
-    share the dozen scalars it reads (lowering.once_per_batch)."""
-    # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
-    W, tiles = lane_count(cast(PeFile, state.tiles)), cast(PeFile, state.tiles)
-    slots, _, s, _ = srcs                  # each field: [Index, Expected, Replacement]
-    fields = (s["layout"], s["rows"], s["cols"], take(DT_BITS, s["dtype"]))
+def _lane_sequence(cfg: MachineConfig, W: int, n_lanes: jax.Array, cas_seed: jax.Array | int) -> jax.Array:
+    """The lanes 0..W-1 in the configured order (`MachineConfig.cas_lane_order`):
+    the first n_lanes entries are the region's lanes."""
     j = jnp.arange(W, dtype=jnp.int32)
-
-    def lane_map(vr: jax.Array, vc: jax.Array, *fields: jax.Array) -> tuple[jax.Array, jax.Array]:
-        lane, at = _slots(W, vr, vc, *fields)
-        return lane, jnp.all(at == jnp.where(lane, j, W)[:, None])
-
-    lane, direct = once_per_batch(lane_map, vr, vc, *fields, active=enable)
-    direct = batch_all(direct)
-    words = [payload(tiles, slots[k], cfg.tile_words) for k in range(3)]
-
-    def gather(ws: list[jax.Array]) -> list[jax.Array]:
-        at = jnp.clip(_slots(W, vr, vc, *fields)[1], 0, W - 1)
-        return [w[at[:, k]] for k, w in enumerate(ws)]
-    index, expected, replacement = jax.lax.cond(direct, list, gather, words)
-    index = _extend(index, take(DT_BITS, s["dtype"][0]), take(DT_SIGNED, s["dtype"][0]))
-    base = gpr_value(row(state.gpr, pe), h.reg_src0)
-    return _Lanes(j, lane, j, expected, replacement, base + index)
-
-
-def _lane_sequence(cfg: MachineConfig, ln: _Lanes, n_lanes: jax.Array, cas_seed: jax.Array | int) -> jax.Array:
-    """The lanes in the configured order (`MachineConfig.cas_lane_order`)."""
     if cfg.cas_lane_order == "row-major":
-        return ln.j
+        return j
     if cfg.cas_lane_order == "reverse":
-        return jnp.maximum(n_lanes - 1 - ln.j, 0)
+        return jnp.maximum(n_lanes - 1 - j, 0)
     # ml_dtypes' iinfo (jnp.iinfo) has an unannotated __init__
-    keys = jnp.where(ln.lane, permuted_keys(ln.order, cas_seed),
+    keys = jnp.where(j < n_lanes, permuted_keys(j, cas_seed),
                      jnp.iinfo(jnp.int64).max)  # type: ignore[no-untyped-call]
-    return jnp.lexsort((ln.order, keys)).astype(jnp.int32)
+    return jnp.lexsort((j, keys)).astype(jnp.int32)
 
 
-def _atomic_lanes(state: State, cfg: MachineConfig, tdt: jax.Array, tbits: jax.Array, ok: jax.Array,
-                  vr: jax.Array, vc: jax.Array, ln: _Lanes, cas_seed: jax.Array | int,
-                  words: jax.Array, dst: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-    """D.5: lanes in the configured order, each an atomic read/compare/write:
-    (new GM, `words` with each lane's old value, extended to 64 bits, at its
-    slot of the destination (layout, rows, cols `dst`)). The slot is a few
-    scalar operations an iteration: no lane-wide array of old values or
-    destination slots is built and scattered afterwards."""
-    W = ln.j.shape[0]
-    addr, lane, expected, replacement = ln.addr, ln.lane, ln.expected, ln.replacement
-    # the loop runs VR*VC times (under vmap: the batch's largest lane count)
-    n_lanes = jnp.where(ok, vr * vc, 0)
-    seq = _lane_sequence(cfg, ln, n_lanes, cas_seed)
+class _Lanes(NamedTuple):
+    """What the lane loop reads: the sources' slots and descriptor fields
+    (stacked: Index, Expected, Replacement), the destination's geometry."""
+    slots: jax.Array
+    layout: jax.Array
+    rows: jax.Array
+    cols: jax.Array
+    bits: jax.Array
+    index_signed: jax.Array
+    base: jax.Array                     # GPR[RegSrc0]
+    dst: tuple[jax.Array, jax.Array, jax.Array]     # destination layout, rows, cols
+
+
+def _lanes(state: State, cfg: MachineConfig, tdt: jax.Array, tbits: jax.Array, legal: jax.Array,
+           enable: jax.Array, vr: jax.Array, vc: jax.Array, ln: _Lanes, cas_seed: jax.Array | int,
+           words: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """D.4 step 8 and D.5, one loop over the lanes in the configured order.
+
+    Each iteration reads its lane's Index, Expected and Replacement Words
+    from the sources (common.payload_word: a few scalar operations, no
+    lane-wide gather, which XLA:CPU runs one index at a time), probes its
+    address (keeping the first faulting lane in row-major order: D.4 step
+    8), then does its atomic read/compare/write (D.5) and puts the old value,
+    extended to 64 bits, at the lane's slot of the destination `words`. The
+    writes run before the probes of later lanes are known: where a lane
+    faults, GM is given back whole afterwards, and the destination is not
+    installed (the caller's ok). Returns (GM, words, fault, fault address)."""
+    W = words.shape[0]
+    n_lanes = jnp.where(legal, vr * vc, 0)
+    seq = _lane_sequence(cfg, W, n_lanes, cas_seed)
     low = jnp.where(tbits >= 64, ~U64(0), (U64(1) << jnp.minimum(tbits, 63).astype(U64)) - U64(1))
     signed = take(DT_SIGNED, tdt)
+    nbytes = elem_bytes(tbits)
     n = state.gm.shape[0]
+    tiles = cast(PeFile, state.tiles)       # PE `pe`'s storage.PeFile (dispatch._complete)
+    at: Callable[..., jax.Array] = lambda lay, rows, cols, bits, r, c: ordinary_index(lay, rows, cols, bits, r, c)
+    read: Callable[[jax.Array, jax.Array], jax.Array] = \
+        jax.vmap(lambda slot, i: payload_word(tiles, slot, i, cfg.tile_words))
+    no_fault = jnp.int32(jnp.iinfo(jnp.int32).max)  # type: ignore[no-untyped-call]  # ml_dtypes.iinfo
 
-    def lane_step(p: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        gm, words = carry
+    def lane_step(p: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+        gm, words, first, code, where = carry
         k = seq[p]
-        a = jnp.minimum(addr[k], U64(max(n - 8, 0))).astype(jnp.int32)
-        shift = ((addr[k] - a.astype(U64)) * U64(8)).astype(U64)
+        r, c = div(k, vc), mod(k, vc)
+        run = p < n_lanes
+        slot = jax.vmap(at, in_axes=(0, 0, 0, 0, None, None))(ln.layout, ln.rows, ln.cols, ln.bits, r, c)
+        index, expected, replacement = read(ln.slots, slot)
+        addr = ln.base + _extend(index, ln.bits[0], ln.index_signed)
+        bad = memory.probe(addr, nbytes, n)
+        earliest = run & (bad != 0) & (k < first)
+        first, code, where = (jnp.where(earliest, k, first), jnp.where(earliest, bad, code),
+                              jnp.where(earliest, addr, where))
+        a = jnp.minimum(addr, U64(max(n - 8, 0))).astype(jnp.int32)
+        shift = ((addr - a.astype(U64)) * U64(8)).astype(U64)
         win = jax.lax.dynamic_slice(gm, (a,), (min(8, n),))
         word = jax.lax.bitcast_convert_type(jnp.pad(win, (0, 8 - win.shape[0])), U64)
         value = (word >> shift) & low
-        run = ok & lane[k] & (p < n_lanes)
-        hit = run & (value == (expected[k] & low))
-        new = (word & ~(low << shift)) | ((replacement[k] & low) << shift)
+        hit = run & enable & (value == (expected & low))
+        new = (word & ~(low << shift)) | ((replacement & low) << shift)
         new_win = jax.lax.bitcast_convert_type(jnp.where(hit, new, word), jnp.uint8)[: win.shape[0]]
         gm = jax.lax.dynamic_update_slice(gm, new_win, (a,))
-        slot = jnp.clip(ordinary_index(*dst, tbits, div(k, vc), mod(k, vc)), 0, W - 1)
-        old = jnp.where(run, _extend(value, tbits, signed), words[slot])
-        return gm, jax.lax.dynamic_update_index_in_dim(words, old, slot, 0)
+        dslot = jnp.clip(ordinary_index(*ln.dst, tbits, r, c), 0, W - 1)
+        old = jnp.where(run, _extend(value, tbits, signed), words[dslot])
+        return gm, jax.lax.dynamic_update_index_in_dim(words, old, dslot, 0), first, code, where
 
-    # jax.lax.fori_loop returns Any: its result is lane_step's carry
-    return cast(tuple[jax.Array, jax.Array],
-                jax.lax.fori_loop(0, trip_count(n_lanes), lane_step, (state.gm, words)))
+    gm, words, _, code, where = jax.lax.fori_loop(
+        0, trip_count(n_lanes), lane_step, (state.gm, words, no_fault, jnp.int32(0), U64(0)))
+    # a batch where some State's lane faulted gives those States their GM back
+    undo = trip_count((enable & (code != 0)).astype(jnp.int32)) > 0
+    gm = jax.lax.cond(undo, lambda: jnp.where(code != 0, state.gm, gm), lambda: gm)
+    return gm, words, code, where
 
 
 def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable: jax.Array,
@@ -243,20 +225,19 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
         legal = fault == 0
 
     with jax.named_scope("elements"):
-        ln = _lane_operands(state, h, pe, cfg, vr, vc, srcs, enable)
-        nbytes = elem_bytes(tbits)
-        probe = memory.probe(ln.addr, nbytes, cfg.gm_bytes)
-        mfault, maddr = memory.first_fault(probe, ln.addr, ln.order, ln.lane & legal)
-        fault = jnp.where(legal, mfault, fault)
-        fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
-        ok = enable & legal & (mfault == 0)
-
+        slots, _, srcs_d, _ = srcs
+        ln = _Lanes(slots, srcs_d["layout"], srcs_d["rows"], srcs_d["cols"], take(DT_BITS, srcs_d["dtype"]),
+                    take(DT_SIGNED, srcs_d["dtype"][0]), gpr_value(row(state.gpr, pe), h.reg_src0),
+                    (dlay, drows, col))
         # publication: whole physical destination padded and defined (F.5),
         # the lanes' old values written into it by the lane loop
         padw = row(row(PAD_WORDS, tdt), h.pad)
-        physical = ln.j < drows * col
+        physical = jnp.arange(lane_count(tiles)) < drows * col
         pad = jnp.where(physical, padw, U64(0))
-        gm, words = _atomic_lanes(state, cfg, tdt, tbits, ok, vr, vc, ln, cas_seed, pad, (dlay, drows, col))
+        gm, words, mfault, maddr = _lanes(state, cfg, tdt, tbits, legal, enable, vr, vc, ln, cas_seed, pad)
+        fault = jnp.where(legal, mfault, fault)
+        fault_addr = jnp.where(legal & (mfault != 0), maddr, U64(0))
+        ok = enable & legal & (mfault == 0)
 
     with jax.named_scope("writes"):
         fields: dict[str, jax.Array | int] = dict(
