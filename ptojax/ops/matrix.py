@@ -42,7 +42,7 @@ from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, U64, aux_words, capaci
                      payload, pe_count, size_code_bytes, source, take)
 from .family import Completion, Context, Family
 from .lowering import branch, settle, trip_count
-from .matrix_product import _product
+from .matrix_product import product
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
@@ -488,7 +488,7 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
         do = enable & (fault == 0) & blk.active
     with jax.named_scope("elements"):
         dg = _DGeometry(d_lay, d_cr, d_cc, d_g, take(DT_BITS, out_type) == 4)
-        col, lane_ok, acc_words = _product(state, cfg, blk, loc, shr, dg, do)
+        col, lane_ok, acc_words = product(state, cfg, blk, loc, shr, dg, do)
         # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
         lane_col = jnp.clip(col, 0, lane_count(cast(PeFile, state.tiles)) - 1)
 

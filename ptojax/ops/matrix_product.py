@@ -285,7 +285,7 @@ def _ieee_words(blk: _Block, acc_i: jax.Array, acc_f: jax.Array, bias_words: jax
     return jnp.where(is_float, binary32.round_bits(acc_f), acc_i)
 
 
-def _product(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry,
+def product(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry,
              do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """D's Words of every lane (one loop over K, ascending, on the grid) and which lanes D keeps."""
     tiles = cast(PeFile, state.tiles)      # the view's: PE `pe`'s storage.PeFile (dispatch._complete)
