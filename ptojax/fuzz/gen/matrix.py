@@ -10,9 +10,9 @@ restricts them), with mutations `MATMUL_MUTATIONS`, one or more per check of
 the ordered list; `MATMUL_AIMS[label]` is the fault each aims at.
 
 A matrix case runs one TMATMUL*/TGEMV* bundle (matrix_bundle.py) on source
-tiles (matrix_tiles.py) made by TLOADs in Case.setup: CUBE TLOADs (ND2M16 /
-ND2M32 for A and C, ND2N8 for B) and ordinary TLOADs for the RowMajor E8M0
-scale tiles and the Bias row. The bundle and, per kind, an earlier bundle
+tiles (matrix_tiles.py; the plan that draws them: matrix_plan.py) made by
+TLOADs in Case.setup: CUBE TLOADs (ND2M16 / ND2M32 for A and C, ND2N8 for B)
+and ordinary TLOADs for the RowMajor E8M0 scale tiles and the Bias row. The bundle and, per kind, an earlier bundle
 whose D is C (chaining), a TSTORE of D, or one operand TLOAD are the Case's
 words. Shapes follow GenConfig.machine (tile_words bounds every tile,
 hand_slots the hands); the GM holds the operands' element codes (realistic
@@ -22,7 +22,6 @@ codes) and random bytes elsewhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -34,11 +33,10 @@ from .driver import (Bundle, Case, Family, Builder, core_setup, flatten, gen_con
 from .edges import edge_capacity
 from .matrix_bundle import (MM_ITEM_MUTATIONS, MM_SPEC_MUTATIONS, mi_zero_mask_block, mm_bundle,
                             mm_zero_mask_junk)
-from .matrix_post import POST_MUTATIONS, draw_post, post_values
-from .matrix_tiles import (E8M0, MM_LOAD_CODE, MM_MX_SCALED, MM_STORE_CODE, cube_fits, cube_min_size,
-                           d_size_short, MmGM, MmTile, mm_acc_type, mm_dims, mm_flags,
-                           mm_name, mm_style, mm_tile, mm_types, other_dtype)
-from .values import BITS, CUBE_DTYPES, DT_CODE, PEMODE_MASK, TA, TL, elem_bytes, pick_one, rowbytes
+from .matrix_plan import MM_PLAN_MUTATIONS, MmPlan, mm_draw
+from .matrix_post import POST_MUTATIONS, post_values
+from .matrix_tiles import MM_LOAD_CODE, MM_STORE_CODE, MmGM, MmTile, mm_flags
+from .values import BITS, DT_CODE, PEMODE_MASK, TA, TL, elem_bytes, pick_one, rowbytes
 
 MATMUL_FORMS = tuple(n for n, e, _ in tables.OPS if e == "CUBE")        # the 12 operations
 
@@ -186,6 +184,8 @@ def mm_mutation_ok(m: str, kind: str, muts) -> bool:
 
 
 MATRIX = Family("matrix", MATMUL_KINDS, MATMUL_MUTATIONS, "mm_zero_mask", mm_mutation_ok)
+# every mutation label is applied by the plan, the bundle spec or an item
+assert set(MM_PLAN_MUTATIONS) | set(MM_SPEC_MUTATIONS) | set(MM_ITEM_MUTATIONS) == set(MATMUL_MUTATIONS)
 
 
 class MatmulImpossible(ValueError):
@@ -204,278 +204,10 @@ def matmul_possible(kind: str, mutations=(), forms=()) -> bool:
         raise ValueError(f"unknown matrix kind, mutations or forms {sorted(unknown)}")
     return any(mm_form_ok(f, kind, list(mutations)) for f in forms)
 
-
-@dataclass
-class _MmPlan:
-    kind: str
-    form: str
-    atype: int
-    btype: int
-    acc: int
-    M: int
-    N: int
-    K: int
-    a_lay: str
-    tiles: dict                   # role -> MmTile (the sources the main bundle names)
-    d_size: int
-    pemode: int
-    style: dict
-    chain: Optional[str] = None   # "stream" / "setup": the first bundle's place
-    first_form: str = ""
-    first_bias: Optional[MmTile] = None
-    hand_full: bool = False
-    budget: bool = False
-    c_is_d_hand: bool = False
-    undefine_role: Optional[str] = None
-    unallocated_role: Optional[str] = None
-    first_faults: bool = False    # a chain's first bundle faults too (_MM_FIRST_FAULTS)
-    fpatr: int = FPATR0           # the main bundle's B.FPATR (mm_post: matrix_post.draw_post)
-    post_roles: list = field(default_factory=list)    # post-process sources, stream order
-    scalars: Optional[list] = None                    # B.IOR parameter Words (None: no B.IOR)
-    aux: list = field(default_factory=list)           # RowMax / GroupMax output SizeCodes
-    aux_hands: list = field(default_factory=list)
-    aux_budget: bool = False      # mm_post_dst: TILE_CAPACITY one byte short of the aux outputs
-    post_notes: list = field(default_factory=list)
-
-    @property
-    def f(self) -> dict:
-        return mm_flags(self.form)
-
-    @property
-    def d_charge(self) -> int:
-        """The main bundle's Core charge without its auxiliary outputs (D's)."""
-        return bin(PEMODE_MASK[self.pemode]).count("1") * (128 << (self.d_size - 1))
-
-    @property
-    def aux_charge(self) -> int:
-        return bin(PEMODE_MASK[self.pemode]).count("1") * sum(128 << (s - 1) for s in self.aux)
-
-
-def _mm_draw(b: Builder, kind: str, form: str, muts) -> Optional[_MmPlan]:
-    """A legal plan for this kind and form (types drawn per the type mutations)."""
-    rng, W = b.rng, b.m.tile_words
-    f = mm_flags(form)
-    for _ in range(24):
-        atype, btype = mm_types(rng, kind, f, muts)
-        a_lay = "M16" if rng.random() < (0.9 if kind == "mm_mx_blocks" else 0.6) else "M32"
-        n_min = 1
-        if "mm_d_size" in muts:
-            n_min = 3 if a_lay == "M16" else 2                  # D of >= 2 CELLs
-        dims = mm_dims(rng, W, a_lay, BITS[atype], BITS[btype], f["gemv"], n_min=n_min,
-                        big_k=kind == "mm_mx_blocks")
-        if dims is None:
-            continue
-        M, N, K = dims
-        acc = mm_acc_type(f["mx"], atype)
-        tiles = {"a": mm_tile(rng, "a", atype, M, K, a_lay, W),
-                 "b": mm_tile(rng, "b", btype, K, N, "N8", W)}
-        d_need = cube_min_size(a_lay, 32, M, N)
-        d_size = min(10, d_need + (int(rng.integers(1, 3)) if rng.random() < 0.25 else 0))
-        kb = -(-K // 32)
-        if f["mx"] and atype in MM_MX_SCALED:
-            tiles["sa"] = mm_tile(rng, "sa", E8M0, M, kb, "RowMajor", W)
-        if f["mx"] and btype in MM_MX_SCALED:
-            tiles["sb"] = mm_tile(rng, "sb", E8M0, kb, N, "RowMajor", W)
-        if f["bias"]:
-            tiles["bias"] = mm_tile(rng, "bias", acc, 1, N, "RowMajor", W)
-        if f["acc"] and kind != "mm_acc_chain":
-            tiles["c"] = mm_tile(rng, "c", acc, M, N, a_lay, W, size=d_size)
-        if any(t is None for t in tiles.values()):
-            continue
-        plan = _MmPlan(kind, form, atype, btype, acc, M, N, K, a_lay, tiles, d_size,
-                       int(rng.integers(1, 8)), mm_style(rng, kind))
-        if kind == "mm_post" and not draw_post(b, plan, muts):
-            continue
-        if kind == "mm_acc_chain":
-            plan.first_form = mm_name(f["mx"], f["gemv"], ".BIAS" if rng.random() < 0.35 else "")
-            if plan.first_form.endswith(".BIAS"):
-                plan.first_bias = mm_tile(rng, "bias1", acc, 1, N, "RowMajor", W)
-                if plan.first_bias is None:
-                    plan.first_form = mm_name(f["mx"], f["gemv"])
-            plan.chain = "stream"
-        return plan
-    return None
-
-
-# ---- plan mutations (the source tiles, their placement, the destination size)
-
-
-def _mm_roles(plan, pred=lambda t: True) -> list:
-    return [r for r in ("c", "a", "sa", "b", "sb", "bias") if r in plan.tiles and pred(plan.tiles[r])]
-
-
-def _mp_layout(role: str, layouts: tuple):
-    """mm_a_layout / mm_b_layout: the operand reloaded in a layout the form does
-    not take (one of `layouts` that holds its shape)."""
-    def apply(b, plan):
-        rng, W, t = b.rng, b.m.tile_words, plan.tiles[role]
-        opts = [lay for lay in layouts if mm_tile(rng, role, t.dt, t.vr, t.vc, lay, W)]
-        if not opts:
-            return False
-        plan.tiles[role] = mm_tile(rng, role, t.dt, t.vr, t.vc, pick_one(rng, opts), W)
-        b.notes.append(f"{role}_layout:{plan.tiles[role].layout}")
-        return True
-    return apply
-
-
-def _mp_c_layout(b, plan):
-    if "c" not in plan.tiles:           # mm_acc_chain: C is the first bundle's D, no loaded tile
-        return False
-    rng, W, t = b.rng, b.m.tile_words, plan.tiles["c"]
-    opts = []
-    for lay in ("M16", "M32", "N8"):
-        if lay != plan.a_lay and cube_fits(lay, 32, t.vr, t.vc, W):
-            opts.append(lay)
-    if not opts:
-        return False
-    lay = pick_one(rng, opts)
-    size = max(plan.d_size, cube_min_size(lay, 32, t.vr, t.vc))
-    plan.tiles["c"] = mm_tile(rng, "c", t.dt, t.vr, t.vc, lay, W, size=size)
-    b.notes.append(f"c_layout:{lay}")
-    return True
-
-
-def _mp_c_capacity(b, plan):
-    if "c" not in plan.tiles:           # mm_acc_chain: C is the first bundle's D, no loaded tile
-        return False
-    rng, t = b.rng, plan.tiles["c"]
-    need = cube_min_size(t.layout, 32, t.vr, t.vc)
-    opts = []
-    if plan.d_size < 10:
-        opts += ["c_up", "d_up"]
-    if plan.d_size > need:
-        opts.append("c_down")
-    if not opts:
-        return False
-    how = pick_one(rng, opts)
-    if how == "c_up":
-        t.size = plan.d_size + 1
-    elif how == "c_down":
-        t.size = plan.d_size - 1
-    else:
-        plan.d_size += 1
-    b.notes.append(f"c_capacity:{how} C size {t.size} D size {plan.d_size}")
-    return True
-
-
-def _mp_src_dtype(b, plan):
-    rng = b.rng
-    role = pick_one(rng, _mm_roles(plan))
-    t = plan.tiles[role]
-    bits = BITS[t.dt]
-    if role in ("sa", "sb"):
-        opts = [c for c in CUBE_DTYPES if BITS[c] == 8 and c != E8M0]
-    else:
-        opts = [c for c in CUBE_DTYPES if BITS[c] == bits and c != t.dt]
-        want = {"a": plan.atype, "b": plan.btype}.get(role, plan.acc)
-        opts = [c for c in opts if c != want]
-    return other_dtype(b, t, opts, "src_dtype")
-
-
-def _mp_src_shape(b, plan):
-    rng, W = b.rng, b.m.tile_words
-    roles = _mm_roles(plan)
-    rng.shuffle(roles)
-    for role in roles:
-        t = plan.tiles[role]
-        cands = [(t.vr + dr, t.vc + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1))]
-        if role == "bias":
-            cands.append((2, t.vc))
-        cands = [(vr, vc) for vr, vc in cands if vr >= 1 and vc >= 1]
-        rng.shuffle(cands)
-        for vr, vc in cands:
-            size = t.size if t.cube else None
-            if t.cube:
-                need = cube_min_size(t.layout, BITS[t.dt], vr, vc) if cube_fits(
-                    t.layout, BITS[t.dt], vr, vc, W) else 99
-                size = max(t.size, need)
-            n = mm_tile(rng, role, t.dt, vr, vc, t.layout, W, size=size)
-            if n is not None:
-                n.pemode, n.pad = t.pemode, t.pad
-                plan.tiles[role] = n
-                b.notes.append(f"src_shape:{role} {t.vr}x{t.vc}->{vr}x{vc}")
-                return True
-    return False
-
-
-def _mp_src_undefined(b, plan):
-    plan.undefine_role = pick_one(b.rng, _mm_roles(plan))
-    return True
-
-
-def _mp_src_unallocated(b, plan):
-    plan.unallocated_role = pick_one(b.rng, _mm_roles(plan))
-    return True
-
-
-def _mp_aux_cube(b, plan):
-    rng, W = b.rng, b.m.tile_words
-    roles = _mm_roles(plan, lambda t: t.role in ("sa", "sb", "bias"))
-    if not roles:
-        return False
-    role = pick_one(rng, roles)
-    t = plan.tiles[role]
-    opts = [lay for lay in ("M16", "M32", "N8") if cube_fits(lay, BITS[t.dt], t.vr, t.vc, W)]
-    if not opts:
-        return False
-    plan.tiles[role] = mm_tile(rng, role, t.dt, t.vr, t.vc, pick_one(rng, opts), W)
-    b.notes.append(f"aux_cube:{role} {plan.tiles[role].layout}")
-    return True
-
-
-def _mp_d_size(b, plan):
-    """D's SizeCode one step below its CELLs' bytes, or (sometimes) N so wide that
-    D's storage passes tile_words while B, sB and Bias still fit."""
-    rng, W = b.rng, b.m.tile_words
-    if rng.random() < 0.4:
-        n2 = (W // 32) * (2 if plan.a_lay == "M16" else 1) + int(rng.integers(1, 17))
-        kb = -(-plan.K // 32)
-        new = {"b": mm_tile(rng, "b", plan.btype, plan.K, n2, "N8", W)}
-        if "sb" in plan.tiles:
-            new["sb"] = mm_tile(rng, "sb", E8M0, kb, n2, "RowMajor", W)
-        if "bias" in plan.tiles:
-            new["bias"] = mm_tile(rng, "bias", plan.acc, 1, n2, "RowMajor", W)
-        need = cube_min_size(plan.a_lay, 32, plan.M, n2)
-        if all(t is not None for t in new.values()) and need <= 10:
-            plan.tiles.update(new)
-            plan.N, plan.d_size = n2, need
-            b.notes.append(f"d_size:N {n2} past tile_words (size {need})")
-            return True
-    return d_size_short(b, plan, cube_min_size(plan.a_lay, 32, plan.M, plan.N))
-
-
-def _mp_flag(name):
-    def apply(b, plan):
-        # c_is_d_hand pins a loaded C (mm_acc_chain has none: its C is the first bundle's D)
-        if name == "c_is_d_hand" and (b.m.hand_slots < 2 or "c" not in plan.tiles):
-            return False
-        setattr(plan, name, True)
-        return True
-    return apply
-
-
-MM_PLAN_MUTATIONS = {
-    # satisfied by the type draw
-    "mm_type_class": None, "mm_mx_type": None,
-    "mm_a_layout": _mp_layout("a", ("RowMajor", "N8")),
-    "mm_b_layout": _mp_layout("b", ("M16", "M32", "RowMajor")),
-    "mm_c_layout": _mp_c_layout, "mm_c_capacity": _mp_c_capacity, "mm_src_dtype": _mp_src_dtype,
-    "mm_src_shape": _mp_src_shape, "mm_src_undefined": _mp_src_undefined,
-    "mm_src_unallocated": _mp_src_unallocated, "mm_aux_cube": _mp_aux_cube, "mm_d_size": _mp_d_size,
-    "mm_c_is_d_hand": _mp_flag("c_is_d_hand"), "mm_hand_full": _mp_flag("hand_full"),
-    "mm_budget": _mp_flag("budget"),
-    # satisfied by the post-processing draw (matrix_post.draw_post)
-    "mm_post_param": None, "mm_post_src": None, "mm_post_dst": None,
-}
-
-
-assert set(MM_PLAN_MUTATIONS) | set(MM_SPEC_MUTATIONS) | set(MM_ITEM_MUTATIONS) == set(MATMUL_MUTATIONS)
-
-
 # ---- the matrix bundle's spec, placement, GM, loads
 
 
-def _mm_spec(plan: _MmPlan, form: str, srcs: list, d_hand: int) -> dict:
+def _mm_spec(plan: MmPlan, form: str, srcs: list, d_hand: int) -> dict:
     """What a matrix bundle says; bundle mutations edit it before _mm_items encodes it."""
     return dict(form=form, atype=plan.atype, btype=plan.btype, lb=[plan.M, plan.N, plan.K],
                 srcs=list(srcs), extra_srcs=[], d_hand=d_hand, d_size=plan.d_size,
@@ -483,7 +215,7 @@ def _mm_spec(plan: _MmPlan, form: str, srcs: list, d_hand: int) -> dict:
                 catr=None, lb_forced=set())
 
 
-def _mm_post_spec(b: Builder, plan: _MmPlan, spec: dict) -> None:
+def _mm_post_spec(b: Builder, plan: MmPlan, spec: dict) -> None:
     """The main bundle's post-processing: B.FPATR, the auxiliary destinations,
     the B.IOR parameter GPRs (quant first)."""
     spec["fpatr"] = plan.fpatr
@@ -494,7 +226,7 @@ def _mm_post_spec(b: Builder, plan: _MmPlan, spec: dict) -> None:
     b.notes.extend(plan.post_notes)
 
 
-def _mm_pins(b: Builder, plan: _MmPlan, rest: list, fills: list, d_hand: int) -> Optional[tuple]:
+def _mm_pins(b: Builder, plan: MmPlan, rest: list, fills: list, d_hand: int) -> Optional[tuple]:
     """(tiles pinned to a hand [(tile, hand)], D's hand, hands closed to the
     others) for mm_c_is_d_hand (C at TileIndex 0 and D's hand 0 or 1) and
     mm_hand_full (D's hand full); None: try again. Pinned tiles leave `rest`."""
@@ -526,7 +258,7 @@ def _mm_pins(b: Builder, plan: _MmPlan, rest: list, fills: list, d_hand: int) ->
     return pinned, d_hand, closed
 
 
-def _mm_hands(b: Builder, plan: _MmPlan, loads: list) -> Optional[tuple]:
+def _mm_hands(b: Builder, plan: MmPlan, loads: list) -> Optional[tuple]:
     """One try at the hands: (the loads that get one, in load order, D's hand,
     the chain's first D's hand or None), or None."""
     rng, HS = b.rng, b.m.hand_slots
@@ -572,7 +304,7 @@ def _mm_hands(b: Builder, plan: _MmPlan, loads: list) -> Optional[tuple]:
     return order, d_hand, d1_hand
 
 
-def _mm_indices(b: Builder, plan: _MmPlan, order: list, d_hand: int, d1_hand) -> Optional[tuple]:
+def _mm_indices(b: Builder, plan: MmPlan, order: list, d_hand: int, d1_hand) -> Optional[tuple]:
     """The loads' TileIndices (load order within each hand) and (D's, the
     chain's first D's); None when they break the placement rules."""
     HS = b.m.hand_slots
@@ -598,7 +330,7 @@ def _mm_indices(b: Builder, plan: _MmPlan, order: list, d_hand: int, d1_hand) ->
     return d_index, d1_index
 
 
-def _mm_place(b: Builder, plan: _MmPlan, loads: list):
+def _mm_place(b: Builder, plan: MmPlan, loads: list):
     """Hands (and so TileIndices) of the loads in load order, the destination
     hand(s): (order, d_hand, d_index, d1_hand, d1_index) or None.
 
@@ -651,7 +383,7 @@ def _mm_undefine(rng, t: MmTile) -> tuple:
     return (t.index, word), (r, c)
 
 
-def _mm_loads(b: Builder, plan: _MmPlan) -> Optional[tuple]:
+def _mm_loads(b: Builder, plan: MmPlan) -> Optional[tuple]:
     """(the placed loads in load order, d_hand, d_index, d1_hand, d1_index) or
     None: the plan's tiles, a chain's first Bias, mm_hand_full's 1x1 fillers
     (those not needed dropped); mm_in_stream marks the last load for the
@@ -673,7 +405,7 @@ def _mm_loads(b: Builder, plan: _MmPlan) -> Optional[tuple]:
     return loads, d_hand, d_index, d1_hand, d1_index
 
 
-def _mm_operands(b: Builder, plan: _MmPlan, loads: list, d_index: int, d1_index) -> tuple:
+def _mm_operands(b: Builder, plan: MmPlan, loads: list, d_index: int, d1_index) -> tuple:
     """({role: the TileIndex the bundle names}, undefine): a chain's C is its
     first D; mm_src_unallocated and mm_src_undefined applied."""
     rng = b.rng
@@ -693,7 +425,7 @@ def _mm_operands(b: Builder, plan: _MmPlan, loads: list, d_index: int, d1_index)
     return index, undefine
 
 
-def _mm_first(b: Builder, plan: _MmPlan, index: dict, d1_hand, d1_index) -> Optional[Bundle]:
+def _mm_first(b: Builder, plan: MmPlan, index: dict, d1_hand, d1_index) -> Optional[Bundle]:
     """mm_acc_chain's first bundle (minimal), whose D the main bundle reads as C."""
     if not plan.chain:
         return None
@@ -705,7 +437,7 @@ def _mm_first(b: Builder, plan: _MmPlan, index: dict, d1_hand, d1_index) -> Opti
     return first
 
 
-def _mm_roundtrip(b: Builder, plan: _MmPlan, gm: MmGM, d_index: int) -> list:
+def _mm_roundtrip(b: Builder, plan: MmPlan, gm: MmGM, d_index: int) -> list:
     """mm_roundtrip: a CUBE TSTORE of D (with D's mask or a subset of it)."""
     if plan.kind != "mm_roundtrip":
         return []
@@ -723,7 +455,7 @@ def _mm_roundtrip(b: Builder, plan: _MmPlan, gm: MmGM, d_index: int) -> list:
     return [store]
 
 
-def _mm_words(b: Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: list, bundles: list,
+def _mm_words(b: Builder, plan: MmPlan, spec: dict, item_muts: list, loads: list, bundles: list,
               first: Optional[Bundle], tail: list) -> tuple:
     """(setup, words, applied item mutations): the main bundle (minimal when
     the stream would not fit); then what still does not fit moves to the
@@ -754,7 +486,7 @@ def _mm_words(b: Builder, plan: _MmPlan, spec: dict, item_muts: list, loads: lis
     return setup, words, applied
 
 
-def _mm_capacity(b: Builder, plan: _MmPlan, loads: list) -> Optional[int]:
+def _mm_capacity(b: Builder, plan: MmPlan, loads: list) -> Optional[int]:
     """mm_budget: a TILE_CAPACITY the tiles in use fit and D does not; with an
     edge weight, sometimes one at the edge (edges.edge_capacity)."""
     if not (plan.budget or plan.aux_budget) and b.g.edge_weight <= 0:
@@ -774,7 +506,7 @@ def _mm_capacity(b: Builder, plan: _MmPlan, loads: list) -> Optional[int]:
     return cap
 
 
-def _mm_program(b: Builder, plan: _MmPlan, spec_muts: list, item_muts: list):
+def _mm_program(b: Builder, plan: MmPlan, spec_muts: list, item_muts: list):
     """(setup words, stream words, GM, tile_capacity, undefine, applied bundle mutations)."""
     placed = _mm_loads(b, plan)
     if placed is None:
@@ -816,7 +548,7 @@ def _mm_labels(rng, g, forms: tuple, kind: Optional[str], mutations: Optional[li
     return kind, mutations
 
 
-def _mm_plan_mutate(b: Builder, plan: _MmPlan, mutations: list) -> list:
+def _mm_plan_mutate(b: Builder, plan: MmPlan, mutations: list) -> list:
     """Apply the plan mutations; the labels that took (the type draw's included)."""
     applied = []
     for m in mutations:
@@ -829,7 +561,7 @@ def _mm_plan_mutate(b: Builder, plan: _MmPlan, mutations: list) -> list:
     return applied
 
 
-def _mm_note(plan: _MmPlan) -> str:
+def _mm_note(plan: MmPlan) -> str:
     return (f"mm:{plan.form} {tables.DTYPE_BY_CODE[plan.atype].name}x"
             f"{tables.DTYPE_BY_CODE[plan.btype].name}->{tables.DTYPE_BY_CODE[plan.acc].name} "
             f"M{plan.M} N{plan.N} K{plan.K} A:{plan.a_lay} D:size{plan.d_size}"
@@ -858,7 +590,7 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
     kind, mutations = _mm_labels(rng, g, forms, kind, mutations)
     cands = [f for f in forms if mm_form_ok(f, kind, mutations)]
     for _ in range(16):
-        plan = _mm_draw(b, kind, pick_one(rng, cands), mutations)
+        plan = mm_draw(b, kind, pick_one(rng, cands), mutations)
         if plan is None:
             continue
         applied = _mm_plan_mutate(b, plan, mutations)
@@ -879,7 +611,7 @@ def random_matmul_case(rng: np.random.Generator, cfg=None, kind: Optional[str] =
                        setup=core_setup(setup, g.core), undefine=tuple(undefine))
 
 
-def _mm_zero_mask_program(b: Builder, plan: _MmPlan):
+def _mm_zero_mask_program(b: Builder, plan: MmPlan):
     """mm_zero_mask: the sources loaded in the setup, then a matrix block whose every
     binding is PEMode 000 on an otherwise illegal header."""
     plan.kind = "mm_float"                          # no in-stream load, no tail
