@@ -146,9 +146,7 @@ def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: i
     with jax.enable_x64(True):
         hlo = runner.lower(*seen["args"], **seen["kw"]).compile().as_text()
     instr = instructions(hlo)
-    if hlo_dir:         # to look a kernel's instructions up by name
-        Path(hlo_dir).mkdir(parents=True, exist_ok=True)
-        (Path(hlo_dir) / f"{name.replace(' ', '_')}.hlo.txt").write_text(hlo)
+    write_hlo(hlo_dir, name, hlo)
 
     # the profiled runs: every batch built before the trace starts, so the
     # trace holds this program's kernels only
@@ -171,6 +169,14 @@ def profile_bundle(pj, jax, name: str, preset: str, B: int, repeats: int, top: i
         "bundles_per_s": B / best, "first_call_s": first, "wall_ms": 1e3 * float(np.median(walls)),
         "hlo_instructions": len(instr), **acct,
     }
+
+
+def write_hlo(hlo_dir: str | None, name: str, hlo: str) -> None:
+    """The compiled program's text as DIR/<name>.hlo.txt (to look a kernel's
+    instructions up by name); nothing without a DIR."""
+    if hlo_dir:
+        Path(hlo_dir).mkdir(parents=True, exist_ok=True)
+        (Path(hlo_dir) / f"{name.replace(' ', '_')}.hlo.txt").write_text(hlo)
 
 
 def account(events: list, instr: dict, repeats: int, top: int) -> dict:
@@ -217,9 +223,7 @@ def profile_gemm(pj, jax, n: int, kind: str, repeats: int, top: int, hlo_dir: st
         restore()
     with jax.enable_x64(True):
         hlo = runner.lower(*seen["args"], **seen["kw"]).compile().as_text()
-    if hlo_dir:
-        Path(hlo_dir).mkdir(parents=True, exist_ok=True)
-        (Path(hlo_dir) / f"gemm_{n}_{dtype}_{profile}.hlo.txt").write_text(hlo)
+    write_hlo(hlo_dir, f"gemm {n} {dtype} {profile}", hlo)
     walls = []
     with tempfile.TemporaryDirectory(prefix="ptojax-profile-") as d:
         with jax.profiler.trace(d, create_perfetto_trace=True):

@@ -9,7 +9,6 @@ data in `state.fault` / `state.fault_address` (docs/execution-model.md).
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Iterable
 from typing import cast
 
@@ -160,9 +159,9 @@ def stream(st: State, words: jax.Array, length: jax.Array, pe: jax.Array, hold: 
     # rows without words (a batch's padding) do not count, and scan nothing
     scan = once_per_batch(functools.partial(_scan_headers, max_commits), packed, st.pc, words,
                           length, gpr_row, active=length > 0)
-    idle = _scan_start(max_commits, packed, L)
+    blk0, stop0, hfault0, _, commits0, pos0 = _scan_start(max_commits, packed, L)
     blk, stop_at, hfault, commits, pos = jax.tree_util.tree_map(
-        lambda a, b: jnp.where(length > 0, a, b), scan, idle[:3] + idle[4:])
+        lambda a, b: jnp.where(length > 0, a, b), scan, (blk0, stop0, hfault0, commits0, pos0))
     st, cstop, cfault, caddr, cblk = _commit_blocks(st, commits, pos, L, pe, cfg, effects, cas_seed,
                                                     core, uniform)
 

@@ -159,7 +159,7 @@ def _lanes(state: State, cfg: MachineConfig, tdt: jax.Array, tbits: jax.Array, l
         slot = jax.vmap(at, in_axes=(0, 0, 0, 0, None, None))(ln.layout, ln.rows, ln.cols, ln.bits, r, c)
         index, expected, replacement = read(ln.slots, slot)
         addr = ln.base + _extend(index, ln.bits[0], ln.index_signed)
-        bad = memory.probe(addr, nbytes, n)
+        bad = memory.probe(addr, nbytes, cfg.gm_bytes)
         earliest = run & (bad != 0) & (k < first)
         first, code, where = (jnp.where(earliest, k, first), jnp.where(earliest, bad, code),
                               jnp.where(earliest, addr, where))
