@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import tables
+from .layouts.carriers import model_slots, shows_carriers
 from .state import State, check_int, check_state, tile_words
 
 
@@ -20,7 +21,11 @@ class TileView:
     words/defined hold one 64-bit Word per element slot of the storage region
     (rows x columns slots) in the model's slot order: CUBE payload order for
     CUBE layouts, the layout's own index for ordinary ones (RowMajor
-    r*columns + c, ColumnMajor, ZN, NZ: layouts.ordinary).
+    r*columns + c, ColumnMajor, ZN, NZ: layouts.ordinary). `words` are the
+    model's slot contents: a 4-bit ordinary tile's are its packed carriers
+    (16 elements a Word, zero after the last: layouts.carriers), while
+    `defined[e]` is logical element e's bit, as the model prints them;
+    `element` reads through either.
     """
     index: int
     allocated: bool
@@ -64,9 +69,17 @@ class TileView:
         from .layouts.ordinary import payload_index
         return int(payload_index(self.layout, self.dtype, self.rows, self.columns, row, col))
 
+    @property
+    def elements_per_word(self) -> int:
+        """Logical elements a Word of `words` holds: 64 / bits for a tile shown
+        in packed carriers (layouts.carriers.shows_carriers), else 1."""
+        shown = shows_carriers(self.layout, self.dtype, self.rows, self.columns)
+        return 64 // self.element_bits if self.allocated and shown else 1
+
     def element(self, row: int, col: int) -> int:
         """Raw low element bits at logical (row, col)."""
-        return int(self.words[self.slot(row, col)]) & ((1 << self.element_bits) - 1)
+        e, k = self.slot(row, col), self.elements_per_word
+        return (int(self.words[e // k]) >> (self.element_bits * (e % k))) & ((1 << self.element_bits) - 1)
 
     def to_nd(self) -> NDArray[np.uint64]:
         """The valid region as a [valid_rows, valid_columns] uint64 matrix of raw element bits."""
@@ -139,7 +152,8 @@ def read_tile(s: State, index: int, pe: int = 0) -> TileView:
         pe_mask=g["mask"], k_repeat=g["k_repeat"], n_repeat=g["n_repeat"],
         cell_count=g["cell_count"], storage_bytes=g["storage_bytes"],
         defined_valid_elements=g["defined_valid"],
-        words=window[0][:n].astype(np.uint64), defined=window[1][:n].astype(bool))
+        words=model_slots(window[0][:n], tables.TILE_LAYOUTS[g["layout"]], g["dtype"], g["rows"], g["cols"]),
+        defined=window[1][:n].astype(bool))
 
 
 @dataclass(frozen=True)
@@ -148,7 +162,8 @@ class SharedTileView(TileView):
 
     words/defined cover the rows x columns elements in the register's layout
     order (RowMajor r*columns + c, or the ColumnMajor/ZN/NZ a relayout TLOAD
-    gave it); an element is defined when its quarter is initialized and it
+    gave it); a 4-bit record's words are its packed carriers, as a Local
+    tile's (the model's record is a copy of the Local TileInfo); an element is defined when its quarter is initialized and it
     lies in the valid rectangle (docs/shared-decisions.md section 1).
     """
     allocation_mask: int = 0
@@ -214,7 +229,8 @@ def read_shared(s: State, shared_id: int) -> SharedTileView:
         valid_rows=g["valid_rows"], valid_columns=g["valid_cols"], capacity_bytes=g["capacity"],
         location="Any", pe_mask=g["allocation_mask"], k_repeat=0, n_repeat=0, cell_count=0,
         storage_bytes=0, defined_valid_elements=int(np.sum(defined)),
-        words=np.asarray(sh.words[i, :n]).astype(np.uint64), defined=defined,
+        words=model_slots(np.asarray(sh.words[i, :n]), tables.TILE_LAYOUTS[g["layout"]], g["dtype"],
+                          g["rows"], g["cols"]), defined=defined,
         allocation_mask=g["allocation_mask"], initialized_mask=g["initialized_mask"],
         published=bool(np.asarray(sh.published[i])),
         record_defined=bool(np.asarray(sh.contents_defined[i])))

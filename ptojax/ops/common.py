@@ -280,6 +280,17 @@ def packed_carrier(rows: ArrayLike, cols: jax.Array) -> jax.Array:
     return jnp.asarray(rows).astype(jnp.int64) * cols > MODEL_TILE_ELEMENTS
 
 
+def carrier_elements(layout: jax.Array, rows: jax.Array, cols: jax.Array, bits: jax.Array) -> jax.Array:
+    """Logical elements the model keeps in one payload Word of a tile:
+    64 / bits for a non-CUBE tile in packed carriers (4 bits wide, or more
+    elements than PTO_MODEL_TILE_ELEMENTS: TileUsesPackedCarrierRepresentation;
+    layouts/carriers.py), else 1. Its Word e holds elements k*e .. k*e + k - 1,
+    the first in the low lane."""
+    cube = jnp.isin(layout, jnp.asarray([tables.TILE_LAYOUT_CODE[n] for n in tables.CUBE_LAYOUTS]))
+    packed = ~cube & ((bits == 4) | (rows.astype(jnp.int64) * cols > MODEL_TILE_ELEMENTS))
+    return jnp.where(packed, 64 // jnp.maximum(bits, 1), 1).astype(jnp.int32)
+
+
 def valid_lanes(vr: jax.Array, vc: ArrayLike, W: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(r, c, in_region) of lanes 0..W-1 enumerating a VR x VC region row-major."""
     j = jnp.arange(W, dtype=jnp.int32)

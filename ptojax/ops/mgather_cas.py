@@ -15,10 +15,10 @@ import jax.numpy as jnp
 
 from .. import cas_order, families, tables
 from ..indexing import row
-from ..state import MachineConfig, State
+from ..state import MachineConfig, State, pool_extent
 from ..storage import PeFile
 from . import memory
-from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, destination, div,
+from .common import (DEST_LAYOUT, DT_BITS, DT_INT, DT_SIGNED, PAD_WORDS, U64, carrier_elements, destination, div,
                      elem_bytes, fractal_ok, gpr_value, install, lane_count, ordered_fault,
                      ordinary_index, ordinary_shape, ordinary_source_legal, payload_word,
                      mod, source, take)
@@ -119,6 +119,8 @@ class _Lanes(NamedTuple):
     rows: jax.Array
     cols: jax.Array
     bits: jax.Array
+    per_word: jax.Array                 # elements a payload Word holds (common.carrier_elements)
+    held: jax.Array                     # elements held: rows x cols, within the tile's pool slots
     index_signed: jax.Array
     base: jax.Array                     # GPR[RegSrc0]
     dst: tuple[jax.Array, jax.Array, jax.Array]     # destination layout, rows, cols
@@ -156,8 +158,13 @@ def _lanes(state: State, cfg: MachineConfig, tdt: jax.Array, tbits: jax.Array, l
         k = seq[p]
         r, c = div(k, vc), mod(k, vc)
         run = p < n_lanes
-        slot = jax.vmap(at, in_axes=(0, 0, 0, 0, None, None))(ln.layout, ln.rows, ln.cols, ln.bits, r, c)
-        index, expected, replacement = read(ln.slots, slot)
+        e = jax.vmap(at, in_axes=(0, 0, 0, 0, None, None))(ln.layout, ln.rows, ln.cols, ln.bits, r, c)
+        # the model reads each source's raw payload Word e (atomics.asl): of a
+        # packed source, carrier e, whose low lane is element k*e (zero lanes
+        # past the elements held); only the low bits are used
+        first_el = e * ln.per_word
+        words_e = read(ln.slots, first_el)
+        index, expected, replacement = jnp.where((ln.per_word == 1) | (first_el < ln.held), words_e, U64(0))
         addr = ln.base + _extend(index, ln.bits[0], ln.index_signed)
         bad = memory.probe(addr, nbytes, cfg.gm_bytes)
         earliest = run & (bad != 0) & (k < first)
@@ -226,7 +233,11 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
 
     with jax.named_scope("elements"):
         slots, _, srcs_d, _ = srcs
-        ln = _Lanes(slots, srcs_d["layout"], srcs_d["rows"], srcs_d["cols"], take(DT_BITS, srcs_d["dtype"]),
+        sbits = take(DT_BITS, srcs_d["dtype"])
+        held = jnp.minimum(srcs_d["rows"] * srcs_d["cols"],
+                           pool_extent(srcs_d["capacity"], srcs_d["dtype"], W, s64=tiles.words.dtype == U64))
+        ln = _Lanes(slots, srcs_d["layout"], srcs_d["rows"], srcs_d["cols"], sbits,
+                    carrier_elements(srcs_d["layout"], srcs_d["rows"], srcs_d["cols"], sbits), held,
                     take(DT_SIGNED, srcs_d["dtype"][0]), gpr_value(row(state.gpr, pe), h.reg_src0),
                     (dlay, drows, col))
         # publication: whole physical destination padded and defined (F.5),
