@@ -29,6 +29,7 @@ from .. import numerics, tables
 from .._x64 import x64
 from ..isa.asm import assemble
 from ..layouts.geometry import geometry as cube_geometry
+from ..layouts.words import first_outside, first_true, raw_words
 from ..machine import run_stream
 from ..state import MachineConfig, reset
 
@@ -96,24 +97,26 @@ def matrix_arg(x, what, ndim=2):
 def encode(x, dt: tables.DataType, what: str) -> np.ndarray:
     """Raw element codes (uint64) of `x` in DataType `dt`.
 
-    Integer types take integer values (range-checked). Floating types take
-    unsigned-integer arrays as raw codes, or real values that the format
-    represents exactly (never rounded silently).
+    Integer types take integer values (range-checked, the first offending
+    index named). Floating types take unsigned-integer arrays as raw codes,
+    checked by pj.layouts' rule (layouts/words.py: a container narrower than
+    the element is a TypeError, a code wider than the element a ValueError
+    naming its index), or real values that the format represents exactly
+    (never rounded silently).
     """
     arr = np.asarray(x)
     mask = (1 << dt.bits) - 1
     if dt.is_integer:
         if arr.dtype.kind not in "iub":
             raise TypeError(f"{what}: {dt.name} takes integer values, got dtype {arr.dtype}")
-        v = arr.astype(np.int64)
         lo, hi = (-(1 << (dt.bits - 1)), (1 << (dt.bits - 1)) - 1) if dt.signed else (0, mask)
-        if v.size and (v.min() < lo or v.max() > hi):
-            raise ValueError(f"{what}: values must be in {lo}..{hi} for {dt.name}")
-        return (v & mask).astype(np.uint64)
-    if arr.dtype.kind == "u":
-        if arr.size and int(arr.max()) > mask:
-            raise ValueError(f"{what}: raw {dt.name} codes must be < 2^{dt.bits}")
-        return arr.astype(np.uint64)
+        bad = first_outside(arr.astype(np.uint8) if arr.dtype.kind == "b" else arr, lo, hi)
+        if bad is not None:
+            raise ValueError(f"{what}: values must be in {lo}..{hi} for {dt.name}; "
+                             f"{what} holds {bad[1]} at index {bad[0]}")
+        return (arr.astype(np.int64) & mask).astype(np.uint64)
+    if arr.dtype.kind == "u":        # raw codes: pj.layouts' rule (layouts/words.py)
+        return np.asarray(raw_words(arr, dt, what)).astype(np.uint64)
     if arr.dtype.kind not in "fV" and arr.dtype not in _ML.values():
         raise TypeError(f"{what}: {dt.name} takes real values (a float array) or raw codes "
                         f"(an unsigned integer array), got dtype {arr.dtype}")
@@ -141,6 +144,22 @@ def encode(x, dt: tables.DataType, what: str) -> np.ndarray:
         raise ValueError(f"{what}: {bad!r} is not exactly representable in {dt.name}; "
                          f"round it first or pass raw codes as an unsigned integer array")
     return codes
+
+
+def scale_codes(x, what: str) -> np.ndarray:
+    """E8M0 scale codes (uint64): an integer array of raw codes (pj.layouts' rule:
+    0..255, or -128..255 in a signed array), or a float array of whole codes
+    0..255; nothing wraps silently."""
+    e8 = tables.dtype("E8M0")
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f":
+        bad = ~((arr >= 0) & (arr <= 255) & (arr == np.floor(arr)))
+        if bad.any():
+            idx = first_true(bad)
+            raise ValueError(f"{what}: E8M0 scale codes are whole numbers 0..255; {what} holds "
+                             f"{float(arr[idx])!r} at index {idx}")
+        arr = arr.astype(np.uint8)
+    return encode(np.asarray(raw_words(arr, e8, what)), e8, what)
 
 
 def pack_nd(codes: np.ndarray, bits: int) -> tuple[bytes, int]:
@@ -281,9 +300,8 @@ def operands(a, b, dtype, b_dtype, profile, acc, bias, scales) -> Operands:
                 raise ValueError(f"{t.name} side {side} {'needs' if needs else 'takes no'} E8M0 scales")
             if s is not None and np.asarray(s).shape != shape:
                 raise ValueError(f"scales for {side} must be {shape[0]}x{shape[1]}, got {np.asarray(s).shape}")
-        e8 = tables.dtype("E8M0")
-        sa = None if sa is None else encode(np.asarray(sa).astype(np.uint8), e8, "sa")
-        sb = None if sb is None else encode(np.asarray(sb).astype(np.uint8), e8, "sb")
+        sa = None if sa is None else scale_codes(sa, "sa")
+        sb = None if sb is None else scale_codes(sb, "sb")
     bias_codes = None
     if bias is not None:
         v = np.asarray(bias)

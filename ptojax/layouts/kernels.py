@@ -21,9 +21,7 @@ from numpy.typing import NDArray
 from .. import tables
 from .._x64 import x64
 from .geometry import CELL_SHAPES, cube_dtype
-
-_UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
-
+from .words import raw_words
 
 def _ceil_div(a: int, b: int) -> int:
     return (a + b - 1) // b
@@ -207,16 +205,6 @@ def _cube_to_nd(words: jax.Array, vr: Any, vc: Any, *, layout: str, cr: int, cc:
 # ----------------------------------------------------------------- public API
 
 
-def as_words(x: npt.ArrayLike | jax.Array, what: str) -> NDArray[Any] | jax.Array:
-    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
-        x = np.asarray(x)
-    if np.dtype(x.dtype).type not in _UNSIGNED:
-        raise TypeError(
-            f"{what} must hold raw element words as an unsigned integer array "
-            f"(uint8/16/32/64), got dtype {x.dtype}")
-    return cast("NDArray[Any] | jax.Array", x)        # it has a dtype and a shape: an array
-
-
 def _valid_dims(v: npt.ArrayLike | jax.Array | None, bound: int, batch: int, name: str
                 ) -> tuple[NDArray[np.int32] | jax.Array, Optional[int]]:
     """Per-tile valid extents as an int32 [batch] array; checked when concrete."""
@@ -250,8 +238,13 @@ def nd_to_cube(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType
                defined: bool = True) -> jax.Array | tuple[jax.Array, ...]:
     """Convert row-major matrices to CUBE payloads (ADR 0069 CELL order).
 
-    x: [B, R, C] (or one [R, C]) unsigned array of raw element words; 4-bit
-    dtypes hold one nibble per value. (R, C) is the static bound; valid_rows and
+    x: [B, R, C] (or one [R, C]) integer array of raw element bits, at least
+    as wide as the element (else TypeError); 4-bit dtypes hold one nibble per
+    value. Every value must fit the element: 0..2^bits-1 in an unsigned array,
+    -2^(bits-1)..2^bits-1 in a signed one (a negative value is its two's
+    complement bits; the words come back unsigned), else ValueError naming the
+    first offending index (ptojax/layouts/words.py; a traced x is not
+    checked). (R, C) is the static bound; valid_rows and
     valid_cols (int or [B] array, default the bound) give each tile's valid
     region. Returns (words, defined) with words [B, W] in payload slot order
     (W = storage Words of the bound, `storage_words`): valid elements, the
@@ -261,7 +254,7 @@ def nd_to_cube(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType
     """
     lay = tables.cube_layout(layout)
     d = cube_dtype(dtype)
-    x = as_words(x, "x")
+    x = raw_words(x, d, "x")
     single = x.ndim == 2
     if x.ndim not in (2, 3):
         raise ValueError(f"x must be [rows, cols] or [batch, rows, cols], got shape {x.shape}")
@@ -312,13 +305,16 @@ def cube_to_nd(words: npt.ArrayLike | jax.Array, layout: str, dtype: tables.Data
     """Read the valid region of CUBE payloads back into row-major matrices.
 
     words: [B, W] (or one [W]) payload slots in CUBE order, W at least the
-    storage Words of `shape`; valid_rows/valid_cols: int or [B] array.
+    storage Words of `shape`: an integer array at least as wide as the element
+    (else TypeError) of the model's carrier Words, passed through as they are
+    (S8/S16/S32 sign-extended, pad words; a signed array is read as its bits);
+    valid_rows/valid_cols: int or [B] array.
     shape: the (R, C) static bound of the result; default the largest valid
     extents. Positions outside each tile's valid region read as 0.
     """
     lay = tables.cube_layout(layout)
     d = cube_dtype(dtype)
-    words = as_words(words, "words")
+    words = raw_words(words, d, "words", carriers=True)
     single = words.ndim == 1
     if words.ndim not in (1, 2):
         raise ValueError(f"words must be [W] or [batch, W], got shape {words.shape}")

@@ -23,7 +23,8 @@ import numpy.typing as npt
 from .. import tables
 from .._x64 import x64
 from .geometry import IntOrArray
-from .kernels import as_words, flat_rows, flattens_inside, reshaped_result
+from .kernels import flat_rows, flattens_inside, reshaped_result
+from .words import raw_words
 
 ORDINARY_LAYOUTS = ("RowMajor", "ColumnMajor", "ZN", "NZ")
 ALIASES = {"ND": "RowMajor", "DN": "ColumnMajor"}
@@ -140,12 +141,15 @@ def nd_to_ordinary(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.Data
     """Reorder row-major tiles into `layout` payload order, as a relayout TLOAD
     places them (GM row-major, the tile in the code's layout).
 
-    x: [B, R, C] (or one [R, C]) unsigned array of raw element Words, (R, C)
-    the tiles' physical rows and columns. Returns [B, R*C] (or [R*C]).
+    x: [B, R, C] (or one [R, C]) integer array of raw element bits, (R, C)
+    the tiles' physical rows and columns, checked as nd_to_cube's x is (a
+    container narrower than the element: TypeError; a value that does not fit
+    the element's width: ValueError naming its index; signed arrays hold two's
+    complement bits). Returns [B, R*C] (or [R*C]), unsigned.
     """
     lay = ordinary_layout(layout)
     d = tables.dtype(dtype)
-    x = as_words(x, "x")
+    x = raw_words(x, d, "x")
     if x.ndim not in (2, 3):
         raise ValueError(f"x must be [rows, cols] or [batch, rows, cols], got shape {x.shape}")
     xb = x[None] if x.ndim == 2 else x
@@ -162,10 +166,12 @@ def nd_to_ordinary(x: npt.ArrayLike | jax.Array, layout: str, dtype: tables.Data
 def ordinary_to_nd(words: npt.ArrayLike | jax.Array, layout: str, dtype: tables.DataType | int | str, rows: int,
                    cols: int) -> jax.Array:
     """Read `layout` payloads of rows x cols tiles back as row-major matrices
-    (the inverse of nd_to_ordinary). words: [B, rows*cols] (or one [rows*cols])."""
+    (the inverse of nd_to_ordinary). words: [B, rows*cols] (or one [rows*cols]),
+    an integer array at least as wide as the element of carrier Words, passed
+    through as they are (cube_to_nd's rule)."""
     lay = ordinary_layout(layout)
     d = tables.dtype(dtype)
-    words = as_words(words, "words")
+    words = raw_words(words, d, "words", carriers=True)
     for name, v in (("rows", rows), ("cols", cols)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"{name} must be an int, got {type(v).__name__}")
