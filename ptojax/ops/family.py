@@ -11,7 +11,7 @@ own enable, so exactly one applies.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 
@@ -19,8 +19,16 @@ from .. import families
 from ..state import State
 from .header import Header
 
-if TYPE_CHECKING:      # shared_transport imports this module
-    from .shared_transport import RowWrite
+
+class RowWrite(NamedTuple):
+    """A Shared TLOAD's write of one record's Words (row `index` of
+    SharedTiles.words, when `do`), applied after the completion
+    (shared_transport.apply_row_write): the completion's conditionals then
+    carry one row, not the whole file."""
+    # the field shadows tuple.index, a method in typeshed's tuple: mypy calls that an override
+    index: jax.Array  # type: ignore[assignment]
+    do: jax.Array
+    words: jax.Array            # uint64[shared_words]
 
 
 class Context(NamedTuple):
@@ -32,7 +40,7 @@ class Context(NamedTuple):
 class Completion(NamedTuple):
     """A family's verdict and the view its effects were applied to (only where
     `enable` held and no check failed); `write`: a Shared row write still to
-    apply (shared_transport.RowWrite), None for the families without one."""
+    apply (RowWrite), None for the families without one."""
     fault: jax.Array            # int32 tables.FAULTS index, 0 = none
     address: jax.Array          # uint64 _FaultAddress of a memory fault, else 0
     state: State                # the State view (its tiles a storage.PeFile)

@@ -18,6 +18,9 @@ Profiles (MachineConfig.profile, static): `portable` is the model's raw
 64-bit multiply-accumulate mod 2^64; `ieee` decodes each element to its
 exact value (ptojax.numerics), rounds each product once to binary32 and
 adds in binary32 (integers: mod 2^32).
+
+The decoded block's records (Block, Local, Shared, DGeometry), which the
+product reads too, are in matrix_records.py.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from .common import (CUBE_TILE_LAYOUT, DT_BITS, DT_CLASS, U64, aux_words, capaci
 from .family import Completion, Context, Family
 from .lowering import branch, settle, trip_count
 from .matrix_product import product
+from .matrix_records import Block, DGeometry, Local, Shared
 
 OP = tables.OP_ID
 DT = {d.name: d.code for d in tables.DATATYPES}
@@ -96,68 +100,6 @@ def _source_at(idx: jax.Array, ok: jax.Array, n: jax.Array | int) -> jax.Array:
 # ---------------------------------------------------------------- completion
 
 
-class _Block(NamedTuple):
-    """The block's form, element types and Shared groups, decoded from its header."""
-    is_acc: jax.Array
-    is_bias: jax.Array
-    is_gemv: jax.Array
-    M: jax.Array
-    N: jax.Array
-    K: jax.Array
-    a_type: jax.Array
-    b_type: jax.Array
-    acc_type: jax.Array
-    types_legal: jax.Array
-    sa_on: jax.Array                # A / B carry MX scales
-    sb_on: jax.Array
-    n_shared: jax.Array
-    shared_on: jax.Array            # B (and maybe A) from Shared records
-    left_shared: jax.Array          # A from a Shared record too
-    a_local: jax.Array
-    b_local: jax.Array
-    coop: jax.Array                 # ADR 0100's group-M split over the Core
-    G: jax.Array
-    m_per_pe: jax.Array
-    Mi: jax.Array                   # this PE's rows
-    row0: jax.Array                 # its first Shared-A row
-    active: jax.Array
-
-
-class _Local(NamedTuple):
-    """The Local operands (step 7) that the checks and the element map read."""
-    a_slot: jax.Array
-    sa_slot: jax.Array
-    b_slot: jax.Array
-    sb_slot: jax.Array
-    c_slot: jax.Array
-    bias_slot: jax.Array
-    a_lay: jax.Array
-    a_cr: jax.Array
-    a_cc: jax.Array
-    b_cr: jax.Array
-    b_k_repeat: jax.Array
-    sa_cols: jax.Array
-    sb_cols: jax.Array
-    d_lay: jax.Array                # D's M layout
-    kb: jax.Array                   # MX scale blocks along K
-    sources_legal: jax.Array
-
-
-class _Shared(NamedTuple):
-    """The Shared operands (check 7s): record indices and stored row lengths."""
-    a: jax.Array
-    sa: jax.Array
-    b: jax.Array
-    sb: jax.Array
-    a_cols: jax.Array
-    sa_cols: jax.Array
-    b_cols: jax.Array
-    sb_cols: jax.Array
-    trans_a: jax.Array              # A / B stored transposed
-    trans_b: jax.Array
-    sources_legal: jax.Array
-
-
 def _stack(*xs: jax.Array | int) -> jax.Array:
     return jnp.stack([jnp.asarray(x, jnp.int32) for x in xs])
 
@@ -166,7 +108,7 @@ def _unstack(tree: T, n: int) -> Iterator[T]:
     return (jax.tree_util.tree_map(lambda v: v[k], tree) for k in range(n))
 
 
-def _decode(h: Header, pe: jax.Array, cfg: MachineConfig) -> _Block:
+def _decode(h: Header, pe: jax.Array, cfg: MachineConfig) -> Block:
     """The operation's form, the element types and the Shared groups of header `h`."""
     op = jnp.clip(h.op, 0, len(tables.OPS) - 1)
     form = row(_FORM, op)
@@ -194,12 +136,12 @@ def _decode(h: Header, pe: jax.Array, cfg: MachineConfig) -> _Block:
     Mi = jnp.where(coop, jnp.clip(G - pe * m_per_pe, 0, m_per_pe), M)   # this PE's rows
     row0 = jnp.where(coop, pe * m_per_pe, 0)                             # its first Shared-A row
     active = Mi > 0
-    return _Block(is_acc, is_bias, is_gemv, M, N, K, a_type, b_type, acc_type, types_legal,
+    return Block(is_acc, is_bias, is_gemv, M, N, K, a_type, b_type, acc_type, types_legal,
                   sa_on, sb_on, n_shared, shared_on, left_shared, a_local, b_local, coop, G,
                   m_per_pe, Mi, row0, active)
 
 
-def _binding_stream(h: Header, cfg: MachineConfig, blk: _Block,
+def _binding_stream(h: Header, cfg: MachineConfig, blk: Block,
                     gpr: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Step 3, the binding stream, with the B.IOR parameter Words from this PE's
     GPRs `gpr`: (gate_legal, the scalar (quant, LReLU) parameter Words)."""
@@ -246,13 +188,13 @@ def _binding_stream(h: Header, cfg: MachineConfig, blk: _Block,
     return gate_legal, (quant, relu)
 
 
-def _math_sources(blk: _Block) -> jax.Array:
+def _math_sources(blk: Block) -> jax.Array:
     """Local mathematical sources: [C] + Local [A, sA] + Local [B, sB] + [Bias]."""
     return blk.is_acc.astype(jnp.int32) + blk.a_local * (1 + blk.sa_on) \
         + blk.b_local * (1 + blk.sb_on) + blk.is_bias
 
 
-def _local_indices(h: Header, blk: _Block) -> tuple[jax.Array, ...]:
+def _local_indices(h: Header, blk: Block) -> tuple[jax.Array, ...]:
     """TileIndex of the Local sources (step 7), in stream order C, A, sA, B, sB, Bias."""
     idx, ok = h.sources, h.source_ok
     o_a = blk.is_acc.astype(jnp.int32)
@@ -263,8 +205,8 @@ def _local_indices(h: Header, blk: _Block) -> tuple[jax.Array, ...]:
     return tuple(_source_at(idx, ok, o) for o in (0, o_a, o_sa, o_b, o_sb, o_bias))
 
 
-def _local_sources(state: State, cfg: MachineConfig, blk: _Block, indices: Sequence[jax.Array],
-                   mode: jax.Array, tsize: jax.Array) -> _Local:
+def _local_sources(state: State, cfg: MachineConfig, blk: Block, indices: Sequence[jax.Array],
+                   mode: jax.Array, tsize: jax.Array) -> Local:
     """Step 7: the Local operands' descriptors and contents, and D's M layout."""
     tiles = cast(PeFile, state.tiles)      # the view's: PE `pe`'s storage.PeFile (dispatch._complete)
     W, HS = cfg.tile_words, cfg.hand_slots
@@ -317,11 +259,11 @@ def _local_sources(state: State, cfg: MachineConfig, blk: _Block, indices: Seque
         (blk.a_local & (~a_ok | (blk.sa_on & ~sa_ok))) | (blk.b_local & (~b_ok | (blk.sb_on & ~sb_ok)))
         | (blk.is_acc & ~c_ok) | (blk.is_bias & ~bias_ok)
         | (blk.left_shared & ~blk.is_acc & ~shared_lay_ok))
-    return _Local(a_slot, sa_slot, b_slot, sb_slot, c_slot, bias_slot, a_lay, a_cr, a_cc, b_cr,
+    return Local(a_slot, sa_slot, b_slot, sb_slot, c_slot, bias_slot, a_lay, a_cr, a_cc, b_cr,
                   b_s["k_repeat"], sa_s["cols"], sb_s["cols"], d_lay, kb, sources_legal)
 
 
-def _shared_sources(state: State, h: Header, blk: _Block, kb: jax.Array) -> _Shared:
+def _shared_sources(state: State, h: Header, blk: Block, kb: jax.Array) -> Shared:
     """Check 7s, collectively: ready records with the exact stored shape."""
     tcap = state.tile_capacity
     G, N, K = blk.G, blk.N, blk.K
@@ -347,19 +289,8 @@ def _shared_sources(state: State, h: Header, blk: _Block, kb: jax.Array) -> _Sha
         (sh_sb, sh_sb_ok, sb_cols) = _unstack(sh4, 4)
     sources_legal = ~((blk.left_shared & (~sh_a_ok | (blk.sa_on & ~sh_sa_ok)))
                       | (blk.shared_on & (~sh_b_ok | (blk.sb_on & ~sh_sb_ok))))
-    return _Shared(sh_a, sh_sa, sh_b, sh_sb, a_cols, sa_cols, b_cols, sb_cols, trans_a, trans_b,
+    return Shared(sh_a, sh_sa, sh_b, sh_sb, a_cols, sa_cols, b_cols, sb_cols, trans_a, trans_b,
                    sources_legal)
-
-
-class _DGeometry(NamedTuple):
-    """D's CUBE M geometry: its layout (0 CUBE_M16, 1 CUBE_M32), CELL rows and
-    columns, descriptor geometry (common.cube_geometry), and whether its
-    4-bit CELLs are swizzled (an S4X2 D in CUBE_M16)."""
-    lay: jax.Array
-    cr: jax.Array
-    cc: jax.Array
-    g: dict[str, jax.Array]
-    b4: jax.Array
 
 
 class _Post(NamedTuple):
@@ -370,7 +301,7 @@ class _Post(NamedTuple):
     relu_row: jax.Array             # the vector PReLU parameters
 
 
-def _post_sources(state: State, cfg: MachineConfig, h: Header, blk: _Block) -> _Post:
+def _post_sources(state: State, cfg: MachineConfig, h: Header, blk: Block) -> _Post:
     """Step 6: PreQuantMode against the accumulator class (every PE), then the
     post-process sources after the mathematical ones (on a PE with rows):
     RowMaxIn Mi x 1 accumulator-typed, the vector quant and PReLU parameters
@@ -418,7 +349,7 @@ class _Destinations(NamedTuple):
     legal: jax.Array                # slots found, budget, the auxiliary shapes (D's geometry apart)
 
 
-def _destinations(state: State, cfg: MachineConfig, h: Header, blk: _Block, pe: jax.Array) -> _Destinations:
+def _destinations(state: State, cfg: MachineConfig, h: Header, blk: Block, pe: jax.Array) -> _Destinations:
     """Each destination the lowest free slot of its hand not taken by an earlier
     one; the Core budget for all of them (a cooperative fragment's own: one
     PE each, its own mask bit); each auxiliary output RowMajor M x cols,
@@ -487,7 +418,7 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
         ))
         do = enable & (fault == 0) & blk.active
     with jax.named_scope("elements"):
-        dg = _DGeometry(d_lay, d_cr, d_cc, d_g, take(DT_BITS, out_type) == 4)
+        dg = DGeometry(d_lay, d_cr, d_cc, d_g, take(DT_BITS, out_type) == 4)
         col, lane_ok, acc_words = product(state, cfg, blk, loc, shr, dg, do)
         # the view's tiles: PE `pe`'s storage.PeFile (dispatch._complete)
         lane_col = jnp.clip(col, 0, lane_count(cast(PeFile, state.tiles)) - 1)
@@ -526,7 +457,7 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
                                                    numeric_flags=state.numeric_flags | flags))
 
 
-def _reductions(h: Header, blk: _Block, post: _Post, acc_words: jax.Array, dg: _DGeometry, go: jax.Array,
+def _reductions(h: Header, blk: Block, post: _Post, acc_words: jax.Array, dg: DGeometry, go: jax.Array,
                 n_out: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """MatrixRowMaxResult / MatrixGroupMaxResult over D's raw accumulator Words,
     one column at a time (the fold's order is the model's: a tie keeps the
@@ -583,8 +514,8 @@ def _reductions(h: Header, blk: _Block, post: _Post, acc_words: jax.Array, dg: _
     return row_v, out, jnp.where(go, flags, 0)
 
 
-def _install_reductions(tiles: PeFile, cfg: MachineConfig, h: Header, blk: _Block, dst: _Destinations,
-                        post: _Post, acc_words: jax.Array, dg: _DGeometry, go: jax.Array
+def _install_reductions(tiles: PeFile, cfg: MachineConfig, h: Header, blk: Block, dst: _Destinations,
+                        post: _Post, acc_words: jax.Array, dg: DGeometry, go: jax.Array
                         ) -> tuple[PeFile, jax.Array]:
     """Publish RowMaxOut and GroupMaxOut (destinations 1 and 2 in stream order)
     after D: RowMajor at location Any, accumulator-typed, valid Mi x cols;

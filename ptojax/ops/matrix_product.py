@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -27,9 +27,8 @@ from ..storage import PeFile
 from . import binary32
 from .common import CELL_C, CELL_R, DT_BITS, DT_SIGNED, U64, lane_count, log2, payload, take, tile_coords
 from .lowering import branch, trip_count, under_batch
+from .matrix_records import Block, DGeometry, Local, Shared
 
-if TYPE_CHECKING:       # the decoded block's types (matrix.py imports this module)
-    from .matrix import _Block, _DGeometry, _Local, _Shared
 
 DT = {d.name: d.code for d in tables.DATATYPES}
 
@@ -113,7 +112,7 @@ def _grid(W: int, m32: jax.Array) -> _Grid:
     return _Grid(upper, jnp.where(upper, j - half, j))
 
 
-def _element_map(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry
+def _element_map(state: State, cfg: MachineConfig, blk: Block, loc: Local, shr: Shared, dg: DGeometry
                  ) -> tuple[jax.Array, jax.Array, jax.Array, _Grid, jax.Array, _Scales, _Operands]:
     """D's lanes (row and column of each payload slot, lane_ok) and the grid's operand
     reads for the product's loop over K: (r, c, lane_ok, the grid, the Local operand rows,
@@ -193,7 +192,7 @@ def _chunks(trips: jax.Array) -> jax.Array:
     return (trip_count(trips) + K_CHUNK - 1) // K_CHUNK
 
 
-def _k_loop(blk: _Block) -> jax.Array:
+def _k_loop(blk: Block) -> jax.Array:
     """Which K loop a batch runs (both profiles): 2 x (some State has MX scales)
     + (some State has Shared operands); the lean ones never fetch what no State
     uses (benchmarks/profile.py)."""
@@ -202,7 +201,7 @@ def _k_loop(blk: _Block) -> jax.Array:
     return any_scales.astype(jnp.int32) * 2 + any_shared.astype(jnp.int32)
 
 
-def _ieee_product(blk: _Block, shr: _Shared, grid: _Grid, words: jax.Array, shared: jax.Array,
+def _ieee_product(blk: Block, shr: Shared, grid: _Grid, words: jax.Array, shared: jax.Array,
                   scales: _Scales, operands: _Operands, trips: jax.Array, c_grid: jax.Array
                   ) -> tuple[jax.Array, jax.Array]:
     """The `ieee` profile's K loop on the grid from C's Words `c_grid` (where .ACC):
@@ -274,7 +273,7 @@ def _ieee_product(blk: _Block, shr: _Shared, grid: _Grid, words: jax.Array, shar
     return acc_i, acc_f
 
 
-def _ieee_words(blk: _Block, acc_i: jax.Array, acc_f: jax.Array, bias_words: jax.Array) -> jax.Array:
+def _ieee_words(blk: Block, acc_i: jax.Array, acc_f: jax.Array, bias_words: jax.Array) -> jax.Array:
     """The `ieee` profile's D Words from its K loop's sums: Bias added in binary32
     (integers: mod 2^32), the binary32 value rounded to its Word."""
     is_bias, is_float = blk.is_bias, blk.acc_type == DT["FP32"]
@@ -285,7 +284,7 @@ def _ieee_words(blk: _Block, acc_i: jax.Array, acc_f: jax.Array, bias_words: jax
     return jnp.where(is_float, binary32.round_bits(acc_f), acc_i)
 
 
-def product(state: State, cfg: MachineConfig, blk: _Block, loc: _Local, shr: _Shared, dg: _DGeometry,
+def product(state: State, cfg: MachineConfig, blk: Block, loc: Local, shr: Shared, dg: DGeometry,
              do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """D's Words of every lane (one loop over K, ascending, on the grid) and which lanes D keeps."""
     tiles = cast(PeFile, state.tiles)      # the view's: PE `pe`'s storage.PeFile (dispatch._complete)

@@ -20,7 +20,8 @@ from ..indexing import row
 from ..state import MachineConfig, SharedTiles, State
 from ..storage import PeFile
 from . import memory, shared as sh
-from .family import Completion, Context, Family
+# RowWrite is the family record's (family.py); dispatch and tmov name it here
+from .family import Completion, Context, Family, RowWrite as RowWrite
 from .header import Header, is_tlsu
 from .common import (DEST_LAYOUT, DT_BITS, DT_SIGNED, U64, capacity_register, core_charge,
                      elem_bytes, fractal_ok, gpr_value, ordered_fault, ordinary_coords,
@@ -40,16 +41,6 @@ def _last_writer(key: jax.Array, order: jax.Array, active: jax.Array) -> jax.Arr
     ks = k[idx]
     last_sorted = jnp.concatenate([ks[:-1] != ks[1:], jnp.array([True])])
     return jnp.zeros(n, bool).at[idx].set(last_sorted) & active
-
-
-class RowWrite(NamedTuple):
-    """A Shared TLOAD's write of one record's Words (row `index` of
-    SharedTiles.words, when `do`), applied after the completion (apply_row_write):
-    the completion's conditionals then carry one row, not the whole file."""
-    # the field shadows tuple.index, a method in typeshed's tuple: mypy calls that an override
-    index: jax.Array  # type: ignore[assignment]
-    do: jax.Array
-    words: jax.Array            # uint64[shared_words]
 
 
 def no_row_write(shared: SharedTiles) -> RowWrite:

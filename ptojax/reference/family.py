@@ -1,5 +1,5 @@
 """The oracle's side of a family (ptojax/families.py): what each of its family
-modules exports as `FAMILY`.
+modules exports as `FAMILY`, and the Fault its completion returns.
 
 run.py's tile_operation completes a block from these records alone: the
 zero-mask no-op first, then, unless the block's B.DATR selects the CUBE
@@ -17,7 +17,14 @@ from .. import families
 
 if TYPE_CHECKING:
     from .state import Block, Machine
-    from .transport import Fault
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A completion's fault: its tables.FAULTS name and, for a memory fault, the
+    data address (transport.py's module docstring)."""
+    name: str
+    address: Optional[int] = None     # data address of a memory fault, else None (= word PC)
 
 
 @dataclass(frozen=True)

@@ -12,42 +12,20 @@ The order in which lanes execute is MachineConfig.cas_lane_order
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Optional, cast
 
 from .. import families, tables
 from ..cas_order import lane_order
 from . import layouts
+from .carriers import raw_slot
+# the trace's records (cas_trace.py, which state.py names too); cas_check names them here
+from .cas_trace import CasRecord as CasRecord, Lane as Lane
 from .family import Family
 from .state import MASK64, Block, Machine, Tile
 from .transport import (DESTINATION_LAYOUT, TILE_ALLOCATION, TILE_LEGALITY, Fault, allocate,
                         binding_well_formed, budget_ok, derived_rows, free_slot,
                         generic_indexable, gpr, linear_index, load_element,
                         ordinary_source_legal, probe, store_element)
-
-
-
-@dataclass(frozen=True)
-class Lane:
-    """One valid (r, c): lane = r*ValidCol + c (row-major)."""
-    lane: int
-    address: int          # base + displacement mod 2^64
-    expected: int         # raw low element bits
-    replacement: int      # raw low element bits
-    slot_word: int        # destination payload Word of (r, c)
-
-
-@dataclass
-class CasRecord:
-    """What one executed MGATHER.CAS did (recorded only when m.cas_trace is a list)."""
-    slot: int                  # materialized destination slot
-    tile_index: int            # its TileIndex
-    dtype: tables.DataType     # transfer dtype
-    lanes: list[Lane]          # row-major
-    order: list[int]           # lane indices in the order they executed
-    gm_before: bytes           # GM just before the first lane
-    gm_after: bytes            # GM just after the last lane
-    pe: int = 0                # the executing PE (whose Local file holds the slot)
 
 
 # ----------------------------------------------------------------- D.4 step 3
@@ -181,7 +159,11 @@ def lanes_of(m: Machine, b: Block, base: int, vr: int, vc: int, dest_layout: str
     for r in range(vr):
         for c in range(vc):
             # legal sources and destination are generically indexable: every index is an int
-            idx, exp, rep = (w[cast(int, linear_index(t, dt, r, c))] for w, t, dt in zip(words, tiles, dtypes))
+            # the model reads each source's raw payload Word at the lane's index (atomics.asl):
+            # a packed source's carrier (carriers.raw_slot)
+            idx, exp, rep = (raw_slot(w, cast(str, t.layout_name), dt, t.rows, t.cols,
+                                      cast(int, linear_index(t, dt, r, c)))
+                             for w, t, dt in zip(words, tiles, dtypes))
             out.append(Lane(lane=r * vc + c,
                             address=(base + displacement(idx, dtypes[0])) & MASK64,
                             expected=exp & mask, replacement=rep & mask,

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import jax
 
     from ..state import Block as StateBlock, SharedTiles, Tiles
-    from .mgather_cas import CasRecord
+    from .cas_trace import CasRecord
 
 MASK64 = (1 << 64) - 1
 DATR_ABSENT = [0, tables.DTYPE_NONE, tables.PAD_NULL, 0, 0, 0, 0]   # block reset value

@@ -10,22 +10,16 @@ memory preflight succeeded).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, cast
 
 from .. import families, tables
 from . import layouts
-from .family import Family
+# Fault is the family record's (family.py); the families name it here
+from .family import Family, Fault as Fault
 from .state import MASK64, Binding, Block, Machine, Tile
 
 CUBE_LOAD_CODES = {21: "CUBE_M32", 22: "CUBE_M16", 23: "CUBE_N8"}    # B.DATR Layout (ADR 0070)
 CUBE_STORE_CODES = {24: "CUBE_M32", 25: "CUBE_M16", 26: "CUBE_N8"}
-
-
-@dataclass(frozen=True)
-class Fault:
-    name: str
-    address: Optional[int] = None     # data address of a memory fault, else None (= word PC)
 
 
 TILE_LEGALITY = Fault("Fault_TileLegality")
