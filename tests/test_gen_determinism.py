@@ -10,8 +10,9 @@ TILE_CAPACITY, PE, undefine, core) and, for the main draws, over the leaves
 of its start State (campaign.initial_state: the setup run on the oracle, no
 jit). The literals were computed on the generator before it was split into
 ptojax/fuzz/gen/ (the four with start States recomputed when the State gained
-its numeric_flags leaf: hashed without that leaf they were unchanged); a
-refactor that changes any draw changes a digest.
+its numeric_flags leaf: hashed without that leaf they were unchanged; the
+CAS draws changed when a 4-bit Index came to be read through its carriers,
+issue 53); a refactor that changes any draw changes a digest.
 `python tests/test_gen_determinism.py` prints the digests.
 """
 
@@ -128,15 +129,15 @@ def _draws() -> dict:
 
 DIGESTS = {
     'transport': 'b621dcd9e7a60111eafdd54f1a2458ac1fb8c081e00fe58382bab057ce5d66e1',
-    'cas': 'd57b4275f02af71f378d2392b3a65b3e2c275dc2f5c64f5107495d2bf80d5e50',
+    'cas': 'f4fe7d4f0224926803a7348e4c6a2473cfe8b031abedc0c856da8af1388d2282',
     'matmul': '58e4c8771e5f425663d715bd45cdf829783a20683a823be35510df296b93247b',
     'coop': 'c216c023e4b251c5eeeb4ff2e3f524775bf7439f1dfdb2ae1b038b996154e7b7',
-    'mixed_core': '279b32f2c62bee23e81da70c09b5c7d8a9fd98bb5501680e369b8fd78a449610',
-    'mixed': '4e66659323a94a1dad287cd05f60dca32d3a0092fd620491728af7426e6d1270',
-    'small_seeds': 'f980dea47ea1f315baf703043a3c55e1ecc365a473e0ea12ef10748a7f52b105',
+    'mixed_core': 'db0e1397c92e18a4e040abe58ac9ac6b2d648b6b1383dfb90300696f8756cb99',
+    'mixed': '3b121094e246b42c902375d678c9196864e2b22b9af216b940a98025f0a5a371',
+    'small_seeds': 'd077e13eda2c948e538314229190745fb59442a75a4a075adb330b060ee6ae88',
     'matmul_forms': '753a01fc84659ce113f73fc012ab351013fa8158d1c143d8e5cdaae1189fd880',
     'words': 'b742bb8344c5c936cfd6668bdef69f4a077fae210328f2fa4c23c2b2fd12a8a1',
-    'forced_cas': '66cf65ed31da316bb2dfba8351ab4b8016419e4eaac526fad7f441e766cd5e85',
+    'forced_cas': 'a922df2a72d3ddf187f0a26a99ad51adbcd108de2b4a18e0630fdebd41c63b65',
     'forced_matmul': '23fb6af1a9fea32cd8bfba94252a24059febe8a75ceb5e5c21803453f25ff5f6',
     'forced_coop': 'be1e5848e3c47a905e0b30e3596573adc2eb4976acf76784f1eeae88b5adca18',
 }

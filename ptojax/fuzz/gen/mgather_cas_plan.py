@@ -343,6 +343,12 @@ def cas_draw(b: Builder, kind: str, muts: list) -> Optional[CasPlan]:
     vr, vc, layout, code, col, size = shape
     lb, datr_f = _cas_header(rng, vr, vc, col, code)
     src_region, lane_region, base, base_mode, addrs = _cas_lanes(b, kind, idt, elem_bytes(bits), vr * vc)
+    if idt in INT_DTYPES and BITS[idt] == 4:
+        # the model keeps a 4-bit Index in packed carriers and MGATHER.CAS reads
+        # its raw Word e: lane e gets element 16e, 0 past the loaded elements
+        # (docs/spec-notes.md row 58). An Index of zeros from a lane address as
+        # the base sends every lane where the plan says, whatever the geometry
+        base, base_mode, addrs = addrs[0], "index4", [addrs[0]] * len(addrs)
     mem, expected, replacement = _cas_values(b, kind, addrs, bits)
     hand = int(rng.integers(0, 4))
     plan = CasPlan(td=td, idt=idt, vr=vr, vc=vc, col=col, lb=lb, layout=layout, datr=datr_f,
@@ -457,6 +463,8 @@ def _move_lane(b: Builder, plan: CasPlan, what: str, addresses) -> bool:
     rng, n = b.rng, len(plan.addrs)
     where = pick_one(rng, ["first", "middle", "last"])
     lane = {"first": 0, "middle": n // 2, "last": n - 1}[where]
+    if plan.idt in INT_DTYPES and BITS[plan.idt] == 4:
+        where, lane = "first", 0        # of a 4-bit Index only lane 0 reads its own element (cas_draw)
     opts = [a for a in addresses(plan.addrs[lane]) if _representable(a - plan.base, plan.idt)]
     if not opts:
         return False
