@@ -463,7 +463,8 @@ class SharedTiles(PytreeDataclass):
     cols: jax.Array             # int32[R]
     valid_rows: jax.Array       # int32[R]
     valid_cols: jax.Array       # int32[R]
-    words: jax.Array            # uint64[R, shared_words], element e at its RowMajor index
+    words: jax.Array            # uint64[R, shared_words], element e at its index in the layout
+    defined: jax.Array          # bool[R, shared_words] TileLogicalElementDefined of element e
 
 
 @pytree_dataclass
@@ -581,7 +582,8 @@ def _reset(cfg: MachineConfig) -> State:
         published=jnp.zeros(R, bool), contents_defined=jnp.zeros(R, bool),
         dtype=jnp.full(R, u64_code, jnp.int32), layout=jnp.full(R, row_major, jnp.int32),
         capacity=_i32(R), rows=_i32(R), cols=_i32(R), valid_rows=_i32(R), valid_cols=_i32(R),
-        words=jnp.zeros((R, cfg.shared_words), jnp.uint64))
+        words=jnp.zeros((R, cfg.shared_words), jnp.uint64),
+        defined=jnp.zeros((R, cfg.shared_words), bool))
     return State(gm=jnp.zeros(cfg.gm_bytes, jnp.uint8),
                  gpr=jnp.zeros((tables.NUM_PES, tables.NUM_GPRS), jnp.uint64),
                  pc=jnp.zeros((), jnp.uint64), fault=_i32(),

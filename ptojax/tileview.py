@@ -163,8 +163,13 @@ class SharedTileView(TileView):
     words/defined cover the rows x columns elements in the register's layout
     order (RowMajor r*columns + c, or the ColumnMajor/ZN/NZ a relayout TLOAD
     gave it); a 4-bit record's words are its packed carriers, as a Local
-    tile's (the model's record is a copy of the Local TileInfo); an element is defined when its quarter is initialized and it
-    lies in the valid rectangle (docs/shared-decisions.md section 1).
+    tile's (the model's record is a copy of the Local TileInfo). `defined` is
+    each element's stored definedness bit (TileLogicalElementDefined, as the
+    model prints it): what the moves into the record left there
+    (docs/shared-decisions.md sections 1 and 3, docs/tmov.md section 3), apart
+    from whether a read of it gives the stored Word (an uninitialized quarter
+    reads `sid XOR e`); `defined_valid_elements` counts the defined elements of
+    the valid rectangle.
     """
     allocation_mask: int = 0
     initialized_mask: int = 0
@@ -218,17 +223,14 @@ def read_shared(s: State, shared_id: int) -> SharedTileView:
         "allocation_mask", "initialized_mask", "dtype", "layout", "capacity", "rows", "cols",
         "valid_rows", "valid_cols")}
     n = min(g["rows"] * g["cols"], sh.words.shape[-1])
-    bits = tables.DTYPE_BY_CODE[g["dtype"]].bits
-    e = np.arange(n)
-    quarter = np.minimum((e * bits // 8) * 4 // max(g["capacity"], 1), 3)
-    init = ((g["initialized_mask"] >> (3 - quarter)) & 1) == 1
-    defined = init & _valid_slots(tables.TILE_LAYOUTS[g["layout"]], g, n)
+    defined = np.asarray(sh.defined[i, :n]).astype(bool)
+    valid = _valid_slots(tables.TILE_LAYOUTS[g["layout"]], g, n)
     return SharedTileView(
         index=sid, allocated=True, layout=tables.TILE_LAYOUTS[g["layout"]],
         dtype=tables.DTYPE_BY_CODE[g["dtype"]].name, rows=g["rows"], columns=g["cols"],
         valid_rows=g["valid_rows"], valid_columns=g["valid_cols"], capacity_bytes=g["capacity"],
         location="Any", pe_mask=g["allocation_mask"], k_repeat=0, n_repeat=0, cell_count=0,
-        storage_bytes=0, defined_valid_elements=int(np.sum(defined)),
+        storage_bytes=0, defined_valid_elements=int(np.sum(defined & valid)),
         words=model_slots(np.asarray(sh.words[i, :n]), tables.TILE_LAYOUTS[g["layout"]], g["dtype"],
                           g["rows"], g["cols"]), defined=defined,
         allocation_mask=g["allocation_mask"], initialized_mask=g["initialized_mask"],

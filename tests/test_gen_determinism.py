@@ -10,7 +10,8 @@ TILE_CAPACITY, PE, undefine, core) and, for the main draws, over the leaves
 of its start State (campaign.initial_state: the setup run on the oracle, no
 jit). The literals were computed on the generator before it was split into
 ptojax/fuzz/gen/ (the four with start States recomputed when the State gained
-its numeric_flags leaf: hashed without that leaf they were unchanged; the
+its numeric_flags leaf, and again for its shared.defined leaf: hashed without
+that leaf they were unchanged each time; the
 CAS draws changed when a 4-bit Index came to be read through its carriers,
 issue 53); a refactor that changes any draw changes a digest.
 `python tests/test_gen_determinism.py` prints the digests.
@@ -128,10 +129,10 @@ def _draws() -> dict:
 
 
 DIGESTS = {
-    'transport': 'b621dcd9e7a60111eafdd54f1a2458ac1fb8c081e00fe58382bab057ce5d66e1',
-    'cas': 'f4fe7d4f0224926803a7348e4c6a2473cfe8b031abedc0c856da8af1388d2282',
-    'matmul': '58e4c8771e5f425663d715bd45cdf829783a20683a823be35510df296b93247b',
-    'coop': 'c216c023e4b251c5eeeb4ff2e3f524775bf7439f1dfdb2ae1b038b996154e7b7',
+    'transport': '14bc375f304208b370ce808bc112e5bc02783199c36c0482f1fea0aa924b3565',
+    'cas': '776c7e581a2dfccb137a110aa5a29902960b93f2483806e7844214ebb4d9b37e',
+    'matmul': '070f4ffe45b7ffaf8dafefc765f3d06543f0ce943fc5dc91be8f60853af858c0',
+    'coop': '4779f040ac253f4148378aa197f865831968af863d5130484f181372da9703ba',
     'mixed_core': 'db0e1397c92e18a4e040abe58ac9ac6b2d648b6b1383dfb90300696f8756cb99',
     'mixed': '3b121094e246b42c902375d678c9196864e2b22b9af216b940a98025f0a5a371',
     'small_seeds': 'd077e13eda2c948e538314229190745fb59442a75a4a075adb330b060ee6ae88',

@@ -220,6 +220,11 @@ def with_shared_records(s):
     sh["words"][2, 24:32] = 0
     sh["words"][2, 40] = 0x1234                   # stale Word past S200's storage
     sh["words"][3, :48] = 0                       # S0: only PE3's quarter written
+    # stored definedness (docs/shared-decisions.md 1): what the writes would leave
+    sh["defined"][0, :128] = True
+    sh["defined"][2, [0, 1, 2, 3, 4, 5, 16, 17, 18, 19, 20, 21]] = True
+    sh["defined"][2, 41] = True                   # a stale bit past S200's storage
+    sh["defined"][3, 48:64] = True
     return poke_sub(s, "shared", **sh)
 
 
@@ -388,27 +393,30 @@ def test_shared_tiles(states, envelopes):
     assert s5["data"] == [int(x) for x in words[0, :128]] and all(s5["defined"])
     assert s5["extensions"]["ptojax"] == {"record": 0, "initialized_mask": 0b1111,
                                           "published": True, "contents_defined": True,
-                                          "words_tail": []}
+                                          "words_tail": [], "defined_tail": []}
     s200 = sh["tiles"]["S200"]
     assert s200["descriptor"]["shape"] == [4, 8] and s200["descriptor"]["valid_shape"] == [3, 6]
     assert s200["data"] == [int(x) for x in words[2, :32]]
-    # quarters of 8 U32 elements: PE0 and PE2 initialized, inside valid 3x6
+    # the stored bits: quarters of 8 U32 elements, PE0's and PE2's inside valid 3x6
     assert [i for i, b in enumerate(s200["defined"]) if b] == [0, 1, 2, 3, 4, 5, 16, 17, 18, 19, 20, 21]
     assert s200["extensions"]["ptojax"] == {"record": 2, "initialized_mask": 0b1010,
                                             "published": False, "contents_defined": False,
-                                            "words_tail": [[40, 0x1234]]}
+                                            "words_tail": [[40, 0x1234]], "defined_tail": [41]}
     s0 = sh["tiles"]["S0"]
     assert s0["descriptor"]["dtype"] == "U4X2" and s0["allocation_mask"] == 0b0011
     assert [i for i, b in enumerate(s0["defined"]) if b] == list(range(48, 64))
     # the envelope's view agrees with pj.read_shared
     for sid, rec in ((5, s5), (200, s200), (0, s0)):
         v = pj.read_shared(s, sid)
-        assert rec["data"] == [int(x) for x in v.words] and rec["defined"] == v.defined.tolist()
+        assert rec["defined"] == v.defined.tolist()
+        # `data` is the stored Words; the view shows a 4-bit record's as its packed carriers
+        if v.elements_per_word == 1:
+            assert rec["data"] == [int(x) for x in v.words]
         assert rec["allocation_mask"] == v.allocation_mask
     stale = envelopes["shared_stale"]["state"]["shared"]["extensions"]["ptojax"]["free_records"]
     assert stale == [{"record": 5, "fields": {"published": True,
                                               "dtype": tables.DTYPE_BY_NAME["FP32"].code, "rows": 3},
-                      "words": [[2, 7]]}]
+                      "words": [[2, 7]], "defined": []}]
 
 
 def test_shared_records_without_record_index_take_the_lowest_free_records(envelopes):
@@ -562,10 +570,12 @@ def random_shared(s, rng):
     sh["capacity"] = np.where(held & (rng.random(R) < 0.5), 64 << rng.integers(0, 13, R),
                               sh["capacity"]).astype(np.int32)
     sh["words"] = np.where(held[:, None], random_words(rng, (R, WS)), 0).astype(np.uint64)
+    sh["defined"] = held[:, None] & (rng.random((R, WS)) < 0.4)
     stale = ~held & (rng.random(R) < 0.3)           # free records that are not canonical
     sh["rows"] = np.where(stale, rng.integers(-5, 40, R), sh["rows"]).astype(np.int32)
     sh["published"] = sh["published"] | (stale & (rng.random(R) < 0.5))
     sh["words"] = np.where(stale[:, None], random_words(rng, (R, WS), 0.05), sh["words"])
+    sh["defined"] = sh["defined"] | (stale[:, None] & (rng.random((R, WS)) < 0.05))
     return poke_sub(s, "shared", **sh)
 
 
@@ -782,7 +792,11 @@ BAD_SHARED = {
                         "a free record holds sid -1"),
     "free record word": (_set(FREE_RECORDS, [{"record": 7, "fields": {}, "words": [[1024, 1]]}]),
                          "does not fit cfg.shared_words=1024"),
-    "defined disagrees": (_set(S5 + ("defined", 3), False), r"defined\[3\]: False disagrees"),
+    "defined tail offset": (_set(S5X + ("defined_tail",), [1024]), "does not fit cfg.shared_words"),
+    "defined tail below data": (_set(S5X + ("defined_tail",), [3]), "defined_tail"),
+    "free record defined": (_set(FREE_RECORDS, [{"record": 7, "fields": {}, "words": [],
+                                                 "defined": [1024]}]),
+                            "does not fit cfg.shared_words=1024"),
     "data too long": (_set(S5 + ("data",), [0] * 1025), "do not fit cfg.shared_words=1024"),
     "strides": (_set(S5 + ("descriptor", "strides"), [1, 8]), "Shared payload order"),
     "missing capacity": (_set(S5 + ("descriptor", "extensions"), {}), "capacity"),

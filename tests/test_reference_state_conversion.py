@@ -18,7 +18,7 @@ from ptojax.state import state_differences, state_leaves, tile_words
 
 CFG = pj.MachineConfig(tile_words=256, hand_slots=16, shared_slots=8, shared_words=256)
 SRC, DST = 0x400, 0x800
-PAYLOAD = (".tiles.words", ".tiles.defined", ".shared.words")
+PAYLOAD = (".tiles.words", ".tiles.defined", ".shared.words", ".shared.defined")
 
 
 def bundle(op, hand="T", mask="1000"):
@@ -42,7 +42,9 @@ def random_state(seed=0):
         s = s.replace(tiles=s.tiles.replace(words=jax.numpy.asarray(bits(s.tiles.words)),
                                             defined=jax.numpy.asarray(
                                                 rng.integers(0, 2, s.tiles.defined.shape) == 1)),
-                      shared=s.shared.replace(words=jax.numpy.asarray(bits(s.shared.words))))
+                      shared=s.shared.replace(words=jax.numpy.asarray(bits(s.shared.words)),
+                                              defined=jax.numpy.asarray(
+                                                  rng.integers(0, 2, s.shared.defined.shape) == 1)))
     s = pj.write_memory(s, SRC, rng.integers(0, 256, 1024, dtype=np.uint8).tobytes())
     for pe in range(4):
         s = pj.write_gpr(pj.write_gpr(s, "a0", SRC, pe=pe), "a1", 64, pe=pe)
@@ -65,7 +67,7 @@ def test_tload_writes_only_its_slot():
         changed = changed_words(getattr(s.tiles, leaf), getattr(r.state.tiles, leaf))
         assert changed and {pe for pe, _ in changed} == {0}
         assert all(base <= at < base + 512 for _, at in changed)   # its own slots only (2 a Word)
-    assert r.state.shared.words is s.shared.words
+    assert r.state.shared.words is s.shared.words and r.state.shared.defined is s.shared.defined
     assert state_differences(s, r.state, skip=("pc", "tiles")) == []
     row = tile_words(r.state.tiles, 0, 48)[0][:256]
     assert row.view(np.uint32)[::2].tobytes() == np.asarray(s.gm)[SRC:SRC + 1024].tobytes()
@@ -78,7 +80,7 @@ def test_untouched_payload_is_the_input_leaf():
     assert r.fault == "Fault_None"
     for leaf in ("words", "defined"):
         assert getattr(r.state.tiles, leaf) is getattr(s.tiles, leaf)
-    assert r.state.shared.words is s.shared.words
+    assert r.state.shared.words is s.shared.words and r.state.shared.defined is s.shared.defined
     assert np.asarray(r.state.gm)[DST:DST + 1024].tobytes() == np.asarray(s.gm)[SRC:SRC + 1024].tobytes()
 
 

@@ -12,14 +12,15 @@ files and the batched DUT protocol"), other keys its parameters.
 States travel as their leaves (state.state_leaves' names without the leading
 dot, under a prefix: `initial.gm`, `final.tiles.dtype`, ...), one row per
 case, except the payload pools, which are sparse: only the pages (a PE's W
-slots of `tiles.words` / `tiles.defined`, a record of `shared.words`) that
-are not all zero are stored, with their coordinates:
+slots of `tiles.words` / `tiles.defined`, a record of `shared.words` /
+`shared.defined`) that are not all zero are stored, with their coordinates:
 
     P.tiles.pages   int32[m, 3]   (case row, pe, page)
     P.tiles.words   uint64 or uint32 [m, W]
     P.tiles.defined bool[m, W]
     P.shared.records int32[m, 2]  (case row, record)
     P.shared.words  uint64[m, WS]
+    P.shared.defined bool[m, WS]
 
 and every other page is zero (a reset pool). So a batch of 16x16 tiles
 costs kilobytes a case, not the whole pool.
@@ -41,7 +42,7 @@ DTYPES = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I1
           "F16": np.float16, "F32": np.float32, "F64": np.float64}
 _NAME_OF = {np.dtype(v): k for k, v in DTYPES.items()}
 MAX_HEADER = 100 << 20              # a header past this is corrupt, not large
-POOLS = ("tiles.words", "tiles.defined", "shared.words")
+POOLS = ("tiles.words", "tiles.defined", "shared.words", "shared.defined")
 
 
 class BatchFileError(ValueError):
@@ -194,10 +195,11 @@ def states_to_tensors(prefix: str, leaves: dict) -> dict:
     out[f"{prefix}.tiles.pages"] = at.reshape(-1, 3)
     out[f"{prefix}.tiles.words"] = words[used]
     out[f"{prefix}.tiles.defined"] = defined[used]
-    sw = np.asarray(leaves[".shared.words"])
-    used = (sw != 0).any(axis=-1)                                        # [n, R]
+    sw, sd = np.asarray(leaves[".shared.words"]), np.asarray(leaves[".shared.defined"])
+    used = (sw != 0).any(axis=-1) | sd.any(axis=-1)                      # [n, R]
     out[f"{prefix}.shared.records"] = np.argwhere(used).astype(np.int32).reshape(-1, 2)
     out[f"{prefix}.shared.words"] = sw[used]
+    out[f"{prefix}.shared.defined"] = sd[used]
     return out
 
 
@@ -240,11 +242,14 @@ def tensors_to_states(prefix: str, tensors: dict, cfg: MachineConfig, n: int,
     if recs is None or recs.ndim != 2 or recs.shape[1] != 2:
         raise BatchFileError(f"{where}: {prefix}.shared.records must be int32[m, 2]")
     sw = get("shared.words", (len(recs), WS), np.uint64)
+    sd = get("shared.defined", (len(recs), WS), np.bool_)
     if len(recs) and (recs.min() < 0 or (recs.max(axis=0) >= (n, R)).any()):
         raise BatchFileError(f"{where}: {prefix}.shared.records holds a record outside [{n}, {R}]")
     ds = np.zeros((n, R, WS), np.uint64)
+    dd = np.zeros((n, R, WS), bool)
     ds[recs[:, 0], recs[:, 1]] = sw
-    out[".shared.words"] = ds
+    dd[recs[:, 0], recs[:, 1]] = sd
+    out[".shared.words"], out[".shared.defined"] = ds, dd
     return {k: out[k] for k in base}
 
 

@@ -94,6 +94,7 @@ class Starts:
             out[f"{prefix}.tiles.defined"] = np.zeros((0, W), np.bool_)
             out[f"{prefix}.shared.records"] = np.zeros((0, 2), np.int32)
             out[f"{prefix}.shared.words"] = np.zeros((0, WS), np.uint64)
+            out[f"{prefix}.shared.defined"] = np.zeros((0, WS), np.bool_)
             return out
         # the prepared States' non-zero pages, each given to every row starting from it
         w, d = self.prepared[".tiles.words"], self.prepared[".tiles.defined"]
@@ -103,12 +104,13 @@ class Starts:
         out[f"{prefix}.tiles.pages"] = np.column_stack([dest, at[take, 1:]]).astype(np.int32)
         out[f"{prefix}.tiles.words"] = w[used][take]
         out[f"{prefix}.tiles.defined"] = d[used][take]
-        sw = self.prepared[".shared.words"]
-        su = (sw != 0).any(axis=-1)                                       # [P, R]
+        sw, sd = self.prepared[".shared.words"], self.prepared[".shared.defined"]
+        su = (sw != 0).any(axis=-1) | sd.any(axis=-1)                     # [P, R]
         sat = np.argwhere(su)
         take, dest = _spread(sat[:, 0], len(sw), has, src)
         out[f"{prefix}.shared.records"] = np.column_stack([dest, sat[take, 1:]]).astype(np.int32)
         out[f"{prefix}.shared.words"] = sw[su][take]
+        out[f"{prefix}.shared.defined"] = sd[su][take]
         return out
 
 

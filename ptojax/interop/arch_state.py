@@ -176,18 +176,6 @@ def _block_attributes(b: dict) -> dict:
     return attrs
 
 
-def _shared_defined(f: dict, n: int) -> np.ndarray:
-    """Definedness of Shared elements 0..n-1 (as pj.read_shared): the element's quarter
-    q(e) = floor(4*floor(e*bits/8)/capacity) is in initialized_mask and e = r*cols+c
-    lies inside the valid rectangle."""
-    bits = tables.DTYPE_BY_CODE[f["dtype"]].bits
-    e = np.arange(n, dtype=np.int64)
-    quarter = np.minimum((e * bits // 8) * 4 // max(f["capacity"], 1), 3)
-    init = ((f["initialized_mask"] >> (3 - quarter)) & 1) == 1
-    cols = max(f["cols"], 1)
-    return init & (e // cols < f["valid_rows"]) & (e % cols < f["valid_cols"])
-
-
 def _export_local(t: dict, pe: int, S: int, W: int, hs: int) -> tuple[dict, dict]:
     """One PE's Local file: allocated slots as tileValue registers, stale free slots."""
     regs: dict[str, Any] = {}
@@ -240,7 +228,7 @@ def _export_shared(sh: dict, WS: int) -> tuple[dict, list]:
     free records that differ from the canonical free record."""
     tiles: dict[str, Any] = {}
     free: list = []
-    words = sh["words"].astype(np.uint64)
+    words, defined = sh["words"].astype(np.uint64), sh["defined"].astype(bool)
     holder: dict[int, int] = {}
     for r in range(words.shape[0]):
         f = {k: (bool(sh[k][r]) if k in _SHARED_BOOLS else int(sh[k][r])) for k in _SHARED_SCALARS}
@@ -248,8 +236,9 @@ def _export_shared(sh: dict, WS: int) -> tuple[dict, list]:
         if sid == -1:
             stale = {k: v for k, v in f.items() if v != _SHARED_FREE.get(k, 0)}
             w = _sparse(words[r], 0)
-            if stale or w:
-                free.append({"record": r, "fields": stale, "words": w})
+            dd = [int(i) for i in np.flatnonzero(defined[r])]
+            if stale or w or dd:
+                free.append({"record": r, "fields": stale, "words": w, "defined": dd})
             continue
         where = f"Shared record {r}"
         if not 0 <= sid < tables.SHARED_TILES:
@@ -277,13 +266,14 @@ def _export_shared(sh: dict, WS: int) -> tuple[dict, list]:
                            "strides": [f["cols"], 1],
                            "extensions": {EXT: {"capacity_bytes": f["capacity"]}}},
             "data": [int(x) for x in words[r, :n].tolist()],
-            "defined": [bool(x) for x in _shared_defined(f, n).tolist()],
+            "defined": [bool(x) for x in defined[r, :n].tolist()],
             "generation": 0,
             "allocation_mask": f["allocation_mask"],
             "extensions": {EXT: {"record": r, "initialized_mask": f["initialized_mask"],
                                  "published": f["published"],
                                  "contents_defined": f["contents_defined"],
-                                 "words_tail": _sparse(words[r], n)}}}
+                                 "words_tail": _sparse(words[r], n),
+                                 "defined_tail": [int(i) for i in np.flatnonzero(defined[r, n:]) + n]}}}
     return tiles, free
 
 
@@ -560,7 +550,7 @@ def _read_shared_tile(v, sid: int, label: str, cfg: MachineConfig) -> tuple[Opti
               "Shared tile's initialized mask, published and contents-defined flags")
     vl = f"{label}.extensions.{EXT}"
     _obj(vext, vl, ("initialized_mask", "published", "contents_defined", "words_tail"),
-         ("record",))
+         ("record", "defined_tail"))
     f["initialized_mask"] = _int(vext["initialized_mask"], f"{vl}.initialized_mask", 0, 0xF)
     f["published"] = _bool(vext["published"], f"{vl}.published")
     f["contents_defined"] = _bool(vext["contents_defined"], f"{vl}.contents_defined")
@@ -576,15 +566,11 @@ def _read_shared_tile(v, sid: int, label: str, cfg: MachineConfig) -> tuple[Opti
     words = np.zeros(WS, np.uint64)
     words[:n] = np.array([_int(x, f"{label}.data[{i}]", 0, _U64) for i, x in enumerate(data)],
                          dtype=np.uint64)
-    got = np.array([_bool(x, f"{label}.defined[{i}]") for i, x in enumerate(dfn)], dtype=bool)
-    want = _shared_defined(f, n)
-    if not np.array_equal(got, want):
-        i = int(np.flatnonzero(got != want)[0])
-        _fail(f"{label}.defined[{i}]", f"{bool(got[i])} disagrees with the initialized mask "
-              f"{f['initialized_mask']:04b} and valid shape (ptojax derives Shared definedness: "
-              "element quarter initialized and inside the valid rectangle)")
+    defined = np.zeros(WS, bool)
+    defined[:n] = np.array([_bool(x, f"{label}.defined[{i}]") for i, x in enumerate(dfn)], dtype=bool)
     _put_sparse(words, vext["words_tail"], f"{vl}.words_tail", WS, n, "cfg.shared_words")
-    f["words"] = words
+    _put_bits(defined, vext.get("defined_tail", []), f"{vl}.defined_tail", WS, n, "cfg.shared_words")
+    f["words"], f["defined"] = words, defined
     return record, f
 
 
@@ -595,6 +581,7 @@ def _read_shared(v, label: str, cfg: MachineConfig) -> dict:
     sh = {k: np.full(R, _SHARED_FREE.get(k, 0), dtype=bool if k in _SHARED_BOOLS else np.int32)
           for k in _SHARED_SCALARS}
     sh["words"] = np.zeros((R, WS), np.uint64)
+    sh["defined"] = np.zeros((R, WS), bool)
     v = _obj(v, label, ("tiles", "generations", "extensions"))
     tiles = _obj(v["tiles"], f"{label}.tiles")
     if len(tiles) > R:
@@ -621,7 +608,7 @@ def _read_shared(v, label: str, cfg: MachineConfig) -> dict:
         _obj(ext, el, ("free_records",))
         for i, fr in enumerate(_list(ext["free_records"], f"{el}.free_records")):
             fl = f"{el}.free_records[{i}]"
-            fr = _obj(fr, fl, ("record", "fields", "words"))
+            fr = _obj(fr, fl, ("record", "fields", "words"), ("defined",))
             record = _record_index(fr["record"], f"{fl}.record", R)
             if record in owner:
                 _fail(f"{fl}.record", f"record {record} is also held by {owner[record]}")
@@ -633,9 +620,10 @@ def _read_shared(v, label: str, cfg: MachineConfig) -> dict:
             for k, val in fields.items():
                 vals[k] = (_bool(val, f"{fl}.fields.{k}") if k in _SHARED_BOOLS
                            else _int(val, f"{fl}.fields.{k}", *_I32))
-            words = np.zeros(WS, np.uint64)
+            words, defined = np.zeros(WS, np.uint64), np.zeros(WS, bool)
             _put_sparse(words, fr["words"], f"{fl}.words", WS, 0, "cfg.shared_words")
-            free_records.append((record, vals, words))
+            _put_bits(defined, fr.get("defined", []), f"{fl}.defined", WS, 0, "cfg.shared_words")
+            free_records.append((record, vals, words, defined))
     # tiles without a record index take the lowest unclaimed records, in SharedTileID order
     spare = (r for r in range(R) if r not in owner)
     for sid, f in sorted(unplaced, key=lambda x: x[0]):
@@ -646,10 +634,10 @@ def _read_shared(v, label: str, cfg: MachineConfig) -> dict:
     for r, f in placed:
         for k, val in f.items():
             sh[k][r] = val
-    for r, vals, words in free_records:
+    for r, vals, words, defined in free_records:
         for k, val in vals.items():
             sh[k][r] = val
-        sh["words"][r] = words
+        sh["words"][r], sh["defined"][r] = words, defined
     return sh
 
 

@@ -87,11 +87,11 @@ def put_sparse(row: np.ndarray, pairs, label: str, W: int, lo: int, bound: str =
         row[off] = val
 
 
-def put_bits(row: np.ndarray, offsets, label: str, W: int, lo: int):
+def put_bits(row: np.ndarray, offsets, label: str, W: int, lo: int, bound: str = "cfg.tile_words"):
     for i, off in enumerate(list_(offsets, label)):
         off = int_(off, f"{label}[{i}]", lo, (1 << 31) - 1)
         if off >= W:
-            fail(label, f"definedness offset {off} does not fit cfg.tile_words={W}")
+            fail(label, f"definedness offset {off} does not fit {bound}={W}")
         row[off] = True
 
 

@@ -136,19 +136,22 @@ def complete(state: State, h: Header, pe: jax.Array, cfg: MachineConfig, enable:
     return out
 
 
-def _split(state: State) -> tuple[State, tuple[jax.Array, jax.Array, jax.Array]]:
+_Big = tuple[jax.Array, jax.Array, jax.Array, jax.Array]
+
+
+def _split(state: State) -> tuple[State, _Big]:
     """(the State without its large arrays, those arrays): what a conditional
     may carry, and what its branches read from outside (_join)."""
-    big = (state.tiles.words, state.tiles.defined, state.shared.words)
+    big = (state.tiles.words, state.tiles.defined, state.shared.words, state.shared.defined)
     light = state.replace(tiles=state.tiles.replace(words=None, defined=None),
-                          shared=state.shared.replace(words=None))
+                          shared=state.shared.replace(words=None, defined=None))
     return light, big
 
 
-def _join(light: State, big: tuple[jax.Array, jax.Array, jax.Array]) -> State:
-    words, defined, shared_words = big
+def _join(light: State, big: _Big) -> State:
+    words, defined, shared_words, shared_defined = big
     return light.replace(tiles=light.tiles.replace(words=words, defined=defined),
-                         shared=light.shared.replace(words=shared_words))
+                         shared=light.shared.replace(words=shared_words, defined=shared_defined))
 
 
 def _complete(state: State, h: Header, pe: jax.Array, enable: jax.Array, cas_seed: jax.Array | int, *,

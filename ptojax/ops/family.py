@@ -21,14 +21,15 @@ from .header import Header
 
 
 class RowWrite(NamedTuple):
-    """A Shared TLOAD's write of one record's Words (row `index` of
-    SharedTiles.words, when `do`), applied after the completion
+    """A Shared write of one record's Words and their definedness (row `index`
+    of SharedTiles.words / .defined, when `do`), applied after the completion
     (shared_transport.apply_row_write): the completion's conditionals then
     carry one row, not the whole file."""
     # the field shadows tuple.index, a method in typeshed's tuple: mypy calls that an override
     index: jax.Array  # type: ignore[assignment]
     do: jax.Array
     words: jax.Array            # uint64[shared_words]
+    defined: jax.Array          # bool[shared_words]
 
 
 class Context(NamedTuple):

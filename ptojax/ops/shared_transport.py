@@ -44,7 +44,8 @@ def _last_writer(key: jax.Array, order: jax.Array, active: jax.Array) -> jax.Arr
 
 
 def no_row_write(shared: SharedTiles) -> RowWrite:
-    return RowWrite(jnp.int32(0), jnp.bool_(False), jnp.zeros(shared.words.shape[-1], U64))
+    WS = shared.words.shape[-1]
+    return RowWrite(jnp.int32(0), jnp.bool_(False), jnp.zeros(WS, U64), jnp.zeros(WS, bool))
 
 
 def merge_row_writes(a: RowWrite | None, b: RowWrite | None) -> RowWrite | None:
@@ -57,8 +58,9 @@ def merge_row_writes(a: RowWrite | None, b: RowWrite | None) -> RowWrite | None:
 
 def apply_row_write(shared: SharedTiles, w: RowWrite) -> SharedTiles:
     """`shared` with the RowWrite done (in place: one row)."""
-    return shared.replace(words=shared.words.at[w.index].set(
-        jnp.where(w.do, w.words, shared.words[w.index])))
+    return shared.replace(
+        words=shared.words.at[w.index].set(jnp.where(w.do, w.words, shared.words[w.index])),
+        defined=shared.defined.at[w.index].set(jnp.where(w.do, w.defined, shared.defined[w.index])))
 
 
 class _Register(NamedTuple):
@@ -160,10 +162,14 @@ def _load_effect(state: State, h: Header, reg: _Register, ld: _Load, lane: jax.A
                  do_load: jax.Array) -> tuple[SharedTiles, jax.Array, RowWrite]:
     """TLOAD effect: a new record or a compatible update of the selected quarters.
     Returns (the Shared file with the record's fields, the settled record
-    index, the write of its Words)."""
+    index, the write of its Words and definedness). The loaded elements are
+    defined: a new record's others are 0 and undefined, an existing record's
+    keep their Words and bits (the model loads a fresh tile, every element
+    undefined, then AtomicUpdateSharedTileWithPublication: docs/shared-decisions.md 3)."""
     shared, mask, edt = state.shared, h.shared_mask, h.dtype
     i, exists, rec, lay = reg.i, reg.exists, reg.rec, reg.lay
     new_words = jnp.where(lane, loaded, jnp.where(exists, row(shared.words, i), U64(0)))
+    new_def = lane | (exists & row(shared.defined, i))
     init = jnp.where(exists, rec["initialized_mask"] | mask, mask)
     alloc = jnp.where(exists, rec["allocation_mask"], mask)
     defined = init == alloc
@@ -175,7 +181,7 @@ def _load_effect(state: State, h: Header, reg: _Register, ld: _Load, lane: jax.A
     i, do_load, fields = settle((i, do_load, fields))
     upd = {k: getattr(shared, k).at[i].set(jnp.where(do_load, v, getattr(shared, k)[i]))
            for k, v in fields.items()}
-    return shared.replace(**upd), i, RowWrite(i, do_load, new_words)
+    return shared.replace(**upd), i, RowWrite(i, do_load, new_words, new_def)
 
 
 def selects(h: Header) -> jax.Array:

@@ -141,7 +141,11 @@ def write_record(shared: SharedTiles, reg: Register, tosh: ToShared, s: Mapping[
                  l2s: jax.Array, WS: int) -> tuple[SharedTiles, RowWrite]:
     """9/10's effect where `ok & l2s`: the record's fields in place, a new
     record or the selected quarters of an existing one (source `s`, its lanes'
-    Words and definedness `src_words` / `src_def`); its Words as the RowWrite."""
+    Words and definedness `src_words` / `src_def`); its Words and definedness
+    as the RowWrite. A new record takes every Word and definedness bit of the
+    source, whatever the mask; an existing one takes each element of a
+    selected quarter that the source defines, Word and bit, and keeps every
+    other (AtomicUpdateSharedTileWithPublication, docs/tmov.md 3)."""
     smask, rec, exists, stsize = reg.mask, reg.rec, reg.exists, tosh.size
     e = jnp.arange(WS, dtype=jnp.int32)
     L = src_words.shape[0]
@@ -151,8 +155,9 @@ def write_record(shared: SharedTiles, reg: Register, tosh: ToShared, s: Mapping[
     in_src = e.astype(jnp.int64) < tosh.n_src
     sbits = take(DT_BITS, s["dtype"])
     chosen = sh.in_mask(smask, sh.quarter(e, sbits, stsize)) & in_src & sd
-    old = row(shared.words, reg.i)
+    old, old_def = row(shared.words, reg.i), row(shared.defined, reg.i)
     rec_words = jnp.where(exists, jnp.where(chosen, sw, old), jnp.where(in_src, sw, U64(0)))
+    rec_def = jnp.where(exists, old_def | chosen, in_src & sd)
     init = jnp.where(exists, tosh.new_init, smask)
     alloc = jnp.where(exists, rec["allocation_mask"], smask)
     cd = jnp.where(exists, init == alloc, True)
@@ -167,4 +172,4 @@ def write_record(shared: SharedTiles, reg: Register, tosh: ToShared, s: Mapping[
     i, do_shared, rec_fields = settle((reg.i, do_shared, rec_fields))
     shared = shared.replace(**{name: getattr(shared, name).at[i].set(
         jnp.where(do_shared, v, getattr(shared, name)[i])) for name, v in rec_fields.items()})
-    return shared, RowWrite(i, do_shared, rec_words)
+    return shared, RowWrite(i, do_shared, rec_words, rec_def)

@@ -154,17 +154,20 @@ def shared_tload(m: Machine, b: Block, sid: int, size_code: int, mask: int,
                                    published=True, contents_defined=True, dtype=d.code,
                                    layout=tables.TILE_LAYOUT_CODE[layout], capacity=tsize,
                                    rows=rows, cols=cols, valid_rows=vr, valid_cols=vc)
-        words = m.shared_payload(i)
+        # a fresh tile: every Word 0 and undefined, then the loaded elements
+        words, defined = m.shared_payload(i), m.shared_defined(i)
         for k in range(len(words)):
-            words[k] = 0
+            words[k], defined[k] = 0, False
     else:
         r = m.shared[i]
         r.initialized_mask |= mask
         r.contents_defined = r.initialized_mask == r.allocation_mask
         r.published = r.published or r.contents_defined
-        words = m.shared_payload(i)
+        words, defined = m.shared_payload(i), m.shared_defined(i)
+    # the loaded elements are defined; an existing record's others keep their bits
     for _, c, e, address in elements:
         words[e] = load_element(m.gm, address, c, d)
+        defined[e] = True
     return None
 
 

@@ -158,9 +158,9 @@ class Block:
 
 
 # what Machine.snapshot keeps: GM, the Local files, the payload caches, the Shared
-# records and rows, numeric_flags
+# records and rows (Words, definedness), numeric_flags
 Snapshot = tuple[bytes, list[list[Tile]], list[dict[int, tuple[int, list[int], list[bool]]]],
-                 list[SharedRecord], dict[int, list[int]], int]
+                 list[SharedRecord], dict[int, tuple[list[int], list[bool]]], int]
 
 
 class Machine:
@@ -234,11 +234,12 @@ class Machine:
                        for i in range(R)]
         # per PE: slot -> (window start, words, defined) as the run has them
         self._payloads: list[dict[int, tuple[int, list[int], list[bool]]]] = [{} for _ in range(P)]
-        self._shared_payload: dict[int, list[int]] = {}
+        # record -> (Words, definedness) as the run has them
+        self._shared_payload: dict[int, tuple[list[int], list[bool]]] = {}
         # (pe, window start) -> the State's (words, defined) there: to_state writes
         # back only a tile's own Words that differ
         self._loaded: dict[tuple[int, int], tuple[NDArray[Any], NDArray[Any]]] = {}
-        self._shared_loaded: dict[int, list[int]] = {}
+        self._shared_loaded: dict[int, tuple[list[int], list[bool]]] = {}
         self.cur = 0                 # the executing PE
         self.core = False            # run_core: completions are collectives
         self.block = self._block_from_state(state.block)
@@ -357,13 +358,25 @@ class Machine:
                 return i
         return None
 
-    def shared_payload(self, record: int) -> list[int]:
-        """Payload Words of one record, converted on first use."""
+    def _shared_row(self, record: int) -> tuple[list[int], list[bool]]:
+        """(Words, definedness) of one record, converted on first use."""
         if record not in self._shared_payload:
             if record not in self._shared_loaded:
-                self._shared_loaded[record] = _row(self._state.shared.words, (record,), np.uint64)
-            self._shared_payload[record] = list(self._shared_loaded[record])
+                self._shared_loaded[record] = (
+                    _row(self._state.shared.words, (record,), np.uint64),
+                    cast(list[bool], _row(self._state.shared.defined, (record,), np.bool_)))
+            words, defined = self._shared_loaded[record]
+            self._shared_payload[record] = (list(words), list(defined))
         return self._shared_payload[record]
+
+    def shared_payload(self, record: int) -> list[int]:
+        """Payload Words of one record (a list to write in place)."""
+        return self._shared_row(record)[0]
+
+    def shared_defined(self, record: int) -> list[bool]:
+        """Per-element definedness (TileLogicalElementDefined) of one record's
+        Words, beside shared_payload (a list to write in place)."""
+        return self._shared_row(record)[1]
 
     # ------------------------------------------------------------- collective rollback
 
@@ -375,7 +388,8 @@ class Machine:
                 [{s: (at, list(w), list(d)) for s, (at, w, d) in c.items()}
                  for c in self._payloads],
                 [copy.copy(r) for r in self.shared],
-                {r: list(w) for r, w in self._shared_payload.items()}, self.numeric_flags)
+                {r: (list(w), list(d)) for r, (w, d) in self._shared_payload.items()},
+                self.numeric_flags)
 
     def restore(self, snap: Snapshot) -> None:
         gm, files, payloads, shared, shared_payload, self.numeric_flags = snap
@@ -426,9 +440,11 @@ class Machine:
                                      ("published", "contents_defined"))
         return top, local, records, self._block_leaves()
 
-    def _shared_written(self) -> dict[tuple[int, ...], list[int]]:
-        """(record,) -> Words of the Shared rows the run changed."""
-        return {(r,): w for r, w in self._shared_payload.items() if w != self._shared_loaded[r]}
+    def _shared_written(self, part: int) -> dict[tuple[int, ...], list[Any]]:
+        """(record,) -> Words (part 0) or definedness (part 1) of the Shared rows
+        whose part the run changed."""
+        return {(r,): row[part] for r, row in self._shared_payload.items()
+                if row[part] != self._shared_loaded[r][part]}
 
     def to_state(self) -> State:
         """A new State holding this machine, same shapes and dtypes as ptojax/state.py.
@@ -445,7 +461,8 @@ class Machine:
                 defined=with_words(old.tiles.defined, bool, defined),
                 **kept_or_put(old.tiles, local))
             shared = old.shared.replace(
-                words=with_rows(old.shared.words, np.uint64, self._shared_written()),
+                words=with_rows(old.shared.words, np.uint64, self._shared_written(0)),
+                defined=with_rows(old.shared.defined, bool, self._shared_written(1)),
                 **kept_or_put(old.shared, records))
             return old.replace(tiles=tiles, shared=shared,
                                block=old.block.replace(**kept_or_put(old.block, block)),
@@ -460,13 +477,16 @@ class Machine:
         old = self._state
         tiles = dict(local, words=np_with_words(old.tiles.words, words),
                      defined=np_with_words(old.tiles.defined, defined))
-        shared_words = np.asarray(old.shared.words)
-        rows = self._shared_written()
-        if rows:
-            shared_words = shared_words.copy()
-            for (r,), w in rows.items():
-                shared_words[r] = np.array(w, np.uint64)
-        shared = dict(records, words=shared_words)
+        pools = {}
+        for part, (name, dtype) in enumerate((("words", np.uint64), ("defined", np.bool_))):
+            pool = np.asarray(getattr(old.shared, name))
+            rows = self._shared_written(part)
+            if rows:
+                pool = pool.copy()
+                for (r,), values in rows.items():
+                    pool[r] = np.array(values, dtype)
+            pools[name] = pool
+        shared = dict(records, **pools)
         out = {}
         for name, group in (("", top), ("tiles.", tiles), ("shared.", shared), ("block.", block)):
             for k, v in group.items():

@@ -238,7 +238,10 @@ def local_to_shared(m: Machine, b: Block, publish: bool) -> Optional[Fault]:
     # the source's Words up to tile_words, the executor's lanes (0 past them)
     src_words, src_defined = m.payload(src_slot)
     value: Callable[[int], int] = lambda e: src_words[e] if e < m.tile_words else 0
-    if i is None:                               # a fresh record: the whole source
+    known: Callable[[int], bool] = lambda e: e < m.tile_words and src_defined[e]
+    if i is None:
+        # a fresh record: the whole source, every Word and every definedness bit,
+        # whatever the mask (AtomicUpdateSharedTileWithPublication: updated.tile = tile)
         i = m.free_record()
         assert i is not None                    # (step MS.7 found one)
         m.shared[i] = SharedRecord(sid=sid, allocation_mask=mask, initialized_mask=mask,
@@ -246,15 +249,19 @@ def local_to_shared(m: Machine, b: Block, publish: bool) -> Optional[Fault]:
                                    layout=src.layout, capacity=tsize, rows=src.rows,
                                    cols=src.cols, valid_rows=src.valid_rows,
                                    valid_cols=src.valid_cols)
-        words = m.shared_payload(i)
+        words, defined = m.shared_payload(i), m.shared_defined(i)
         for e in range(len(words)):
             words[e] = value(e) if e < n else 0
+            defined[e] = e < n and known(e)
         return None
+    # an existing record: each element of a selected quarter that is defined in
+    # the source is copied and marked defined; every other one keeps its Word and bit
     r = m.shared[i]
-    words = m.shared_payload(i)
+    words, defined = m.shared_payload(i), m.shared_defined(i)
     for e in range(n):
-        if mask & tables.pe_bit(quarter(e, d, tsize)) and e < m.tile_words and src_defined[e]:
+        if mask & tables.pe_bit(quarter(e, d, tsize)) and known(e):
             words[e] = value(e)
+            defined[e] = True
     r.initialized_mask |= mask
     r.contents_defined = r.initialized_mask == r.allocation_mask
     r.published = r.published or (publish and r.contents_defined)
