@@ -1,6 +1,6 @@
 // Read a batch file of `ptojax fuzz --export DIR --export-format batch` from C++
 // (C++17, no library): the container is safetensors, the schema docs/fuzzing.md's
-// ptojax.fuzz-batch.v1.
+// ptojax.fuzz-batch.v2.
 //
 //   g++ -std=c++17 -O2 -o read_batch examples/read_batch.cpp
 //   ./read_batch DIR/batch-0-000000.safetensors

@@ -1,6 +1,6 @@
 """Read a batch file of `ptojax fuzz --export DIR --export-format batch` with
 numpy alone (no ptojax): the container is safetensors, the schema
-docs/fuzzing.md's `ptojax.fuzz-batch.v1`.
+docs/fuzzing.md's `ptojax.fuzz-batch.v2`.
 
     python examples/read_batch.py DIR/batch-0-000000.safetensors [CASE_ROW]
 

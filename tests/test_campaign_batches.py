@@ -187,7 +187,7 @@ def test_batch_container_round_trip_and_corruption(tmp_path):
     p = tmp_path / "x.safetensors"
     p.write_bytes(buf)
     with pytest.raises(batchfile.BatchFileError, match="format 'x.v1'"):
-        batchfile.read(p, "ptojax.fuzz-batch.v1")
+        batchfile.read(p, "ptojax.fuzz-batch.v2")
 
 
 def test_states_as_sparse_tensors_round_trip():
@@ -307,7 +307,7 @@ def test_batched_export_holds_the_engines_results(capsys, monkeypatch, env, tmp_
                         str(edir / index["files"][0])], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=""), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert "ptojax.fuzz-batch.v1" in p.stdout and "final.gm" in p.stdout
+    assert "ptojax.fuzz-batch.v2" in p.stdout and "final.gm" in p.stdout
     # ... and so does the C++ one, where a compiler is at hand
     gxx = shutil.which("g++")
     if gxx:

@@ -203,7 +203,7 @@ def _add_fuzz_outputs(f):
                    help="also write the cases: with --export-format json, initial state + words + "
                         "the reference model's final state (pto.asl-model.arch-state.v1 "
                         "envelopes, one file a case); with batch, one file of arrays a batch "
-                        "(ptojax.fuzz-batch.v1: cases, initial and pj.batch.run's final states)")
+                        "(ptojax.fuzz-batch.v2: cases, initial and pj.batch.run's final states)")
     f.add_argument("--export-format", choices=["json", "batch"], default="json",
                    help="json (default): arch-state envelopes for the reference runner; batch: "
                         "safetensors files of arrays, at the campaign's speed")
@@ -215,7 +215,7 @@ def _add_fuzz_outputs(f):
     f.add_argument("--against-protocol", choices=["lines", "batch"], default="lines",
                    help="lines (default): one JSON request line a case "
                         "(ptojax.fuzz-against.v1); batch: one request of arrays a batch "
-                        "(ptojax.fuzz-dut-request.v1, examples/dut_harness.py)")
+                        "(ptojax.fuzz-dut-request.v2, examples/dut_harness.py)")
     f.add_argument("--against-timeout", type=float, default=120.0, metavar="S",
                    help="seconds to wait for each of the command's answers after its first "
                         "(default 120)")

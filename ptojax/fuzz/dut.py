@@ -6,12 +6,12 @@ to its standard input; CMD writes one answer per request, in order, to its
 standard output. Both are batchfile containers (safetensors) back to back
 (docs/fuzzing.md, "The batched DUT protocol"):
 
-    request  __metadata__ {format: ptojax.fuzz-dut-request.v1, batch, cases,
+    request  __metadata__ {format: ptojax.fuzz-dut-request.v2, batch, cases,
              pe, on_fault, machine (JSON)}
              id uint64[n] (campaign case numbers), words uint32[n, L],
              lengths int32[n], core bool[n] (the case runs on the Core's four
              PEs), initial.* (the States, batchfile's layout)
-    answer   __metadata__ {format: ptojax.fuzz-dut-answer.v1, batch}
+    answer   __metadata__ {format: ptojax.fuzz-dut-answer.v2, batch}
              id uint64[n] (the request's, in its order), executed int64[n],
              final.* (the States after the cases)
              or __metadata__ {format: ..., batch, error: "message"}
@@ -39,8 +39,8 @@ from . import batchfile
 from .casefile import START_TIMEOUT, Command, ExternalError, machine_from, machine_json
 from .compare import Results
 
-REQUEST_FORMAT = "ptojax.fuzz-dut-request.v1"
-ANSWER_FORMAT = "ptojax.fuzz-dut-answer.v1"
+REQUEST_FORMAT = "ptojax.fuzz-dut-request.v2"
+ANSWER_FORMAT = "ptojax.fuzz-dut-answer.v2"
 
 
 def request(batch_id: int, ids, words, lengths, core, initial: dict, cfg: MachineConfig, pe: int,

@@ -132,7 +132,7 @@ class Exporter:
 
 class BatchExporter:
     """`--export DIR --export-format batch`: each finished batch as one file of
-    arrays, `batch-SEED-NNNNNN.safetensors` (`ptojax.fuzz-batch.v1`,
+    arrays, `batch-SEED-NNNNNN.safetensors` (`ptojax.fuzz-batch.v2`,
     docs/fuzzing.md): its cases, their initial States and pj.batch.run's final
     States (no oracle needed; where the oracle ran, whether it agreed), of
     the cases numbered below `limit` (None: all)."""
@@ -166,7 +166,7 @@ class BatchExporter:
                 "format": BATCH_FORMAT}
 
 
-BATCH_FORMAT = "ptojax.fuzz-batch.v1"
+BATCH_FORMAT = "ptojax.fuzz-batch.v2"
 
 
 def batch_metadata(cc: CampaignConfig, cfg, fmt: str, core: bool) -> dict:
