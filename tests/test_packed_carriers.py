@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import ptojax as pj
-from ptojax.layouts.carriers import logical_slots, model_slots, pack_carriers, unpack_carriers
+from ptojax.layouts.carriers import model_slots, pack_carriers
 from ptojax.reference.carriers import raw_slot
 from ptojax.state import state_differences
 
@@ -311,13 +311,12 @@ def test_a_cube_4bit_tile_keeps_one_element_a_slot():
 
 
 @given(st.lists(st.integers(0, (1 << 64) - 1), min_size=1, max_size=300), st.sampled_from([4, 8, 16, 32]))
-def test_carriers_round_trip(elements, bits):
-    """unpack(pack(x)) is x's low bits; each carrier's lane i is element k*j + i."""
+def test_carriers_hold_each_element_in_its_lane(elements, bits):
+    """Each carrier's lane i is element k*j + i's low bits; zero past the last carrier."""
     x = np.array(elements, np.uint64)
     packed = pack_carriers(x, bits)
     k, mask = 64 // bits, (1 << bits) - 1
     assert packed.shape == x.shape
-    np.testing.assert_array_equal(unpack_carriers(packed, bits), x & np.uint64(mask))
     for j in range(-(-len(elements) // k)):
         for i in range(k):
             e = k * j + i
@@ -336,4 +335,3 @@ def test_the_reference_raw_slot_is_the_view_carrier(elements, e):
     view = model_slots(np.array(x, np.uint64), "RowMajor", "U4X2", rows, cols)
     assert raw_slot(x, "RowMajor", u4, rows, cols, e) == (int(view[e]) if e < len(x) else 0)
     assert raw_slot(x, "RowMajor", u8, rows, cols, e) == (x[e] if e < len(x) else 0)
-    np.testing.assert_array_equal(logical_slots(view, "RowMajor", "U4X2", rows, cols), np.array(x, np.uint64))

@@ -10,12 +10,13 @@ slot in both of its models (any representation is allowed where elements
 are compared), and converts at the edges where the model's raw slots are
 what is seen:
 
-* `pj.read_tile` / the arch-state export show a 4-bit ordinary tile's
-  Words as the model holds them: the carriers in slots 0..ceil(n/16)-1,
+* `pj.read_tile` / `pj.read_shared` show a 4-bit ordinary tile's Words as
+  the model holds them: the carriers in slots 0..ceil(n/16)-1,
   zero after them (the model's payload of a new tile is the reset's zero).
   The model's own printout does the same for these tiles; a packed tile of
   more than PTO_MODEL_TILE_ELEMENTS elements it prints element by element,
-  and so does ptojax.
+  and so does ptojax. (The arch-state interop and the batch files keep
+  ptojax's element slots: their round trip is exact.)
 * MGATHER.CAS reads its sources' raw slots (atomics.asl: index_payload[[e]]),
   so a packed source's lane e reads carrier e (ops/mgather_cas.py and the
   reference do that from their logical slots).
@@ -34,17 +35,12 @@ from .. import tables
 from .geometry import MODEL_TILE_ELEMENTS
 
 
-def uses_packed_carriers(layout: str, dt: tables.DataType | int | str, rows: int, cols: int) -> bool:
-    """TileUsesPackedCarrierRepresentation: a non-CUBE tile 4 bits wide or with
-    more than PTO_MODEL_TILE_ELEMENTS logical elements."""
-    return (layout not in tables.CUBE_LAYOUTS
-            and (tables.dtype(dt).bits == 4 or rows * cols > MODEL_TILE_ELEMENTS))
-
-
 def shows_carriers(layout: str, dt: tables.DataType | int | str, rows: int, cols: int) -> bool:
-    """Whether the model's slots of such a tile are its carriers (a 4-bit
-    ordinary tile within PTO_MODEL_TILE_ELEMENTS elements), not its elements."""
-    return uses_packed_carriers(layout, dt, rows, cols) and rows * cols <= MODEL_TILE_ELEMENTS
+    """Whether the model's slots of a tile are its carriers, not its elements:
+    a 4-bit ordinary tile within PTO_MODEL_TILE_ELEMENTS elements (a larger
+    packed tile the model prints element by element)."""
+    return (layout not in tables.CUBE_LAYOUTS and tables.dtype(dt).bits == 4
+            and rows * cols <= MODEL_TILE_ELEMENTS)
 
 
 def pack_carriers(elements: NDArray[Any], bits: int) -> NDArray[np.uint64]:
@@ -62,16 +58,6 @@ def pack_carriers(elements: NDArray[Any], bits: int) -> NDArray[np.uint64]:
     return out
 
 
-def unpack_carriers(slots: NDArray[Any], bits: int) -> NDArray[np.uint64]:
-    """The logical elements (zero-extended lanes) held by the model's slots of a
-    packed tile: the inverse of pack_carriers; as long as `slots`."""
-    k = 64 // bits
-    n = slots.shape[0]
-    shifts = (np.arange(k, dtype=np.uint64) * np.uint64(bits))
-    lanes = (np.asarray(slots, np.uint64)[:, None] >> shifts) & np.uint64((1 << bits) - 1)
-    return lanes.reshape(-1)[:n].copy()
-
-
 def model_slots(elements: NDArray[Any], layout: str, dt: tables.DataType | int | str, rows: int,
                 cols: int) -> NDArray[np.uint64]:
     """A tile's Words as the model's slots hold them, from ptojax's logical ones:
@@ -81,12 +67,3 @@ def model_slots(elements: NDArray[Any], layout: str, dt: tables.DataType | int |
         return words
     return pack_carriers(words, tables.dtype(dt).bits)
 
-
-def logical_slots(slots: NDArray[Any], layout: str, dt: tables.DataType | int | str, rows: int,
-                  cols: int) -> NDArray[np.uint64]:
-    """ptojax's logical Words from the model's slots (the inverse of model_slots
-    on a tile's first rows*cols slots)."""
-    words = np.asarray(slots, np.uint64)
-    if not shows_carriers(layout, dt, rows, cols):
-        return words
-    return unpack_carriers(words, tables.dtype(dt).bits)

@@ -273,10 +273,11 @@ def ordinary_span(layout: ArrayLike, rows: jax.Array, cols: jax.Array, bits: Arr
 
 def packed_carrier(rows: ArrayLike, cols: jax.Array) -> jax.Array:
     """Whether a non-CUBE tile of rows x cols elements is one the model keeps in
-    packed carriers (TileUsesPackedCarrierRepresentation: more elements than
-    PTO_MODEL_TILE_ELEMENTS, or 4 bits wide, whose nibbles every tile keeps
-    zero-extended anyway). Its elements read back unextended: an S8 0x80 is
-    the Word 0x80, where an ordinary S8 tile holds it sign-extended."""
+    packed carriers for its size (TileUsesPackedCarrierRepresentation: more
+    elements than PTO_MODEL_TILE_ELEMENTS; 4-bit tiles are packed too,
+    carrier_elements, but their nibbles read back zero-extended anyway). Its
+    elements read back unextended: an S8 0x80 is the Word 0x80, where an
+    ordinary S8 tile holds it sign-extended."""
     return jnp.asarray(rows).astype(jnp.int64) * cols > MODEL_TILE_ELEMENTS
 
 
@@ -287,7 +288,7 @@ def carrier_elements(layout: jax.Array, rows: jax.Array, cols: jax.Array, bits: 
     layouts/carriers.py), else 1. Its Word e holds elements k*e .. k*e + k - 1,
     the first in the low lane."""
     cube = jnp.isin(layout, jnp.asarray([tables.TILE_LAYOUT_CODE[n] for n in tables.CUBE_LAYOUTS]))
-    packed = ~cube & ((bits == 4) | (rows.astype(jnp.int64) * cols > MODEL_TILE_ELEMENTS))
+    packed = ~cube & ((bits == 4) | packed_carrier(rows, cols))
     return jnp.where(packed, 64 // jnp.maximum(bits, 1), 1).astype(jnp.int32)
 
 
