@@ -6,7 +6,8 @@ public PTO-ISA/asl-model runner, losslessly; `schema()` is that envelope's
 JSON Schema and `validate(d)` checks a dict against it (needs `jsonschema`).
 """
 
-from .arch_state import (EXT, KINDS, SCHEMA_ID, from_arch_state, schema, to_arch_state,
-                         validate)
+from .arch_state import to_arch_state
+from .arch_state_read import from_arch_state
+from .envelope import EXT, KINDS, SCHEMA_ID, schema, validate
 
 __all__ = ["SCHEMA_ID", "KINDS", "EXT", "to_arch_state", "from_arch_state", "schema", "validate"]
